@@ -1,0 +1,41 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+EXTRAS ?= dev,uvloop,fastapi
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test lint typecheck importlint unit bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@rm -f $(VENV)/.installed-*
+	$(PY) -m pip install --quiet --upgrade pip 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
+	@$(PY) -c "import aiorocket, pytest, mypy, hypothesis" || { echo "installing into $(VENV) failed"; exit 1; }
+	@touch $@
+
+demo: $(STAMP)
+	$(PY) -m aiorocket demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check aiorocket tests benchmarks examples
+	$(VENV)/bin/ruff format --check aiorocket tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+importlint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest
+
+test: lint typecheck importlint unit
+
+bench: $(STAMP)
+	$(PY) benchmarks/codec.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,5 @@
+"""``python -m aiorocket``: the command-line interface."""
+
+from aiorocket.cli import main
+
+raise SystemExit(main())

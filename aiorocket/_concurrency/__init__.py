@@ -1,0 +1,1 @@
+"""Small concurrency kit: periodic runners, backoff, bounded cleanup."""

@@ -1,0 +1,1 @@
+"""The sans-IO RocketMQ remoting codec: no asyncio, sockets or clocks in here."""

@@ -1,0 +1,171 @@
+"""Numeric codes of the RocketMQ 4.x remoting protocol (REMOTING.md §1.4, §1.6, §2.1, §3.1).
+
+Plain ``IntEnum``s: they compare equal to the ints on the wire, so decoded commands keep raw
+``int`` codes (a peer may send codes this table does not know) and callers compare freely.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "LanguageCode",
+    "PullSysFlag",
+    "RequestCode",
+    "ResponseCode",
+    "SerializeType",
+    "MessageSysFlag",
+    "Perm",
+    "VERSION_V4_9_8",
+]
+
+#: flag bit 0: the frame is a response (REMOTING.md §1.6).
+FLAG_RESPONSE = 0x1
+#: flag bit 1: the sender wants no response. Only Java puts it on the wire.
+FLAG_ONEWAY = 0x2
+
+#: ``MQVersion.Version.V4_9_8`` ordinal: what we send, and what the embedded broker answers with.
+#: >= 401 makes 4.9.4+ name servers emit standard JSON for routes (§0.3, §5.1).
+VERSION_V4_9_8 = 409
+
+
+class SerializeType(enum.IntEnum):
+    """The header dialect, carried in the top byte of the header-length word (§1.2)."""
+
+    JSON = 0
+    ROCKETMQ = 1
+
+
+class LanguageCode(enum.IntEnum):
+    """``LanguageCode``: names travel in JSON headers, ordinals in binary headers (§1.4)."""
+
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+
+
+class RequestCode(enum.IntEnum):
+    """Request codes used by producers, push consumers, brokers and name servers (§2.1)."""
+
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    GET_CONSUME_STATS = 208
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    GET_CONSUMER_STATUS_FROM_CLIENT = 221
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    GET_CONSUMER_RUNNING_INFO = 307
+    CONSUME_MESSAGE_DIRECTLY = 309
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+    LITE_PULL_MESSAGE = 361
+
+
+class ResponseCode(enum.IntEnum):
+    """Response codes of the 4.9.8 broker and name server (§3.1)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
+    TRANSACTION_SHOULD_COMMIT = 200
+    TRANSACTION_SHOULD_ROLLBACK = 201
+    TRANSACTION_STATE_UNKNOW = 202
+    TRANSACTION_STATE_GROUP_WRONG = 203
+    NO_BUYER_ID = 204
+    NOT_IN_CURRENT_UNIT = 205
+    CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
+    NO_MESSAGE = 208
+    FLOW_CONTROL = 215
+
+
+class PullSysFlag(enum.IntFlag):
+    """Bits of the pull request's ``sysFlag`` (§6.4)."""
+
+    COMMIT_OFFSET = 0x1
+    SUSPEND = 0x2
+    SUBSCRIPTION = 0x4
+    CLASS_FILTER = 0x8
+    LITE_PULL = 0x10
+
+
+class MessageSysFlag(enum.IntFlag):
+    """Bits of a message's ``sysFlag`` (§4.3)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+    COMPRESSION_TYPE_MASK = 0x700
+    COMPRESSION_ZLIB = 0x300
+
+
+class Perm(enum.IntFlag):
+    """Permission bits of a topic or broker (§7.2)."""
+
+    INHERIT = 1
+    WRITE = 2
+    READ = 4
+    PRIORITY = 8

@@ -1,0 +1,303 @@
+"""One remoting connection: an ``asyncio.Protocol`` around the sans-IO frame codec.
+
+Reading happens in the protocol's ``data_received`` callback (no reader task to own or leak);
+requests the peer sends us (NOTIFY_CONSUMER_IDS_CHANGED from a broker, or anything a client sends
+a server) are handed to the owner's ``spawn`` function, so they run in the owner's task group.
+Nothing is started by the constructor.
+
+Correlation follows REMOTING.md §1.6: our requests carry an ``opaque`` from this connection's
+counter; an inbound frame is a response iff flag bit 0 is set, and a response whose opaque is
+not pending (a late answer, or a "oneway" request the peer answered anyway) is dropped and logged.
+When the connection dies every pending call fails at once with :class:`ConnectionClosedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+from aiorocket._protocol.codes import FLAG_ONEWAY, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.frame import (
+    DEFAULT_MAX_FRAME_SIZE,
+    NEED_DATA,
+    FrameDecoder,
+    encode_command_parts,
+)
+from aiorocket.errors import (
+    ClientClosedError,
+    ConnectionClosedError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    RequestTimeoutError,
+)
+
+__all__ = ["Connection", "RequestHandler", "Spawn"]
+
+log = logging.getLogger("aiorocket.remoting")
+
+#: Serves one inbound request; returns the response, or ``None`` to send nothing.
+RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
+
+
+class Spawn(Protocol):
+    """Starts a coroutine in the owner's task group (e.g. ``asyncio.TaskGroup.create_task``)."""
+
+    def __call__(self, coro: Coroutine[Any, Any, None], /) -> object: ...
+
+
+_OPAQUE_MASK = 0x7FFFFFFF  # non-negative opaques, as the C++ client does (§1.6)
+
+
+class Connection(asyncio.Protocol):
+    """A framed, multiplexed connection carrying requests in both directions.
+
+    Args:
+        handler: serves requests sent by the peer; ``None`` answers every request with
+            REQUEST_CODE_NOT_SUPPORTED (code 3), as a Java peer with no processor does.
+        spawn: runs inbound-request handlers in the owner's task group; required when
+            ``handler`` is given.
+        max_frame_size: the frame cap enforced on received frames.
+        request_hook: called on every outgoing request before it is encoded (ACL signing).
+    """
+
+    def __init__(
+        self,
+        *,
+        handler: RequestHandler | None = None,
+        spawn: Spawn | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        request_hook: Callable[[RemotingCommand], None] | None = None,
+        name: str = "",
+    ) -> None:
+        if handler is not None and spawn is None:
+            raise ValueError("a request handler needs a spawn function")
+        self._handler = handler
+        self._spawn = spawn
+        self._hook = request_hook
+        self._decoder = FrameDecoder(max_frame_size=max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._next_opaque = 0
+        self._closed = False
+        self._close_exc: BaseException | None = None
+        self._lost = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._close_callbacks: list[Callable[[Connection], None]] = []
+        self._serving: set[asyncio.Task[None]] = set()
+        self.name = name
+        self.peer: tuple[str, int] = ("", 0)
+        #: free slot for the owner (the embedded broker keeps its channel state here)
+        self.context: Any = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = (str(peer[0]), int(peer[1]))
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        decoder.feed(data)
+        while True:
+            try:
+                cmd = decoder.next_command()
+            except RemoteProtocolError as exc:
+                # The stream position can no longer be trusted: close this connection only.
+                log.warning("closing %s: %s", self._label(), exc)
+                self._abort(exc)
+                return
+            if cmd is NEED_DATA:
+                return
+            if cmd.flag & 1:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is None:
+                    log.debug(
+                        "%s: dropped response with unknown opaque %d", self._label(), cmd.opaque
+                    )
+                elif not fut.done():
+                    fut.set_result(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._close_exc is None:
+            self._close_exc = exc
+        err = ConnectionClosedError(f"connection to {self._label()} closed")
+        if self._close_exc is not None:
+            err.__cause__ = self._close_exc
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._writable.set()
+        self._lost.set()
+        # A handler whose connection is gone cannot answer: stop it (a held long-poll pull,
+        # for instance, is discarded when its client disconnects, §6.4).
+        for task in list(self._serving):
+            task.cancel()
+        for cb in self._close_callbacks:
+            try:
+                cb(self)
+            except Exception:  # a callback's bug must not stop the others
+                log.exception("close callback failed")
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is closing or closed."""
+        return self._closed or self._transport is None or self._transport.is_closing()
+
+    @property
+    def pending_count(self) -> int:
+        """Requests sent and still waiting for their response."""
+        return len(self._pending)
+
+    def add_close_callback(self, callback: Callable[[Connection], None]) -> None:
+        """Call ``callback(self)`` once the connection is lost (immediately if it already is)."""
+        if self._lost.is_set():
+            callback(self)
+        else:
+            self._close_callbacks.append(callback)
+
+    async def request(self, cmd: RemotingCommand, *, timeout: float = 3.0) -> RemotingCommand:
+        """Send ``cmd`` and wait for its response.
+
+        Raises:
+            ConnectionClosedError: the connection is closed or dies before the response.
+            RequestTimeoutError: no response within ``timeout`` seconds.
+            LocalProtocolError: ``cmd`` cannot be encoded.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        opaque = self._send_request(cmd, oneway=False, fut=fut)
+        timer = loop.call_later(timeout, self._expire, opaque, timeout)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    async def send_oneway(self, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` with flag bit 1 (no response expected) and wait for write capacity.
+
+        Raises:
+            ConnectionClosedError: the connection is closed.
+        """
+        self._send_request(cmd, oneway=True, fut=None)
+        await self.drain()
+
+    def send_response(
+        self,
+        cmd: RemotingCommand,
+        body_parts: list[bytes | bytearray | memoryview] | None = None,
+    ) -> None:
+        """Write a response (or any frame) now; silently dropped if the connection is gone."""
+        if self.is_closed:
+            return
+        assert self._transport is not None
+        self._transport.writelines(encode_command_parts(cmd, body_parts))
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    def close(self) -> None:
+        """Close the connection; pending calls fail with :class:`ConnectionClosedError`."""
+        self._closed = True
+        if self._close_exc is None:
+            self._close_exc = ClientClosedError("closed locally")
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is lost."""
+        await self._lost.wait()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        return self.name or f"{self.peer[0]}:{self.peer[1]}"
+
+    def _send_request(
+        self, cmd: RemotingCommand, *, oneway: bool, fut: asyncio.Future[RemotingCommand] | None
+    ) -> int:
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self._label()} is closed")
+        self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
+        opaque = cmd.opaque = self._next_opaque
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) if oneway else (cmd.flag & ~(FLAG_ONEWAY | 1))
+        if self._hook is not None:
+            self._hook(cmd)
+        parts = encode_command_parts(cmd)  # may raise LocalProtocolError: nothing sent then
+        if fut is not None:
+            self._pending[opaque] = fut
+        assert self._transport is not None
+        self._transport.writelines(parts)
+        return opaque
+
+    def _expire(self, opaque: int, timeout: float) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                RequestTimeoutError(f"no response from {self._label()} within {timeout:g} s")
+            )
+
+    def _abort(self, exc: BaseException) -> None:
+        self._closed = True
+        self._close_exc = exc
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if self._handler is None or self._spawn is None:
+            # Java answers code 3 even to oneway requests it has no processor for (§1.7).
+            self.send_response(
+                cmd.make_response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    remark=f" request type {cmd.code} not supported",
+                )
+            )
+            return
+        task = self._spawn(self._serve(cmd))
+        if isinstance(task, asyncio.Task):
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+
+    async def _serve(self, cmd: RemotingCommand) -> None:
+        assert self._handler is not None
+        try:
+            response = await self._handler(self, cmd)
+        except asyncio.CancelledError:
+            raise
+        except (RemoteProtocolError, LocalProtocolError) as exc:
+            # A malformed header field: Java answers SYSTEM_ERROR with the reason (§1.7).
+            response = cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        except Exception as exc:
+            log.exception("handler for request code %d failed", cmd.code)
+            response = cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"
+            )
+        if response is not None and not cmd.flag & FLAG_ONEWAY:
+            try:
+                self.send_response(response)
+            except LocalProtocolError:
+                log.exception("cannot encode the response to request code %d", cmd.code)
+                self.send_response(
+                    cmd.make_response(ResponseCode.SYSTEM_ERROR, remark="unencodable response")
+                )

@@ -1,0 +1,414 @@
+"""The exceptions aiorocket raises.
+
+Everything the library raises on purpose derives from :class:`RocketError`::
+
+    RocketError
+    ├── ConfigurationError            bad settings or arguments, found before any I/O
+    │   └── InvalidNameError          a topic or group name RocketMQ would refuse
+    ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
+    ├── ClientClosedError             the producer / consumer / connection was closed by its owner
+    ├── ProtocolError                 the rules of the remoting protocol were broken
+    │   ├── LocalProtocolError        ... by us: we were asked to encode something invalid
+    │   └── RemoteProtocolError       ... by the peer: malformed bytes; the connection is poisoned
+    │       ├── FrameTooLargeError    a length prefix over the frame cap (or negative)
+    │       └── MissingHeaderFieldError  a mandatory extFields entry is absent or malformed
+    ├── TransportError                the connection failed
+    │   ├── ConnectError              could not connect
+    │   ├── ConnectionClosedError     the connection died with the request in flight
+    │   └── RequestTimeoutError       no response within the request timeout
+    └── BrokerError                   a broker or name server answered with a non-success code
+        ├── BrokerSystemError (1), SystemBusyError (2), RequestCodeNotSupportedError (3),
+        ├── FlushDiskTimeoutError (10), SlaveNotAvailableError (11), FlushSlaveTimeoutError (12),
+        ├── MessageIllegalError (13), ServiceNotAvailableError (14), VersionNotSupportedError (15),
+        ├── NoPermissionError (16), TopicNotExistError (17), TopicExistAlreadyError (18),
+        ├── PullNotFoundError (19), PullRetryImmediatelyError (20), PullOffsetMovedError (21),
+        ├── QueryNotFoundError (22), SubscriptionParseFailedError (23),
+        ├── SubscriptionNotExistError (24), SubscriptionNotLatestError (25),
+        ├── SubscriptionGroupNotExistError (26), FilterDataNotExistError (27),
+        ├── FilterDataNotLatestError (28), TransactionShouldCommitError (200),
+        ├── TransactionShouldRollbackError (201), TransactionStateUnknownError (202),
+        ├── TransactionStateGroupWrongError (203), NoBuyerIdError (204),
+        ├── NotInCurrentUnitError (205), ConsumerNotOnlineError (206),
+        ├── ConsumeMessageTimeoutError (207), NoMessageError (208), FlowControlError (215)
+        └── (any other code: BrokerError itself, with ``code`` set)
+
+Broker errors carry ``retriable`` (a producer may try again, following the Java 4.9 sync
+producer's retry set 1, 14, 16, 17, 204, 205 plus 2) and ``refresh_route`` (the route may be
+stale). :func:`broker_error` turns a response code and remark into the matching instance.
+
+Outcomes of a user's handler (asking for a redelivery, suspending an orderly queue) are not
+errors of the library and live outside this tree.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BrokerError",
+    "BrokerSystemError",
+    "ClientClosedError",
+    "ConfigurationError",
+    "ConnectError",
+    "ConnectionClosedError",
+    "ConsumeMessageTimeoutError",
+    "ConsumerNotOnlineError",
+    "FilterDataNotExistError",
+    "FilterDataNotLatestError",
+    "FlowControlError",
+    "FlushDiskTimeoutError",
+    "FlushSlaveTimeoutError",
+    "FrameTooLargeError",
+    "InvalidNameError",
+    "LocalProtocolError",
+    "MessageIllegalError",
+    "MessageTooLargeError",
+    "MissingHeaderFieldError",
+    "NoBuyerIdError",
+    "NoMessageError",
+    "NoPermissionError",
+    "NotInCurrentUnitError",
+    "ProtocolError",
+    "PullNotFoundError",
+    "PullOffsetMovedError",
+    "PullRetryImmediatelyError",
+    "QueryNotFoundError",
+    "RemoteProtocolError",
+    "RequestCodeNotSupportedError",
+    "RequestTimeoutError",
+    "RocketError",
+    "ServiceNotAvailableError",
+    "SlaveNotAvailableError",
+    "SubscriptionGroupNotExistError",
+    "SubscriptionNotExistError",
+    "SubscriptionNotLatestError",
+    "SubscriptionParseFailedError",
+    "SystemBusyError",
+    "TopicExistAlreadyError",
+    "TopicNotExistError",
+    "TransactionShouldCommitError",
+    "TransactionShouldRollbackError",
+    "TransactionStateGroupWrongError",
+    "TransactionStateUnknownError",
+    "TransportError",
+    "VersionNotSupportedError",
+    "broker_error",
+]
+
+
+class RocketError(Exception):
+    """Base class of every exception aiorocket raises on purpose."""
+
+
+class ConfigurationError(RocketError, ValueError):
+    """Settings or arguments are invalid; raised before any I/O happens."""
+
+
+class InvalidNameError(ConfigurationError):
+    """A topic or group name does not match RocketMQ's rule ``^[%|a-zA-Z0-9_-]{1,127}$``."""
+
+
+class MessageTooLargeError(RocketError, ValueError):
+    """A message body (or a batch) exceeds the maximum size and was not sent."""
+
+
+class ClientClosedError(RocketError):
+    """The object was closed by its owner and cannot be used any more."""
+
+
+class ProtocolError(RocketError):
+    """The remoting protocol's rules were broken."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to put something on the wire that the protocol cannot carry."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that are not a valid frame, header, body or message record.
+
+    A connection that raised this is poisoned: the stream can no longer be trusted.
+    """
+
+
+class FrameTooLargeError(RemoteProtocolError):
+    """A frame's length prefix is negative, too small, or over the configured cap."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"frame length {length} outside [4, {limit}]")
+        self.length = length
+        self.limit = limit
+
+
+class MissingHeaderFieldError(RemoteProtocolError):
+    """A mandatory ``extFields`` entry is absent or cannot be parsed as its declared type.
+
+    The Java broker answers such requests with SYSTEM_ERROR and the remark
+    ``the custom field <name> is null``; :attr:`field` holds the wire name.
+    """
+
+    def __init__(self, field: str, detail: str = "is null") -> None:
+        super().__init__(f"the custom field <{field}> {detail}")
+        self.field = field
+
+
+class TransportError(RocketError):
+    """The connection to a peer failed."""
+
+
+class ConnectError(TransportError):
+    """A TCP connection could not be established."""
+
+
+class ConnectionClosedError(TransportError):
+    """The connection closed while a request was waiting for its response."""
+
+
+class RequestTimeoutError(TransportError, TimeoutError):
+    """No response arrived within the request timeout."""
+
+
+class BrokerError(RocketError):
+    """A broker or name server answered with a response code other than SUCCESS.
+
+    Attributes:
+        code: the response code on the wire.
+        remark: the peer's remark (error text), possibly empty.
+        retriable: whether a producer may send again (possibly to another broker).
+        refresh_route: whether the route that led here may be stale.
+    """
+
+    code: int = -1
+    retriable: ClassVar[bool] = False
+    refresh_route: ClassVar[bool] = False
+
+    def __init__(self, remark: str = "", *, code: int | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.remark = remark
+        super().__init__(f"[code {self.code}] {remark}" if remark else f"[code {self.code}]")
+
+
+_BY_CODE: dict[int, type[BrokerError]] = {}
+
+# Retriable set: the Java 4.9 DefaultMQProducerImpl retries on 1, 14, 16, 17, 204, 205; we add
+# SYSTEM_BUSY (2) and FLOW_CONTROL (215) because they are transient by definition.
+
+
+class BrokerSystemError(BrokerError):
+    """SYSTEM_ERROR (1): the peer failed to process the request."""
+
+    code = 1
+    retriable = True
+
+
+class SystemBusyError(BrokerError):
+    """SYSTEM_BUSY (2): the peer is overloaded."""
+
+    code = 2
+    retriable = True
+
+
+class RequestCodeNotSupportedError(BrokerError):
+    """REQUEST_CODE_NOT_SUPPORTED (3)."""
+
+    code = 3
+
+
+class FlushDiskTimeoutError(BrokerError):
+    """FLUSH_DISK_TIMEOUT (10): stored, flush timed out."""
+
+    code = 10
+
+
+class SlaveNotAvailableError(BrokerError):
+    """SLAVE_NOT_AVAILABLE (11)."""
+
+    code = 11
+
+
+class FlushSlaveTimeoutError(BrokerError):
+    """FLUSH_SLAVE_TIMEOUT (12)."""
+
+    code = 12
+
+
+class MessageIllegalError(BrokerError):
+    """MESSAGE_ILLEGAL (13): too large or malformed."""
+
+    code = 13
+
+
+class ServiceNotAvailableError(BrokerError):
+    """SERVICE_NOT_AVAILABLE (14)."""
+
+    code = 14
+    retriable = True
+    refresh_route = True
+
+
+class VersionNotSupportedError(BrokerError):
+    """VERSION_NOT_SUPPORTED (15)."""
+
+    code = 15
+
+
+class NoPermissionError(BrokerError):
+    """NO_PERMISSION (16)."""
+
+    code = 16
+    retriable = True
+    refresh_route = True
+
+
+class TopicNotExistError(BrokerError):
+    """TOPIC_NOT_EXIST (17)."""
+
+    code = 17
+    retriable = True
+    refresh_route = True
+
+
+class TopicExistAlreadyError(BrokerError):
+    """TOPIC_EXIST_ALREADY (18)."""
+
+    code = 18
+
+
+class PullNotFoundError(BrokerError):
+    """PULL_NOT_FOUND (19)."""
+
+    code = 19
+
+
+class PullRetryImmediatelyError(BrokerError):
+    """PULL_RETRY_IMMEDIATELY (20)."""
+
+    code = 20
+
+
+class PullOffsetMovedError(BrokerError):
+    """PULL_OFFSET_MOVED (21)."""
+
+    code = 21
+
+
+class QueryNotFoundError(BrokerError):
+    """QUERY_NOT_FOUND (22)."""
+
+    code = 22
+
+
+class SubscriptionParseFailedError(BrokerError):
+    """SUBSCRIPTION_PARSE_FAILED (23)."""
+
+    code = 23
+
+
+class SubscriptionNotExistError(BrokerError):
+    """SUBSCRIPTION_NOT_EXIST (24)."""
+
+    code = 24
+
+
+class SubscriptionNotLatestError(BrokerError):
+    """SUBSCRIPTION_NOT_LATEST (25)."""
+
+    code = 25
+
+
+class SubscriptionGroupNotExistError(BrokerError):
+    """SUBSCRIPTION_GROUP_NOT_EXIST (26)."""
+
+    code = 26
+
+
+class FilterDataNotExistError(BrokerError):
+    """FILTER_DATA_NOT_EXIST (27)."""
+
+    code = 27
+
+
+class FilterDataNotLatestError(BrokerError):
+    """FILTER_DATA_NOT_LATEST (28)."""
+
+    code = 28
+
+
+class TransactionShouldCommitError(BrokerError):
+    """TRANSACTION_SHOULD_COMMIT (200)."""
+
+    code = 200
+
+
+class TransactionShouldRollbackError(BrokerError):
+    """TRANSACTION_SHOULD_ROLLBACK (201)."""
+
+    code = 201
+
+
+class TransactionStateUnknownError(BrokerError):
+    """TRANSACTION_STATE_UNKNOW (202)."""
+
+    code = 202
+
+
+class TransactionStateGroupWrongError(BrokerError):
+    """TRANSACTION_STATE_GROUP_WRONG (203)."""
+
+    code = 203
+
+
+class NoBuyerIdError(BrokerError):
+    """NO_BUYER_ID (204)."""
+
+    code = 204
+    retriable = True
+
+
+class NotInCurrentUnitError(BrokerError):
+    """NOT_IN_CURRENT_UNIT (205)."""
+
+    code = 205
+    retriable = True
+
+
+class ConsumerNotOnlineError(BrokerError):
+    """CONSUMER_NOT_ONLINE (206)."""
+
+    code = 206
+
+
+class ConsumeMessageTimeoutError(BrokerError):
+    """CONSUME_MSG_TIMEOUT (207)."""
+
+    code = 207
+
+
+class NoMessageError(BrokerError):
+    """NO_MESSAGE (208)."""
+
+    code = 208
+
+
+class FlowControlError(BrokerError):
+    """FLOW_CONTROL (215): retry after a short pause."""
+
+    code = 215
+    retriable = True
+
+
+for _cls in BrokerError.__subclasses__():
+    _BY_CODE[_cls.code] = _cls
+del _cls
+
+
+def broker_error(code: int, remark: str | None = None) -> BrokerError:
+    """Return the exception instance for a non-success response ``code``.
+
+    Unknown codes give a plain :class:`BrokerError` whose ``code`` attribute is set.
+    """
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return BrokerError(remark or "", code=code)
+    return cls(remark or "")
