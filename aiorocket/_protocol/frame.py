@@ -159,7 +159,7 @@ def _decode_payload(buf: bytearray, start: int, length: int) -> RemotingCommand:
     if stype == 0:
         cmd = _decode_json_header(bytes(buf[hstart:hend]))
     elif stype == 1:
-        cmd = _decode_binary_header(memoryview(buf)[hstart:hend])
+        cmd = _decode_binary_header(bytes(buf[hstart:hend]))
     else:
         raise RemoteProtocolError(f"unknown serialize type {stype}")
     cmd.body = body
@@ -230,19 +230,29 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     )
 
 
-def _decode_binary_header(view: memoryview) -> RemotingCommand:
-    n = len(view)
+def _decode_binary_header(raw: bytes) -> RemotingCommand:
+    n = len(raw)
     if n < 21:
         raise RemoteProtocolError("binary header shorter than 21 bytes")
-    code, lang, version, opaque, flag, rlen = _BIN_FIXED.unpack_from(view, 0)
+    code, lang, version, opaque, flag, rlen = _BIN_FIXED.unpack_from(raw, 0)
+    # Lengths count bytes; decoding the whole header as latin-1 maps bytes to characters one
+    # to one, so slices of the text line up with the byte offsets. Non-ASCII strings (rare)
+    # are re-decoded as UTF-8 below.
+    text = raw.decode("latin-1")
+    ascii_only = raw.isascii()
+    unpack_i16, unpack_i32 = _I16.unpack_from, _I32.unpack_from
     pos = 17
+    if rlen < 0 or pos + rlen + 4 > n:
+        raise RemoteProtocolError("binary header remark overruns the header")
     try:
-        if rlen < 0 or pos + rlen + 4 > n:
-            raise RemoteProtocolError("binary header remark overruns the header")
         # Java turns zero-length strings into null (§1.5).
-        remark = str(view[pos : pos + rlen], "utf-8") if rlen else None
+        remark = (
+            (text[pos : pos + rlen] if ascii_only else raw[pos : pos + rlen].decode())
+            if rlen
+            else None
+        )
         pos += rlen
-        (elen,) = _I32.unpack_from(view, pos)
+        (elen,) = unpack_i32(raw, pos)
         pos += 4
         if elen < 0 or pos + elen != n:
             raise RemoteProtocolError("binary header ext map length does not match the header")
@@ -250,31 +260,32 @@ def _decode_binary_header(view: memoryview) -> RemotingCommand:
         while pos < n:
             if pos + 2 > n:
                 raise RemoteProtocolError("truncated ext key length")
-            (klen,) = _I16.unpack_from(view, pos)
-            pos += 2
-            if klen < 0 or pos + klen + 4 > n:
+            (klen,) = unpack_i16(raw, pos)
+            kend = pos + 2 + klen
+            if klen < 0 or kend + 4 > n:
                 raise RemoteProtocolError("ext key overruns the header")
-            key = str(view[pos : pos + klen], "utf-8")
-            pos += klen
-            (vlen,) = _I32.unpack_from(view, pos)
-            pos += 4
-            if vlen < 0 or pos + vlen > n:
+            (vlen,) = unpack_i32(raw, kend)
+            vstart = kend + 4
+            pos = vstart + vlen
+            if vlen < 0 or pos > n:
                 raise RemoteProtocolError("ext value overruns the header")
-            value = str(view[pos : pos + vlen], "utf-8")
-            pos += vlen
-            if key and value:
-                ext[key] = value
+            if klen and vlen:
+                if ascii_only:
+                    ext[text[kend - klen : kend]] = text[vstart:pos]
+                else:
+                    ext[raw[kend - klen : kend].decode()] = raw[vstart:pos].decode()
     except UnicodeDecodeError:
         raise RemoteProtocolError("binary header string is not UTF-8") from None
     return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        language=_LANG_BY_ORDINAL.get(lang, "OTHER"),
-        version=version,
-        remark=remark,
-        ext_fields=ext,
-        serialize_type=SerializeType.ROCKETMQ,
+        code,
+        opaque,
+        flag,
+        _LANG_BY_ORDINAL.get(lang, "OTHER"),
+        version,
+        remark,
+        ext,
+        b"",
+        SerializeType.ROCKETMQ,
     )
 
 

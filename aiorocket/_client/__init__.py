@@ -1,0 +1,1 @@
+"""The client layer: routes, broker addresses, heartbeats and typed RPCs (Java MQClientInstance)."""

@@ -1,0 +1,490 @@
+"""One client instance per client id: name-server routes, broker addresses, RPCs.
+
+This is Java's ``MQClientInstance`` + ``MQClientAPIImpl`` without threads: a connection pool
+(one connection per address, shared by the producer and consumers of this instance), the route
+and broker-address tables, and one typed coroutine per broker RPC that turns the response code
+into a value or a :class:`~aiorocket.errors.BrokerError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from aiorocket._protocol import acl
+from aiorocket._protocol.bodies import (
+    ConsumerListBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    TopicRouteData,
+    UnlockBatchRequestBody,
+)
+from aiorocket._protocol.codes import RequestCode, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
+    GetRouteInfoRequestHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from aiorocket._remoting import ConnectionPool, RequestHandler, Spawn
+from aiorocket.errors import (
+    BrokerError,
+    ClientClosedError,
+    TransportError,
+    broker_error,
+)
+from aiorocket.models import MessageQueue
+from aiorocket.settings import ClientSettings
+
+__all__ = ["ClientInstance", "PullResponse", "SendResponse", "local_ipv4"]
+
+log = logging.getLogger("aiorocket.client")
+
+_instance_counter = itertools.count(1)
+
+
+def local_ipv4() -> str:
+    """The IPv4 address other hosts would see, without sending a packet; 127.0.0.1 if none."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("10.255.255.255", 1))  # UDP connect only picks a route; nothing is sent
+        return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        s.close()
+
+
+@dataclass(frozen=True, slots=True)
+class SendResponse:
+    """A send's response code (0, 10, 11 or 12) and header."""
+
+    code: int
+    header: SendMessageResponseHeader
+
+
+@dataclass(frozen=True, slots=True)
+class PullResponse:
+    """A pull's response code (0, 19, 20 or 21), header and body (stored records)."""
+
+    code: int
+    header: PullMessageResponseHeader
+    body: bytes
+
+
+def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
+    if resp.code in ok or (not ok and resp.code == ResponseCode.SUCCESS):
+        return resp
+    raise broker_error(resp.code, resp.remark)
+
+
+class ClientInstance:
+    """Routes, broker addresses and typed RPCs over one shared connection pool.
+
+    Nothing happens in the constructor; :meth:`start` creates the pool inside the owner's task
+    group (``spawn``), where requests from brokers (NOTIFY_CONSUMER_IDS_CHANGED, …) are served
+    by ``handler``.
+    """
+
+    def __init__(self, settings: ClientSettings, *, handler: RequestHandler | None = None) -> None:
+        self.settings = settings
+        self.ip = local_ipv4()
+        instance = settings.instance_name or f"{os.getpid()}#{next(_instance_counter)}{id(self)}"
+        self.client_id = f"{self.ip}@{instance}"
+        self._handler = handler
+        self._pool: ConnectionPool | None = None
+        self._routes: dict[str, TopicRouteData] = {}
+        self._broker_addrs: dict[str, dict[int, str]] = {}
+        self._namesrv_index = 0
+        self._closed = False
+        #: called with the broker names that appeared in a route for the first time
+        self.on_new_brokers: Callable[[set[str]], None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, spawn: Spawn) -> None:
+        """Create the connection pool; inbound requests run through ``spawn``."""
+        hook: Callable[[RemotingCommand], None] | None = None
+        s = self.settings
+        if s.access_key and s.secret_key:
+            access_key, secret_key = s.access_key, s.secret_key
+
+            def hook(cmd: RemotingCommand) -> None:
+                cmd.ext_fields = acl.signed_ext_fields(
+                    cmd.ext_fields, cmd.body, access_key=access_key, secret_key=secret_key
+                )
+
+        self._pool = ConnectionPool(
+            handler=self._handler,
+            spawn=spawn if self._handler is not None else None,
+            connect_timeout=s.connect_timeout,
+            max_frame_size=s.max_frame_size,
+            request_hook=hook,
+        )
+
+    async def close(self) -> None:
+        """Close every connection; later calls raise :class:`ClientClosedError`."""
+        self._closed = True
+        if self._pool is not None:
+            await self._pool.close()
+
+    # -- invocation ---------------------------------------------------------------------------
+
+    def _require_pool(self) -> ConnectionPool:
+        if self._closed or self._pool is None:
+            raise ClientClosedError("the client is closed" if self._closed else "not started")
+        return self._pool
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, *, timeout: float | None = None
+    ) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` and return the response (any code).
+
+        Raises:
+            TransportError: connect, closed connection or timeout.
+            ClientClosedError: the client is closed.
+        """
+        conn = await self._require_pool().get(addr)
+        return await conn.request(cmd, timeout=timeout or self.settings.request_timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` to ``addr`` without waiting for a response.
+
+        Raises:
+            TransportError: the connection could not be used.
+        """
+        conn = await self._require_pool().get(addr)
+        await conn.send_oneway(cmd)
+
+    async def invoke_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Send ``cmd`` to a name server, moving on to the next one on transport errors.
+
+        Raises:
+            TransportError: every name server failed (the last error).
+        """
+        addrs = self.settings.namesrv
+        last: TransportError | None = None
+        for i in range(len(addrs)):
+            idx = (self._namesrv_index + i) % len(addrs)
+            try:
+                resp = await self.invoke(addrs[idx], cmd)
+            except TransportError as exc:
+                last = exc
+                log.debug("name server %s failed: %s", addrs[idx], exc)
+                continue
+            self._namesrv_index = idx
+            return resp
+        assert last is not None
+        raise last
+
+    # -- routes -------------------------------------------------------------------------------
+
+    async def fetch_route(self, topic: str) -> TopicRouteData:
+        """Ask the name server for ``topic``'s route and remember it.
+
+        Raises:
+            TopicNotExistError: the name server has no route (code 17).
+            BrokerError: any other error code.
+            TransportError: no name server answered.
+        """
+        # acceptStandardJsonOnly makes 4.9.4+ name servers quote integer keys (§5.1, §7.1).
+        header = GetRouteInfoRequestHeader(topic=topic, accept_standard_json_only=True)
+        resp = _check(
+            await self.invoke_namesrv(
+                RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, header.to_ext())
+            )
+        )
+        route = TopicRouteData.from_json(resp.body)
+        self._remember(topic, route)
+        return route
+
+    def _remember(self, topic: str, route: TopicRouteData) -> None:
+        self._routes[topic] = route
+        new: set[str] = set()
+        for bd in route.broker_datas:
+            if bd.broker_name not in self._broker_addrs:
+                new.add(bd.broker_name)
+            self._broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
+        if new and self.on_new_brokers is not None:
+            self.on_new_brokers(new)
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        """The last route fetched for ``topic``, if any."""
+        return self._routes.get(topic)
+
+    def master_address(self, broker_name: str) -> str | None:
+        """The address of ``broker_name``'s master (broker id 0), if known (§7.4)."""
+        return self._broker_addrs.get(broker_name, {}).get(0)
+
+    def broker_address_for_pull(self, broker_name: str, broker_id: int = 0) -> str | None:
+        """``findBrokerAddressInSubscribe``: the suggested id, else the master, else any."""
+        addrs = self._broker_addrs.get(broker_name, {})
+        return addrs.get(broker_id) or addrs.get(0) or next(iter(addrs.values()), None)
+
+    def broker_names(self) -> list[str]:
+        """Every broker name known from routes."""
+        return list(self._broker_addrs)
+
+    def all_broker_addresses(self, *, masters_only: bool = False) -> list[str]:
+        """Every known broker address (or only masters)."""
+        out: list[str] = []
+        for addrs in self._broker_addrs.values():
+            out.extend(a for bid, a in addrs.items() if not masters_only or bid == 0)
+        return out
+
+    def require_master(self, broker_name: str) -> str:
+        """The master address of ``broker_name``.
+
+        Raises:
+            ServiceNotAvailableError: the broker has no known master.
+        """
+        addr = self.master_address(broker_name)
+        if addr is None:
+            raise broker_error(
+                ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for broker {broker_name}"
+            )
+        return addr
+
+    # -- broker RPCs --------------------------------------------------------------------------
+
+    async def send_message(
+        self,
+        addr: str,
+        header: SendMessageRequestHeader,
+        body: bytes,
+        *,
+        timeout: float,
+        oneway: bool = False,
+    ) -> SendResponse | None:
+        """SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320) when ``header.batch``.
+
+        Returns ``None`` for a oneway send.
+
+        Raises:
+            BrokerError: a code other than 0, 10, 11, 12.
+            TransportError: the connection failed or timed out.
+        """
+        code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE_V2
+        cmd = RemotingCommand.request(code, header.to_ext(v2=True), body)
+        if oneway:
+            await self.invoke_oneway(addr, cmd)
+            return None
+        resp = _check(await self.invoke(addr, cmd, timeout=timeout), 0, 10, 11, 12)
+        return SendResponse(resp.code, SendMessageResponseHeader.from_ext(resp.ext_fields))
+
+    async def pull_message(
+        self, addr: str, header: PullMessageRequestHeader, *, timeout: float
+    ) -> PullResponse:
+        """PULL_MESSAGE (11); codes 0, 19, 20 and 21 are results, others raise.
+
+        Raises:
+            BrokerError: any other code.
+            TransportError: the connection failed or timed out.
+        """
+        resp = _check(
+            await self.invoke(
+                addr,
+                RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
+                timeout=timeout,
+            ),
+            0,
+            19,
+            20,
+            21,
+        )
+        return PullResponse(
+            resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body
+        )
+
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue) -> int | None:
+        """QUERY_CONSUMER_OFFSET (14): the stored offset, or ``None`` when the broker has none.
+
+        As in Java, *any* non-zero response code means "no offset stored" (§3.2).
+
+        Raises:
+            TransportError: the broker could not be asked (offset unknown, not absent).
+        """
+        header = QueryConsumerOffsetRequestHeader(
+            consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, broker_name=mq.broker_name
+        )
+        resp = await self.invoke(
+            addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_ext())
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        return QueryConsumerOffsetResponseHeader.from_ext(resp.ext_fields).offset
+
+    async def update_consumer_offset(
+        self, addr: str, group: str, mq: MessageQueue, offset: int, *, oneway: bool = True
+    ) -> None:
+        """UPDATE_CONSUMER_OFFSET (15), oneway by default as the Java push consumer sends it.
+
+        Raises:
+            TransportError, BrokerError: when sent synchronously and it fails.
+        """
+        header = UpdateConsumerOffsetRequestHeader(
+            consumer_group=group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            commit_offset=offset,
+            broker_name=mq.broker_name,
+        )
+        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext())
+        if oneway:
+            await self.invoke_oneway(addr, cmd)
+        else:
+            _check(await self.invoke(addr, cmd))
+
+    async def get_max_offset(self, addr: str, mq: MessageQueue) -> int:
+        """GET_MAX_OFFSET (30): one past the last message of the queue.
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        header = GetMaxOffsetRequestHeader(
+            topic=mq.topic, queue_id=mq.queue_id, broker_name=mq.broker_name
+        )
+        resp = _check(
+            await self.invoke(
+                addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, header.to_ext())
+            )
+        )
+        return GetMaxOffsetResponseHeader.from_ext(resp.ext_fields).offset
+
+    async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP (29).
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        header = SearchOffsetRequestHeader(
+            topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms
+        )
+        resp = _check(
+            await self.invoke(
+                addr,
+                RemotingCommand.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header.to_ext()),
+            )
+        )
+        return SearchOffsetResponseHeader.from_ext(resp.ext_fields).offset
+
+    async def heartbeat(self, addr: str, data: HeartbeatData) -> int:
+        """HEART_BEAT (34); returns the broker's version from the response.
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        resp = _check(
+            await self.invoke(
+                addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=data.to_json())
+            )
+        )
+        return resp.version
+
+    async def unregister_client(
+        self, addr: str, *, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT (35) for one group.
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        header = UnregisterClientRequestHeader(
+            client_id=self.client_id, producer_group=producer_group, consumer_group=consumer_group
+        )
+        _check(
+            await self.invoke(
+                addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, header.to_ext())
+            )
+        )
+
+    async def get_consumer_list(self, addr: str, group: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP (38): the client ids registered for ``group``.
+
+        Raises:
+            BrokerError: code 1 when the broker knows no consumer of the group.
+            TransportError.
+        """
+        header = GetConsumerListByGroupRequestHeader(consumer_group=group)
+        resp = _check(
+            await self.invoke(
+                addr,
+                RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, header.to_ext()),
+            )
+        )
+        return list(ConsumerListBody.from_json(resp.body).consumer_id_list)
+
+    async def lock_batch(
+        self, addr: str, group: str, mqs: Iterable[MessageQueue]
+    ) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ (41): the subset of ``mqs`` now locked by this client.
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        body = LockBatchRequestBody(
+            consumer_group=group, client_id=self.client_id, mq_set=tuple(mqs)
+        )
+        resp = _check(
+            await self.invoke(
+                addr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=body.to_json())
+            )
+        )
+        return set(LockBatchResponseBody.from_json(resp.body).lock_ok_mq_set)
+
+    async def unlock_batch(
+        self, addr: str, group: str, mqs: Iterable[MessageQueue], *, oneway: bool = False
+    ) -> None:
+        """UNLOCK_BATCH_MQ (42).
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        body = UnlockBatchRequestBody(
+            consumer_group=group, client_id=self.client_id, mq_set=tuple(mqs)
+        )
+        cmd = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, body=body.to_json())
+        if oneway:
+            await self.invoke_oneway(addr, cmd)
+        else:
+            _check(await self.invoke(addr, cmd))
+
+    async def send_back(
+        self, addr: str, header: ConsumerSendMsgBackRequestHeader, *, timeout: float | None = None
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK (36).
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        _check(
+            await self.invoke(
+                addr,
+                RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext()),
+                timeout=timeout,
+            )
+        )
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether a failed send may be tried again (broker retriable codes and transport errors)."""
+    if isinstance(exc, BrokerError):
+        return exc.retriable
+    return isinstance(exc, TransportError) and not isinstance(exc, ClientClosedError)

@@ -1,0 +1,485 @@
+"""The producer: async sends over the shared client layer (Java ``DefaultMQProducerImpl``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
+from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
+from aiorocket._protocol.bodies import HeartbeatData, ProducerData
+from aiorocket._protocol.codes import MessageSysFlag
+from aiorocket._protocol.headers import SendMessageRequestHeader
+from aiorocket._protocol.message import BatchItem, compress_body, encode_batch_body
+from aiorocket._protocol.msgid import UniqKeyGenerator
+from aiorocket._protocol.properties import DELAY, KEYS, TAGS, UNIQ_KEY, WAIT, encode_properties
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    MessageTooLargeError,
+    RocketError,
+    TopicNotExistError,
+)
+from aiorocket.models import Message, MessageQueue, SendResult, SendStatus, validate_name
+from aiorocket.settings import ProducerSettings, build_settings
+
+__all__ = ["Producer"]
+
+log = logging.getLogger("aiorocket.producer")
+
+_STATUS = {
+    0: SendStatus.SEND_OK,
+    10: SendStatus.FLUSH_DISK_TIMEOUT,
+    11: SendStatus.SLAVE_NOT_AVAILABLE,
+    12: SendStatus.FLUSH_SLAVE_TIMEOUT,
+}
+#: per-message overhead Java's ``MessageBatch`` size check adds besides body and properties
+_BATCH_ITEM_OVERHEAD = 22
+
+
+class Producer:
+    """Sends messages to RocketMQ topics.
+
+    Use as an async context manager::
+
+        async with Producer(namesrv="127.0.0.1:9876", group="shop") as producer:
+            result = await producer.send(Message("orders", b"{}", tags="created"))
+
+    Settings (keyword arguments) are those of :class:`~aiorocket.settings.ProducerSettings`;
+    ``namesrv`` is required.
+
+    Raises:
+        ConfigurationError: invalid settings (at construction).
+    """
+
+    def __init__(
+        self, *, namesrv: str | Sequence[str], group: str = "DEFAULT_PRODUCER", **settings: Any
+    ) -> None:
+        self.settings: ProducerSettings = build_settings(
+            ProducerSettings, {"namesrv": namesrv, "group": group, **settings}
+        )
+        validate_name(self._wire_group(), "producer group")
+        self._client = ClientInstance(self.settings)
+        self._client.on_new_brokers = self._on_new_brokers
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self._uniq = UniqKeyGenerator(self._client.ip, os.getpid(), random.getrandbits(31))
+        self._tg: asyncio.TaskGroup | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        """This producer's client id (``<ip>@<instance>``)."""
+        return self._client.client_id
+
+    async def start(self) -> None:
+        """Start background route refresh and heartbeats. Prefer ``async with``.
+
+        Raises:
+            ClientClosedError: the producer was closed before.
+        """
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        if self._started:
+            return
+        self._tg = asyncio.TaskGroup()
+        await self._tg.__aenter__()
+        self._client.start(self._tg.create_task)
+        s = self.settings
+        self._refresh = Periodic(
+            self._refresh_routes, s.route_refresh_interval, name="route refresh", run_first=False
+        )
+        self._heartbeat = Periodic(
+            self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
+        )
+        self._tasks = [
+            self._tg.create_task(self._refresh.run()),
+            self._tg.create_task(self._heartbeat.run()),
+        ]
+        self._started = True
+
+    async def close(self) -> None:
+        """Stop background work, unregister from brokers and close connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._started:
+            return
+        for t in self._tasks:
+            t.cancel()
+        await bounded_cleanup(self._unregister(), timeout=3.0, what="unregister producer")
+        await self._client.close()
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            await tg.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        sharding_key: str | None = None,
+        selector: QueueSelector | None = None,
+        queue: MessageQueue | None = None,
+        delay_level: int | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        The queue is chosen round-robin over the topic's writable queues, unless ``queue``
+        names one, ``sharding_key`` is given (the same key always maps to the same queue, which
+        ordered consumption relies on) or ``selector`` picks one. Failures on retriable codes
+        and timeouts are retried up to ``retries`` more times, on another broker where possible
+        (not for keyed, selected or explicit queues, whose queue must not change); every copy
+        carries the same ``UNIQ_KEY``.
+
+        Raises:
+            MessageTooLargeError: the body exceeds ``max_message_size`` (nothing is sent).
+            InvalidNameError, ConfigurationError: bad topic, delay level or arguments.
+            BrokerError: the broker refused the message (after retries where retriable).
+            TransportError: the broker could not be reached or did not answer in time.
+            ClientClosedError: the producer is closed or was never started.
+        """
+        result = await self._send_one(
+            msg, sharding_key, selector, queue, delay_level, timeout, oneway=False
+        )
+        assert result is not None
+        return result
+
+    async def send_oneway(
+        self,
+        msg: Message,
+        *,
+        sharding_key: str | None = None,
+        selector: QueueSelector | None = None,
+        queue: MessageQueue | None = None,
+        delay_level: int | None = None,
+    ) -> None:
+        """Send one message without waiting for the broker to store it (no result, no retry).
+
+        Raises:
+            As :meth:`send`, except broker refusals, which a oneway send never sees.
+        """
+        await self._send_one(msg, sharding_key, selector, queue, delay_level, None, oneway=True)
+
+    async def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> list[SendResult]:
+        """Send messages of one topic as batches (SEND_BATCH_MESSAGE), split under the size cap.
+
+        Each sub-batch is stored contiguously in one queue; one :class:`SendResult` is returned
+        per sub-batch, in order, with ``msg_id`` the ``,``-joined ids of its messages.
+
+        Raises:
+            ConfigurationError: empty batch, several topics, or a delayed message (the broker
+                does not support delay in batches).
+            MessageTooLargeError: a single message exceeds ``max_message_size``.
+            BrokerError, TransportError, ClientClosedError: as :meth:`send`.
+        """
+        if not msgs:
+            raise ConfigurationError("send_batch needs at least one message")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise ConfigurationError("all messages of a batch must have the same topic")
+        if any(m.delay_level for m in msgs):
+            raise ConfigurationError("delayed messages cannot be sent in a batch")
+        validate_name(topic)
+        limit = self.settings.max_message_size
+        chunks: list[list[tuple[BatchItem, str]]] = [[]]
+        size = 0
+        for m in msgs:
+            if len(m.body) > limit:
+                raise MessageTooLargeError(
+                    f"message body of {len(m.body)} bytes exceeds {limit} bytes"
+                )
+            uniq = self._uniq.next(int(time.time() * 1000))
+            props = self._properties(m, uniq, None)
+            item = BatchItem(flag=0, body=m.body, properties=encode_properties(props))
+            item_size = _BATCH_ITEM_OVERHEAD + len(m.body) + len(item.properties.encode())
+            if chunks[-1] and size + item_size > limit:
+                chunks.append([])
+                size = 0
+            chunks[-1].append((item, uniq))
+            size += item_size
+        results = []
+        for chunk in chunks:
+            body = encode_batch_body([it for it, _ in chunk])
+            uniqs = ",".join(u for _, u in chunk)
+            results.append(
+                await self._send_with_retries(
+                    topic,
+                    body,
+                    0,
+                    encode_properties({WAIT: "true"}),
+                    uniqs,
+                    None,
+                    sharding_key,
+                    None,
+                    queue,
+                    timeout,
+                    batch=True,
+                    oneway=False,
+                )
+            )
+        return [r for r in results if r is not None]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _wire_group(self) -> str:
+        ns = self.settings.namespace
+        return f"{ns}%{self.settings.group}" if ns else self.settings.group
+
+    def _wire_topic(self, topic: str) -> str:
+        ns = self.settings.namespace
+        return f"{ns}%{topic}" if ns and not topic.startswith(f"{ns}%") else topic
+
+    def _properties(self, msg: Message, uniq: str, delay_level: int | None) -> dict[str, str]:
+        props = dict(msg.properties)
+        if msg.tags:
+            props[TAGS] = msg.tags
+        if msg.keys:
+            props[KEYS] = " ".join(msg.keys)
+        level = delay_level if delay_level is not None else msg.delay_level
+        if level:
+            props[DELAY] = str(level)
+        props[WAIT] = "true"
+        props[UNIQ_KEY] = uniq
+        return props
+
+    async def _send_one(
+        self,
+        msg: Message,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        delay_level: int | None,
+        timeout: float | None,
+        *,
+        oneway: bool,
+    ) -> SendResult | None:
+        validate_name(msg.topic)
+        if delay_level is not None and not 0 <= delay_level <= 18:
+            raise ConfigurationError("delay_level must be within 0..18")
+        s = self.settings
+        if len(msg.body) > s.max_message_size:
+            # Java's Validators.checkMessage refuses before compressing.
+            raise MessageTooLargeError(
+                f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
+            )
+        uniq = self._uniq.next(int(time.time() * 1000))
+        props = encode_properties(self._properties(msg, uniq, delay_level))
+        body, sys_flag = msg.body, 0
+        if s.compress_threshold and len(body) >= s.compress_threshold:
+            body = compress_body(body, s.compress_level)
+            sys_flag |= MessageSysFlag.COMPRESSED
+        return await self._send_with_retries(
+            msg.topic,
+            body,
+            sys_flag,
+            props,
+            uniq,
+            msg,
+            sharding_key,
+            selector,
+            queue,
+            timeout,
+            batch=False,
+            oneway=oneway,
+        )
+
+    async def _send_with_retries(
+        self,
+        topic: str,
+        body: bytes,
+        sys_flag: int,
+        props: str,
+        uniq: str,
+        msg: Message | None,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        timeout: float | None,
+        *,
+        batch: bool,
+        oneway: bool,
+    ) -> SendResult | None:
+        if self._closed or not self._started:
+            raise ClientClosedError(
+                "the producer is closed" if self._closed else "the producer is not started"
+            )
+        s = self.settings
+        timeout = timeout or s.send_timeout
+        wire_topic = self._wire_topic(topic)
+        pinned = queue is not None or sharding_key is not None or selector is not None
+        attempts = 1 if oneway else 1 + s.retries
+        deadline = asyncio.get_running_loop().time() + timeout * attempts
+        last_broker: str | None = None
+        last_exc: BaseException | None = None
+        for attempt in range(attempts):
+            info = await self._publish_info(
+                wire_topic, refresh=attempt > 0 and last_exc is not None
+            )
+            if queue is not None:
+                mq = MessageQueue(wire_topic, queue.broker_name, queue.queue_id)
+            elif sharding_key is not None:
+                mq = queue_for_key(info.queues, sharding_key)
+            elif selector is not None:
+                mq = selector(info.queues, msg, sharding_key)
+            else:
+                mq = info.next_queue(avoid_broker=last_broker)
+            addr = self._client.require_master(mq.broker_name)
+            header = SendMessageRequestHeader(
+                producer_group=self._wire_group(),
+                topic=wire_topic,
+                default_topic=s.create_topic_key,
+                default_topic_queue_nums=s.default_topic_queue_nums,
+                queue_id=mq.queue_id,
+                sys_flag=sys_flag,
+                born_timestamp=int(time.time() * 1000),
+                flag=0,
+                properties=props,
+                reconsume_times=0,
+                unit_mode=False,
+                batch=batch,
+                broker_name=mq.broker_name,
+            )
+            try:
+                resp = await self._client.send_message(
+                    addr, header, body, timeout=timeout, oneway=oneway
+                )
+            except RocketError as exc:
+                last_exc, last_broker = exc, mq.broker_name
+                remaining = deadline - asyncio.get_running_loop().time()
+                if oneway or not is_retriable(exc) or attempt + 1 >= attempts or remaining <= 0:
+                    raise
+                # A keyed, selected or explicit queue stays the same on retry: moving the
+                # message elsewhere would break the order its key promises.
+                log.info("send to %s failed (%s); retry %d/%d", mq, exc, attempt + 1, s.retries)
+                if pinned:
+                    last_broker = None
+            if resp is None:
+                return None
+            return self._result(resp, mq, uniq)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _result(self, resp: SendResponse, mq: MessageQueue, uniq: str) -> SendResult:
+        h = resp.header
+        return SendResult(
+            status=_STATUS.get(resp.code, SendStatus.SEND_OK),
+            msg_id=uniq,
+            offset_msg_id=h.msg_id,
+            queue=MessageQueue(mq.topic, mq.broker_name, h.queue_id),
+            queue_offset=h.queue_offset,
+        )
+
+    async def _publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
+        seen = self._publish.get(topic)
+        if seen is not None and not refresh:
+            return seen
+        async with self._route_locks.setdefault(topic, asyncio.Lock()):
+            current = self._publish.get(topic)
+            if current is not None and current is not seen:
+                return current  # another send refreshed it while we waited
+            try:
+                info = await self._load_publish_info(topic, current)
+            except RocketError:
+                if current is None:
+                    raise
+                return current  # keep sending with what we know while the name server is away
+            self._publish[topic] = info
+            return info
+
+    async def _load_publish_info(
+        self, topic: str, previous: TopicPublishInfo | None
+    ) -> TopicPublishInfo:
+        try:
+            route = await self._client.fetch_route(topic)
+            queues = route.publish_queues(topic)
+            if queues:
+                return TopicPublishInfo(
+                    queues, _next=previous._next if previous else random.randrange(1 << 16)
+                )
+        except TopicNotExistError:
+            pass
+        # Unknown topic: send through TBW102's brokers so that the broker auto-creates the topic
+        # with min(defaultTopicQueueNums, TBW102 queues) queues (§7.3).
+        s = self.settings
+        try:
+            default = await self._client.fetch_route(s.create_topic_key)
+        except TopicNotExistError:
+            raise TopicNotExistError(
+                f"no route for topic {topic} and auto-creation is not available"
+            ) from None
+        queues = []
+        for mq in default.publish_queues(topic):
+            qd = next(q for q in default.queue_datas if q.broker_name == mq.broker_name)
+            if mq.queue_id < min(s.default_topic_queue_nums, qd.read_queue_nums):
+                queues.append(mq)
+        if not queues:
+            raise TopicNotExistError(f"no writable route for topic {topic}")
+        return TopicPublishInfo(queues, via_default_topic=True)
+
+    async def _refresh_routes(self) -> None:
+        for topic, info in list(self._publish.items()):
+            try:
+                route = await self._client.fetch_route(topic)
+            except TopicNotExistError:
+                continue
+            queues = route.publish_queues(topic)
+            if queues and queues != info.queues:
+                self._publish[topic] = TopicPublishInfo(queues, _next=info._next)
+
+    def _on_new_brokers(self, names: set[str]) -> None:
+        if self._started and not self._closed:
+            self._heartbeat.wake()
+
+    def _heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            client_id=self._client.client_id,
+            producers=(ProducerData(group_name=self._wire_group()),),
+        )
+
+    async def _send_heartbeats(self) -> None:
+        data = self._heartbeat_data()
+        # Producer-only clients heartbeat masters only (MQClientInstance.sendHeartbeatToAllBroker).
+        for addr in self._client.all_broker_addresses(masters_only=True):
+            try:
+                await self._client.heartbeat(addr, data)
+            except RocketError as exc:
+                log.warning("heartbeat to %s failed: %s", addr, exc)
+
+    async def _unregister(self) -> None:
+        for addr in self._client.all_broker_addresses(masters_only=True):
+            try:
+                await self._client.unregister_client(addr, producer_group=self._wire_group())
+            except RocketError as exc:
+                log.debug("unregister from %s failed: %s", addr, exc)

@@ -1,0 +1,86 @@
+"""The concurrency kit: periodic runner, backoff, bounded cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from aiorocket._concurrency import Backoff, Periodic, bounded_cleanup
+from aiorocket.errors import ConnectError
+
+
+async def test_periodic_runs_at_its_rate_and_wakes_early() -> None:
+    calls: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def tick() -> None:
+        calls.append(loop.time())
+
+    p = Periodic(tick, 10.0, name="tick")
+    task = asyncio.create_task(p.run())
+    await asyncio.sleep(0.05)
+    assert len(calls) == 1  # ran first, then waits 10 s
+    p.wake()
+    await asyncio.sleep(0.05)
+    assert len(calls) == 2
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_periodic_survives_expected_failures_and_crashes_on_bugs() -> None:
+    n = 0
+
+    async def flaky() -> None:
+        nonlocal n
+        n += 1
+        if n < 3:
+            raise ConnectError("down")
+        if n == 3:
+            raise ZeroDivisionError
+
+    p = Periodic(flaky, 0.01, name="flaky")
+    with pytest.raises(ZeroDivisionError):
+        await asyncio.wait_for(p.run(), 2)
+    assert p.failures == 2
+
+
+def test_backoff_grows_caps_and_resets() -> None:
+    b = Backoff(initial=0.1, maximum=1.0, factor=2, jitter=0.0, rng=random.Random(1))
+    assert [round(b.next_delay(), 3) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    b.reset()
+    assert b.next_delay() == pytest.approx(0.1)
+    j = Backoff(initial=1, maximum=1, jitter=0.2, rng=random.Random(7))
+    assert all(0.8 <= j.next_delay() <= 1.2 for _ in range(100))
+    with pytest.raises(ValueError):
+        Backoff(initial=0)
+
+
+async def test_bounded_cleanup_finishes_under_cancellation_and_is_bounded() -> None:
+    done: list[str] = []
+
+    async def flush() -> None:
+        await asyncio.sleep(0.05)
+        done.append("flushed")
+
+    async def shutdown() -> None:
+        await bounded_cleanup(flush(), timeout=1, what="flush")
+
+    task = asyncio.create_task(shutdown())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert done == ["flushed"]
+
+    async def hang() -> None:
+        await asyncio.sleep(100)
+
+    assert await bounded_cleanup(hang(), timeout=0.05, what="hang") is False
+
+    async def fail() -> None:
+        raise ConnectError("x")
+
+    assert await bounded_cleanup(fail(), timeout=1, what="fail") is False
