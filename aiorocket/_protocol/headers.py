@@ -1,0 +1,847 @@
+"""Typed ``extFields`` headers of the remoting commands (REMOTING.md §1.8, §2.2).
+
+Each header is a frozen, slotted, keyword-only dataclass declared with :func:`header_class`.
+Its fields are declared with :func:`wire`, which names the ``extFields`` key, the Java type
+(:class:`WireKind`) and whether the Java broker marks the field ``@CFNotNull``. From those
+declarations the decorator compiles, once per class at import, the straight-line functions
+behind :meth:`Header.from_ext` and :meth:`Header.to_ext`: both sit on hot paths (send, pull).
+
+Typing rules (Java's ``RemotingCommand.decodeCommandCustomHeader``):
+
+* every value is a string on the wire; ints are decimal, booleans ``"true"``/``"false"``;
+* an absent or empty mandatory field raises :class:`~aiorocket.errors.MissingHeaderFieldError`
+  (Java answers SYSTEM_ERROR "the custom field <x> is null");
+* a malformed number is an error for a mandatory field and "absent" for an optional one, as
+  Java logs the parse failure and leaves the field unset;
+* a boolean is true only for ``"true"`` in any case, so ``"1"`` (the C++ client's ``batch``
+  and ``unitMode``) is false;
+* empty optional values are absent (Go sends ``"subscription":""``); unknown keys (ACL's
+  ``AccessKey``/``Signature``/``OnsChannel``, 5.x additions, ...) are ignored.
+
+Codes that carry no header, so have no class here: HEART_BEAT (34, JSON body only),
+LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (41/42, JSON bodies), CHECK_CLIENT_CONFIG (46),
+GET_BROKER_CLUSTER_INFO (106) and GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, NamedTuple, Self, TypeVar, dataclass_transform
+
+from aiorocket._protocol.codes import RequestCode
+from aiorocket.errors import LocalProtocolError, MissingHeaderFieldError
+
+__all__ = [
+    "CheckTransactionStateRequestHeader",
+    "ConsumeMessageDirectlyResultRequestHeader",
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "EndTransactionRequestHeader",
+    "GetConsumerListByGroupRequestHeader",
+    "GetConsumerRunningInfoRequestHeader",
+    "GetConsumerStatusRequestHeader",
+    "GetEarliestMsgStoretimeRequestHeader",
+    "GetEarliestMsgStoretimeResponseHeader",
+    "GetMaxOffsetRequestHeader",
+    "GetMaxOffsetResponseHeader",
+    "GetMinOffsetRequestHeader",
+    "GetMinOffsetResponseHeader",
+    "GetRouteInfoRequestHeader",
+    "Header",
+    "NotifyConsumerIdsChangedRequestHeader",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "QueryConsumerOffsetRequestHeader",
+    "QueryConsumerOffsetResponseHeader",
+    "QueryMessageRequestHeader",
+    "QueryMessageResponseHeader",
+    "REQUEST_HEADERS",
+    "RESPONSE_HEADERS",
+    "ResetOffsetRequestHeader",
+    "SearchOffsetRequestHeader",
+    "SearchOffsetResponseHeader",
+    "SendMessageRequestHeader",
+    "SendMessageResponseHeader",
+    "UnregisterClientRequestHeader",
+    "UpdateConsumerOffsetRequestHeader",
+    "UpdateConsumerOffsetResponseHeader",
+    "ViewMessageRequestHeader",
+    "WireField",
+    "WireKind",
+    "decode_request_header",
+    "decode_send_header",
+    "header_class",
+    "wire",
+]
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
+class WireKind(enum.Enum):
+    """The Java type of a header field, which fixes how its string value is parsed."""
+
+    STR = "String"
+    INT = "int"
+    LONG = "long"
+    BOOL = "boolean"
+
+
+class WireField(NamedTuple):
+    """One declared header field: Python attribute, ``extFields`` key(s), type, mandatory."""
+
+    attr: str
+    name: str
+    kind: WireKind
+    required: bool
+    #: the short key of SendMessageRequestHeaderV2 (``a`` ... ``n``); None elsewhere.
+    short: str | None
+
+
+_META_KEY = "aiorocket.wire"
+
+
+class _WireMeta(NamedTuple):
+    name: str
+    kind: WireKind | None
+    required: bool
+    short: str | None
+
+
+def wire(
+    name: str,
+    kind: WireKind | None = None,
+    *,
+    required: bool = False,
+    default: Any = dataclasses.MISSING,
+    short: str | None = None,
+) -> Any:
+    """Declare a header field whose ``extFields`` key is ``name``.
+
+    ``kind`` may be left out for ``str`` and ``bool`` attributes (it follows the annotation);
+    integer fields must say :attr:`WireKind.INT` or :attr:`WireKind.LONG`. ``required`` marks
+    a field the Java broker declares ``@CFNotNull``; it may still have a Python ``default``
+    (a constant such as ``defaultTopic`` = ``TBW102``). Optional fields need a ``default``,
+    which :meth:`Header.from_ext` uses when the key is absent or empty. ``short`` is the
+    alternative key used by the short-name send header.
+    """
+    meta = {_META_KEY: _WireMeta(name, kind, required, short)}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+_Decoder = Callable[[type[Any], Mapping[str, str]], Any]
+_Encoder = Callable[[Any], dict[str, str]]
+
+
+class Header:
+    """Base class of every typed header: immutable, compared and hashed by value.
+
+    Subclasses are declared with :func:`header_class` and :func:`wire`; the decorator compiles
+    each class's decoder and encoder once. The API is :meth:`from_ext`, :meth:`to_ext` and
+    :meth:`wire_fields`.
+    """
+
+    __slots__ = ()
+
+    _wire_fields: ClassVar[tuple[WireField, ...]] = ()
+    _decoder: ClassVar[_Decoder]
+    _encoder: ClassVar[_Encoder]
+    # The same under the short keys; only the send header declares them.
+    _short_decoder: ClassVar[_Decoder]
+    _short_encoder: ClassVar[_Encoder]
+
+    @classmethod
+    def wire_fields(cls) -> tuple[WireField, ...]:
+        """The declared fields, in declaration order."""
+        return cls._wire_fields
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        """Parse ``extFields`` (string values, as :class:`RemotingCommand` holds them).
+
+        Raises:
+            MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
+        """
+        return cls._decoder(cls, ext)  # type: ignore[no-any-return]
+
+    def to_ext(self) -> dict[str, str]:
+        """Render as ``extFields``: strings only, optional fields that are ``None`` left out.
+
+        Raises:
+            LocalProtocolError: an integer does not fit its Java int/long field.
+        """
+        return self._encoder()
+
+
+def _parse_int(raw: str, lo: int, hi: int) -> int | None:
+    """Integer.parseInt / Long.parseLong: an optional sign, then ASCII digits, within range."""
+    digits = raw[1:] if raw[0] in "+-" else raw
+    # int() alone would also take spaces, "_" separators and non-ASCII digits.
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:  # over the interpreter's digit limit: certainly out of range
+        return None
+    return value if lo <= value <= hi else None
+
+
+def _overflow(name: str, value: int, kind: str) -> None:
+    raise LocalProtocolError(f"{name}={value} does not fit a Java {kind}")
+
+
+_H = TypeVar("_H", bound=Header)
+
+_KIND_TYPES = {WireKind.STR: str, WireKind.INT: int, WireKind.LONG: int, WireKind.BOOL: bool}
+# kind -> (min, max, longest digit string that cannot overflow)
+_RANGES = {
+    WireKind.INT: (_INT_MIN, _INT_MAX, 9),
+    WireKind.LONG: (_LONG_MIN, _LONG_MAX, 18),
+}
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(wire,))
+def header_class(cls: type[_H]) -> type[_H]:
+    """Make ``cls`` a frozen, slotted, keyword-only dataclass and compile its wire codec.
+
+    Raises:
+        TypeError: a field lacks :func:`wire`, its kind disagrees with its annotation, an
+            optional field has no default, or the class defines ``__post_init__`` (the
+            decoder fills the slots directly and would skip it).
+    """
+    if "__post_init__" in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: headers cannot have __post_init__")
+    dc = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
+    hints = typing.get_type_hints(dc)
+    declared: list[WireField] = []
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(typing.cast(Any, dc)):
+        meta = f.metadata.get(_META_KEY)
+        if not isinstance(meta, _WireMeta):
+            raise TypeError(f"{dc.__name__}.{f.name} is not declared with wire()")
+        base, nullable = _split_optional(hints[f.name])
+        kind = meta.kind
+        if kind is None:
+            if base is int:
+                raise TypeError(f"{dc.__name__}.{f.name}: an int field must say INT or LONG")
+            kind = WireKind.BOOL if base is bool else WireKind.STR
+        if _KIND_TYPES[kind] is not base:
+            raise TypeError(f"{dc.__name__}.{f.name}: {kind.value} field annotated {base}")
+        has_default = f.default is not dataclasses.MISSING
+        if not meta.required and not has_default:
+            raise TypeError(f"{dc.__name__}.{f.name}: an optional field needs a default")
+        if nullable and not (has_default and f.default is None):
+            raise TypeError(f"{dc.__name__}.{f.name}: a nullable field must default to None")
+        declared.append(WireField(f.name, meta.name, kind, meta.required, meta.short))
+        defaults[f.name] = f.default
+    dc._wire_fields = tuple(declared)
+    # Plain functions: read through the class they stay unbound, through an instance the
+    # encoder binds to it.
+    dc._decoder = _compile_decoder(dc, declared, defaults, short=False)
+    dc._encoder = _compile_encoder(declared, short=False)
+    if any(w.short is not None for w in declared):
+        dc._short_decoder = _compile_decoder(dc, declared, defaults, short=True)
+        dc._short_encoder = _compile_encoder(declared, short=True)
+    return dc
+
+
+def _split_optional(hint: Any) -> tuple[Any, bool]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _key(w: WireField, short: bool) -> str:
+    return w.short if short and w.short is not None else w.name
+
+
+# The codecs are generated as straight-line Python, the way ``dataclasses`` builds __init__:
+# a loop over a field table costs about twice as much, and pull/send run these per request.
+
+
+def _compile_decoder(
+    cls: type[Header], declared: list[WireField], defaults: dict[str, Any], *, short: bool
+) -> _Decoder:
+    ns: dict[str, Any] = {
+        "_new": object.__new__,
+        "_Missing": MissingHeaderFieldError,
+        "_parse_int": _parse_int,
+    }
+    lines = ["def decode(cls, ext):", "    get = ext.get", "    self = _new(cls)"]
+    for i, w in enumerate(declared):
+        key = repr(_key(w, short))
+        ns[f"_set{i}"] = getattr(cls, w.attr).__set__  # the slot's member descriptor
+        ns[f"_d{i}"] = defaults[w.attr]
+        lines.append(f"    v = get({key})")
+        if w.required:
+            lines.append(f"    if not v: raise _Missing({key})")
+        if w.kind is WireKind.STR:
+            value = "v" if w.required else f"v if v else _d{i}"
+        elif w.kind is WireKind.BOOL:
+            # Boolean.parseBoolean: "true" in any case is true, anything else false.
+            value = "v.lower() == 'true'" if w.required else f"v.lower() == 'true' if v else _d{i}"
+        else:
+            lo, hi, safe = _RANGES[w.kind]
+            if not w.required:
+                lines.append("    if v:")
+            pad = "    " if w.required else "        "
+            # Fast path: few enough plain digits cannot overflow.
+            lines.append(f"{pad}if len(v) <= {safe} and v.isascii() and v.isdigit(): n = int(v)")
+            lines.append(f"{pad}else: n = _parse_int(v, {lo}, {hi})")
+            if w.required:
+                lines.append(f"    if n is None: raise _Missing({key}, 'is not a number')")
+                value = "n"
+            else:
+                # Java logs a malformed optional number and leaves the field unset.
+                lines.append("    else: n = None")
+                value = f"_d{i} if n is None else n"
+        lines.append(f"    _set{i}(self, {value})")
+    lines.append("    return self")
+    return typing.cast(_Decoder, _exec("decode", lines, ns))
+
+
+def _compile_encoder(declared: list[WireField], *, short: bool) -> _Encoder:
+    ns: dict[str, Any] = {"_overflow": _overflow, "_repr": int.__repr__}
+    lines = ["def encode(self):", "    out = {}"]
+    for w in declared:
+        key = repr(_key(w, short))
+        lines.append(f"    v = self.{w.attr}")
+        pad = "    "
+        if not w.required:
+            lines.append("    if v is not None:")
+            pad = "        "
+        if w.kind is WireKind.STR:
+            lines.append(f"{pad}out[{key}] = v")
+        elif w.kind is WireKind.BOOL:
+            lines.append(f"{pad}out[{key}] = 'true' if v else 'false'")
+        else:
+            lo, hi, _ = _RANGES[w.kind]
+            lines.append(f"{pad}if not {lo} <= v <= {hi}: _overflow({key}, v, {w.kind.value!r})")
+            # int.__repr__ keeps IntFlag values (sysFlag) decimal on every Python version.
+            lines.append(f"{pad}out[{key}] = _repr(v)")
+    lines.append("    return out")
+    return typing.cast(_Encoder, _exec("encode", lines, ns))
+
+
+def _exec(name: str, lines: list[str], ns: dict[str, Any]) -> object:
+    # The source holds only identifiers and repr()s of the declared keys.
+    exec("\n".join(lines), ns)
+    return ns[name]
+
+
+_INT = WireKind.INT
+_LONG = WireKind.LONG
+
+
+# --------------------------------------------------------------------------- send
+
+
+@header_class
+class SendMessageRequestHeader(Header):
+    """SEND_MESSAGE (10) long names, SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) short names.
+
+    Mirrors Java's ``SendMessageRequestHeader`` and its twin ``SendMessageRequestHeaderV2``
+    (keys ``a`` ... ``n``). The broker picks the naming by request code (see
+    :func:`decode_send_header`), then ``batch`` alone chooses the batch-body path.
+    ``to_ext()`` / ``from_ext()`` without ``v2`` use the long names of code 10.
+    """
+
+    producer_group: str = wire("producerGroup", required=True, short="a")
+    topic: str = wire("topic", required=True, short="b")
+    #: the template topic for auto-creation (``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``).
+    default_topic: str = wire("defaultTopic", required=True, default="TBW102", short="c")
+    default_topic_queue_nums: int = wire(
+        "defaultTopicQueueNums", _INT, required=True, default=4, short="d"
+    )
+    #: a negative id lets the broker pick a random writable queue.
+    queue_id: int = wire("queueId", _INT, required=True, short="e")
+    #: message sysFlag bits (compression, transaction), a plain int.
+    sys_flag: int = wire("sysFlag", _INT, required=True, default=0, short="f")
+    born_timestamp: int = wire("bornTimestamp", _LONG, required=True, short="g")
+    #: the user's ``Message.flag``, stored as is.
+    flag: int = wire("flag", _INT, required=True, default=0, short="h")
+    #: the properties string (``\x01`` between key and value, ``\x02`` after each pair).
+    properties: str | None = wire("properties", default=None, short="i")
+    reconsume_times: int | None = wire("reconsumeTimes", _INT, default=None, short="j")
+    unit_mode: bool = wire("unitMode", default=False, short="k")
+    #: honoured by the broker only when the request ``version`` is >= 121 (V3_4_9).
+    max_reconsume_times: int | None = wire("maxReconsumeTimes", _INT, default=None, short="l")
+    #: True: the body is a batch body (REMOTING.md §4.6), whatever the request code.
+    batch: bool = wire("batch", default=False, short="m")
+    broker_name: str | None = wire("bname", default=None, short="n")
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str], *, v2: bool = False) -> Self:
+        """Parse ``extFields``; ``v2`` selects the short keys of codes 310 and 320.
+
+        Raises:
+            MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
+        """
+        return (cls._short_decoder if v2 else cls._decoder)(cls, ext)  # type: ignore[no-any-return]
+
+    def to_ext(self, *, v2: bool = False) -> dict[str, str]:
+        """Render as ``extFields``; ``v2`` selects the short keys of codes 310 and 320.
+
+        Raises:
+            LocalProtocolError: an integer does not fit its Java int/long field.
+        """
+        return self._short_encoder() if v2 else self._encoder()
+
+
+def decode_send_header(code: int, ext: Mapping[str, str]) -> SendMessageRequestHeader:
+    """Parse a send request's header: long names for code 10, short names for 310 and 320.
+
+    This mirrors ``SendMessageProcessor.parseRequestHeader``, which chooses by code alone.
+
+    Raises:
+        MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
+        ValueError: ``code`` is not a send code.
+    """
+    if code == RequestCode.SEND_MESSAGE:
+        return SendMessageRequestHeader.from_ext(ext, v2=False)
+    if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        return SendMessageRequestHeader.from_ext(ext, v2=True)
+    raise ValueError(f"request code {code} is not a send")
+
+
+@header_class
+class SendMessageResponseHeader(Header):
+    """The response to codes 10, 310 and 320 — Java's ``SendMessageResponseHeader``.
+
+    ``msg_id`` is the offset message id (comma-joined for a batch). ``msg_region`` and
+    ``trace_on`` travel as the extra keys ``MSG_REGION`` and ``TRACE_ON``, which the Java
+    client reads straight from ``extFields``; a 4.9.8 broker always sends both.
+    """
+
+    msg_id: str = wire("msgId", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    queue_offset: int = wire("queueOffset", _LONG, required=True)
+    transaction_id: str | None = wire("transactionId", default=None)
+    msg_region: str | None = wire("MSG_REGION", default=None)
+    trace_on: bool | None = wire("TRACE_ON", default=None)
+
+
+# --------------------------------------------------------------------------- pull
+
+
+@header_class
+class PullMessageRequestHeader(Header):
+    """PULL_MESSAGE (11), also LITE_PULL_MESSAGE (361) — Java's ``PullMessageRequestHeader``.
+
+    ``sys_flag`` holds the pull flag bits (:class:`~aiorocket._protocol.codes.PullSysFlag`)
+    as a plain int; ``commit_offset`` counts only when bit 0x1 is set.
+    """
+
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    queue_offset: int = wire("queueOffset", _LONG, required=True)
+    max_msg_nums: int = wire("maxMsgNums", _INT, required=True)
+    sys_flag: int = wire("sysFlag", _INT, required=True)
+    commit_offset: int = wire("commitOffset", _LONG, required=True)
+    suspend_timeout_millis: int = wire("suspendTimeoutMillis", _LONG, required=True)
+    #: the tag expression, used when sysFlag bit 0x4 is set.
+    subscription: str | None = wire("subscription", default=None)
+    sub_version: int = wire("subVersion", _LONG, required=True)
+    #: ``TAG`` when absent or empty, or ``SQL92``.
+    expression_type: str | None = wire("expressionType", default=None)
+    broker_name: str | None = wire("bname", default=None)
+
+
+@header_class
+class PullMessageResponseHeader(Header):
+    """The response to PULL_MESSAGE — Java's ``PullMessageResponseHeader``.
+
+    ``max_offset`` is one past the last message of the queue.
+    """
+
+    suggest_which_broker_id: int = wire("suggestWhichBrokerId", _LONG, required=True)
+    next_begin_offset: int = wire("nextBeginOffset", _LONG, required=True)
+    min_offset: int = wire("minOffset", _LONG, required=True)
+    max_offset: int = wire("maxOffset", _LONG, required=True)
+
+
+# --------------------------------------------------------------------------- consumer offsets
+
+
+@header_class
+class QueryConsumerOffsetRequestHeader(Header):
+    """QUERY_CONSUMER_OFFSET (14) — Java's ``QueryConsumerOffsetRequestHeader``."""
+
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    broker_name: str | None = wire("bname", default=None)
+
+
+@header_class
+class QueryConsumerOffsetResponseHeader(Header):
+    """The response to QUERY_CONSUMER_OFFSET — Java's ``QueryConsumerOffsetResponseHeader``."""
+
+    offset: int = wire("offset", _LONG, required=True)
+
+
+@header_class
+class UpdateConsumerOffsetRequestHeader(Header):
+    """UPDATE_CONSUMER_OFFSET (15) — Java's ``UpdateConsumerOffsetRequestHeader``."""
+
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    commit_offset: int = wire("commitOffset", _LONG, required=True)
+    broker_name: str | None = wire("bname", default=None)
+
+
+@header_class
+class UpdateConsumerOffsetResponseHeader(Header):
+    """The response to UPDATE_CONSUMER_OFFSET — Java's ``UpdateConsumerOffsetResponseHeader``.
+
+    It has no fields.
+    """
+
+
+# --------------------------------------------------------------------------- offset lookups
+
+
+@header_class
+class GetMaxOffsetRequestHeader(Header):
+    """GET_MAX_OFFSET (30) — Java's ``GetMaxOffsetRequestHeader``."""
+
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    broker_name: str | None = wire("bname", default=None)
+
+
+@header_class
+class GetMaxOffsetResponseHeader(Header):
+    """The response to GET_MAX_OFFSET — Java's ``GetMaxOffsetResponseHeader``."""
+
+    offset: int = wire("offset", _LONG, required=True)
+
+
+@header_class
+class GetMinOffsetRequestHeader(Header):
+    """GET_MIN_OFFSET (31) — Java's ``GetMinOffsetRequestHeader``."""
+
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+
+
+@header_class
+class GetMinOffsetResponseHeader(Header):
+    """The response to GET_MIN_OFFSET — Java's ``GetMinOffsetResponseHeader``."""
+
+    offset: int = wire("offset", _LONG, required=True)
+
+
+@header_class
+class SearchOffsetRequestHeader(Header):
+    """SEARCH_OFFSET_BY_TIMESTAMP (29) — Java's ``SearchOffsetRequestHeader``."""
+
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    #: milliseconds since the epoch.
+    timestamp: int = wire("timestamp", _LONG, required=True)
+
+
+@header_class
+class SearchOffsetResponseHeader(Header):
+    """The response to SEARCH_OFFSET_BY_TIMESTAMP — Java's ``SearchOffsetResponseHeader``."""
+
+    offset: int = wire("offset", _LONG, required=True)
+
+
+@header_class
+class GetEarliestMsgStoretimeRequestHeader(Header):
+    """GET_EARLIEST_MSG_STORETIME (32) — Java's ``GetEarliestMsgStoretimeRequestHeader``."""
+
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+
+
+@header_class
+class GetEarliestMsgStoretimeResponseHeader(Header):
+    """The response to GET_EARLIEST_MSG_STORETIME — ``GetEarliestMsgStoretimeResponseHeader``."""
+
+    timestamp: int = wire("timestamp", _LONG, required=True)
+
+
+@header_class
+class ViewMessageRequestHeader(Header):
+    """VIEW_MESSAGE_BY_ID (33) — Java's ``ViewMessageRequestHeader``.
+
+    ``offset`` is the commit-log (physical) offset decoded from an offset message id.
+    """
+
+    offset: int = wire("offset", _LONG, required=True)
+
+
+@header_class
+class QueryMessageRequestHeader(Header):
+    """QUERY_MESSAGE (12) — Java's ``QueryMessageRequestHeader``.
+
+    ``unique_key_query`` is the extra key ``_UNIQUE_KEY_QUERY`` the Java client adds when it
+    looks a message up by its UNIQ_KEY.
+    """
+
+    topic: str = wire("topic", required=True)
+    key: str = wire("key", required=True)
+    max_num: int = wire("maxNum", _INT, required=True)
+    begin_timestamp: int = wire("beginTimestamp", _LONG, required=True)
+    end_timestamp: int = wire("endTimestamp", _LONG, required=True)
+    unique_key_query: bool | None = wire("_UNIQUE_KEY_QUERY", default=None)
+
+
+@header_class
+class QueryMessageResponseHeader(Header):
+    """The response to QUERY_MESSAGE — Java's ``QueryMessageResponseHeader``."""
+
+    index_last_update_timestamp: int = wire("indexLastUpdateTimestamp", _LONG, required=True)
+    index_last_update_phyoffset: int = wire("indexLastUpdatePhyoffset", _LONG, required=True)
+
+
+# --------------------------------------------------------------------------- client management
+
+
+@header_class
+class UnregisterClientRequestHeader(Header):
+    """UNREGISTER_CLIENT (35) — Java's ``UnregisterClientRequestHeader``.
+
+    The key is ``clientID`` with a capital "ID". The C++ client sends both groups, with ``""``
+    for the one that does not apply, which reads as absent here.
+    """
+
+    client_id: str = wire("clientID", required=True)
+    producer_group: str | None = wire("producerGroup", default=None)
+    consumer_group: str | None = wire("consumerGroup", default=None)
+
+
+@header_class
+class GetConsumerListByGroupRequestHeader(Header):
+    """GET_CONSUMER_LIST_BY_GROUP (38) — Java's ``GetConsumerListByGroupRequestHeader``.
+
+    The response has no header; the ids come in a JSON body.
+    """
+
+    consumer_group: str = wire("consumerGroup", required=True)
+
+
+@header_class
+class NotifyConsumerIdsChangedRequestHeader(Header):
+    """NOTIFY_CONSUMER_IDS_CHANGED (40, broker to client, oneway).
+
+    Mirrors Java's ``NotifyConsumerIdsChangedRequestHeader``.
+    """
+
+    consumer_group: str = wire("consumerGroup", required=True)
+
+
+@header_class
+class ConsumerSendMsgBackRequestHeader(Header):
+    """CONSUMER_SEND_MSG_BACK (36) — Java's ``ConsumerSendMsgBackRequestHeader``.
+
+    ``offset`` is the failed message's commit-log offset. ``delay_level``: 0 lets the broker
+    choose, -1 goes straight to the DLQ, n > 0 is that level.
+    """
+
+    offset: int = wire("offset", _LONG, required=True)
+    group: str = wire("group", required=True)
+    delay_level: int = wire("delayLevel", _INT, required=True)
+    origin_msg_id: str | None = wire("originMsgId", default=None)
+    origin_topic: str | None = wire("originTopic", default=None)
+    unit_mode: bool = wire("unitMode", default=False)
+    #: honoured by the broker only when the request ``version`` is >= 121 (V3_4_9).
+    max_reconsume_times: int | None = wire("maxReconsumeTimes", _INT, default=None)
+    broker_name: str | None = wire("bname", default=None)
+
+
+# --------------------------------------------------------------------------- broker to client
+
+
+@header_class
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO (307) — Java's ``GetConsumerRunningInfoRequestHeader``.
+
+    The key is ``clientId`` with a lower-case "d", unlike UNREGISTER_CLIENT's ``clientID``.
+    """
+
+    consumer_group: str = wire("consumerGroup", required=True)
+    client_id: str = wire("clientId", required=True)
+    jstack_enable: bool = wire("jstackEnable", default=False)
+
+
+@header_class
+class ResetOffsetRequestHeader(Header):
+    """RESET_CONSUMER_CLIENT_OFFSET (220) and INVOKE_BROKER_TO_RESET_OFFSET (222).
+
+    Mirrors Java's ``ResetOffsetRequestHeader``; the key ``isForce`` is spelt that way.
+    """
+
+    topic: str = wire("topic", required=True)
+    group: str = wire("group", required=True)
+    #: milliseconds since the epoch.
+    timestamp: int = wire("timestamp", _LONG, required=True)
+    is_force: bool = wire("isForce", required=True)
+
+
+@header_class
+class GetConsumerStatusRequestHeader(Header):
+    """GET_CONSUMER_STATUS_FROM_CLIENT (221) — Java's ``GetConsumerStatusRequestHeader``."""
+
+    topic: str = wire("topic", required=True)
+    group: str = wire("group", required=True)
+    client_addr: str | None = wire("clientAddr", default=None)
+
+
+@header_class
+class ConsumeMessageDirectlyResultRequestHeader(Header):
+    """CONSUME_MESSAGE_DIRECTLY (309) — Java's ``ConsumeMessageDirectlyResultRequestHeader``."""
+
+    consumer_group: str = wire("consumerGroup", required=True)
+    client_id: str | None = wire("clientId", default=None)
+    msg_id: str | None = wire("msgId", default=None)
+    broker_name: str | None = wire("brokerName", default=None)
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+@header_class
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION (37) — Java's ``EndTransactionRequestHeader``.
+
+    ``commit_or_rollback`` uses the message sysFlag values: 0 unknown, 8 commit, 12 rollback.
+    """
+
+    producer_group: str = wire("producerGroup", required=True)
+    tran_state_table_offset: int = wire("tranStateTableOffset", _LONG, required=True)
+    commit_log_offset: int = wire("commitLogOffset", _LONG, required=True)
+    commit_or_rollback: int = wire("commitOrRollback", _INT, required=True)
+    from_transaction_check: bool = wire("fromTransactionCheck", default=False)
+    msg_id: str = wire("msgId", required=True)
+    transaction_id: str | None = wire("transactionId", default=None)
+
+
+@header_class
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE (39, broker to client).
+
+    Mirrors Java's ``CheckTransactionStateRequestHeader``.
+    """
+
+    tran_state_table_offset: int = wire("tranStateTableOffset", _LONG, required=True)
+    commit_log_offset: int = wire("commitLogOffset", _LONG, required=True)
+    msg_id: str | None = wire("msgId", default=None)
+    transaction_id: str | None = wire("transactionId", default=None)
+    offset_msg_id: str | None = wire("offsetMsgId", default=None)
+
+
+# --------------------------------------------------------------------------- name server / admin
+
+
+@header_class
+class GetRouteInfoRequestHeader(Header):
+    """GET_ROUTEINFO_BY_TOPIC (105) — Java's ``GetRouteInfoRequestHeader``.
+
+    ``accept_standard_json_only`` ("true") makes a 4.9.4+ name server emit standard JSON.
+    """
+
+    topic: str = wire("topic", required=True)
+    accept_standard_json_only: bool | None = wire("acceptStandardJsonOnly", default=None)
+
+
+@header_class
+class CreateTopicRequestHeader(Header):
+    """UPDATE_AND_CREATE_TOPIC (17) — Java's ``CreateTopicRequestHeader``."""
+
+    topic: str = wire("topic", required=True)
+    default_topic: str = wire("defaultTopic", required=True, default="TBW102")
+    read_queue_nums: int = wire("readQueueNums", _INT, required=True)
+    write_queue_nums: int = wire("writeQueueNums", _INT, required=True)
+    #: permission bits (PermName): 2 read, 4 write, 6 both.
+    perm: int = wire("perm", _INT, required=True)
+    #: ``SINGLE_TAG`` or ``MULTI_TAG``.
+    topic_filter_type: str = wire("topicFilterType", required=True, default="SINGLE_TAG")
+    topic_sys_flag: int | None = wire("topicSysFlag", _INT, default=None)
+    order: bool = wire("order", required=True, default=False)
+
+
+# --------------------------------------------------------------------------- registries
+
+_RC = RequestCode
+
+#: Request code → the class of its request header, for every code that carries one. The send
+#: codes share :class:`SendMessageRequestHeader`, whose keys depend on the code: decode those
+#: with :func:`decode_request_header` or :func:`decode_send_header`.
+REQUEST_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
+    {
+        _RC.SEND_MESSAGE: SendMessageRequestHeader,
+        _RC.SEND_MESSAGE_V2: SendMessageRequestHeader,
+        _RC.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
+        _RC.PULL_MESSAGE: PullMessageRequestHeader,
+        _RC.LITE_PULL_MESSAGE: PullMessageRequestHeader,
+        _RC.QUERY_MESSAGE: QueryMessageRequestHeader,
+        _RC.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetRequestHeader,
+        _RC.UPDATE_CONSUMER_OFFSET: UpdateConsumerOffsetRequestHeader,
+        _RC.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader,
+        _RC.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetRequestHeader,
+        _RC.GET_MAX_OFFSET: GetMaxOffsetRequestHeader,
+        _RC.GET_MIN_OFFSET: GetMinOffsetRequestHeader,
+        _RC.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeRequestHeader,
+        _RC.VIEW_MESSAGE_BY_ID: ViewMessageRequestHeader,
+        _RC.UNREGISTER_CLIENT: UnregisterClientRequestHeader,
+        _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+        _RC.END_TRANSACTION: EndTransactionRequestHeader,
+        _RC.GET_CONSUMER_LIST_BY_GROUP: GetConsumerListByGroupRequestHeader,
+        _RC.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
+        _RC.NOTIFY_CONSUMER_IDS_CHANGED: NotifyConsumerIdsChangedRequestHeader,
+        _RC.GET_ROUTEINFO_BY_TOPIC: GetRouteInfoRequestHeader,
+        _RC.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
+        _RC.GET_CONSUMER_STATUS_FROM_CLIENT: GetConsumerStatusRequestHeader,
+        _RC.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
+        _RC.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
+        _RC.CONSUME_MESSAGE_DIRECTLY: ConsumeMessageDirectlyResultRequestHeader,
+    }
+)
+
+#: Request code → the class of the header of its success response, where it has fields.
+RESPONSE_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
+    {
+        _RC.SEND_MESSAGE: SendMessageResponseHeader,
+        _RC.SEND_MESSAGE_V2: SendMessageResponseHeader,
+        _RC.SEND_BATCH_MESSAGE: SendMessageResponseHeader,
+        _RC.PULL_MESSAGE: PullMessageResponseHeader,
+        _RC.LITE_PULL_MESSAGE: PullMessageResponseHeader,
+        _RC.QUERY_MESSAGE: QueryMessageResponseHeader,
+        _RC.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetResponseHeader,
+        _RC.UPDATE_CONSUMER_OFFSET: UpdateConsumerOffsetResponseHeader,
+        _RC.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetResponseHeader,
+        _RC.GET_MAX_OFFSET: GetMaxOffsetResponseHeader,
+        _RC.GET_MIN_OFFSET: GetMinOffsetResponseHeader,
+        _RC.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeResponseHeader,
+    }
+)
+
+_SEND_CODES = frozenset(
+    (_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE),
+)
+
+
+def decode_request_header(code: int, ext: Mapping[str, str]) -> Header | None:
+    """Parse the header of a request with ``code``; None for codes without a header class.
+
+    Send codes go through :func:`decode_send_header`, so their naming follows the code.
+
+    Raises:
+        MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
+    """
+    if code in _SEND_CODES:
+        return decode_send_header(code, ext)
+    cls = REQUEST_HEADERS.get(code)
+    return None if cls is None else cls.from_ext(ext)
