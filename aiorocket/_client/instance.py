@@ -61,15 +61,19 @@ _instance_counter = itertools.count(1)
 
 
 def local_ipv4() -> str:
-    """The IPv4 address other hosts would see, without sending a packet; 127.0.0.1 if none."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    """This host's IPv4 address as its own resolver sees it; 127.0.0.1 when there is none.
+
+    Only used inside client ids and message ids (like Java's ``RemotingUtil.getLocalAddress``);
+    nothing is sent to find it.
+    """
     try:
-        s.connect(("10.255.255.255", 1))  # UDP connect only picks a route; nothing is sent
-        return str(s.getsockname()[0])
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            addr = str(info[4][0])
+            if not addr.startswith("127."):
+                return addr
     except OSError:
-        return "127.0.0.1"
-    finally:
-        s.close()
+        pass
+    return "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)

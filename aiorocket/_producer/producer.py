@@ -386,6 +386,7 @@ class Producer:
                 log.info("send to %s failed (%s); retry %d/%d", mq, exc, attempt + 1, s.retries)
                 if pinned:
                     last_broker = None
+                continue
             if resp is None:
                 return None
             return self._result(resp, mq, uniq)

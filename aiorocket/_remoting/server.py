@@ -125,8 +125,9 @@ class Server:
             conn.close()
         for task in list(self._tasks):
             task.cancel()
-        for conn in conns:
-            await conn.wait_closed()
+        if conns:
+            # Bounded: a transport that never reported connection_lost must not hang shutdown.
+            await asyncio.wait([asyncio.ensure_future(c.wait_closed()) for c in conns], timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
