@@ -1,0 +1,443 @@
+"""``EmbeddedBroker``: a RocketMQ 4.x broker and name server on one port (REMOTING.md §10.2).
+
+One TCP port answers both the name-server codes (routes point at the port itself) and the
+broker codes. Layout of the data directory::
+
+    commitlog/, consumequeue/, checkpoint, lock    the message store (``store.py``)
+    config/topics.json                              topics created at run time
+    config/consumerOffset.json                      committed consumer offsets
+    config/delayOffset.json                         progress of each delay level
+
+Background work, all owned by the broker and stopped when it closes: one delivery task per
+delay level, a housekeeping task (expired channels and locks every ``channel_scan_interval``),
+and a task writing offsets and delay progress every ``offsets_flush_interval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Coroutine, Hashable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from aiorocket._protocol import acl
+from aiorocket._protocol import properties as mp
+from aiorocket._protocol.codes import RequestCode, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.message import MessageRecord
+from aiorocket._protocol.tags import tags_code
+from aiorocket._remoting import Connection, Dispatcher, Server
+from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.groups import ClientGroups
+from aiorocket.embedded.locks import QueueLocks
+from aiorocket.embedded.long_polling import PullWaiters
+from aiorocket.embedded.namesrv import NAMESRV_CODES, NameServer
+from aiorocket.embedded.offsets import ConsumerOffsets
+from aiorocket.embedded.processors import BrokerProcessors
+from aiorocket.embedded.pull import PullProcessor
+from aiorocket.embedded.schedule import ScheduleService
+from aiorocket.embedded.send import MessageWriter, SendProcessor
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable
+from aiorocket.errors import ClientClosedError, ConfigurationError, ConnectionClosedError
+
+__all__ = ["EmbeddedBroker"]
+
+log = logging.getLogger("aiorocket.embedded")
+
+
+def _primary_ipv4() -> str:
+    # The address of the interface that routes outward; a UDP connect sends no packet.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            ip = str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+    return ip if ip not in ("0.0.0.0", "") else "127.0.0.1"
+
+
+class EmbeddedBroker:
+    """An embedded broker + name server, as an async context manager.
+
+    ::
+
+        async with EmbeddedBroker() as broker:
+            ...  # clients use broker.address as name server (and find the broker by route)
+
+    Args:
+        host: the IPv4 address to listen on; ``"0.0.0.0"`` listens everywhere and
+            advertises the primary address (routes never carry 0.0.0.0).
+        port: the port; 0 picks a free one (see :attr:`address`).
+        data_dir: where messages, topics and offsets live; ``None`` uses a new temporary
+            directory that is removed when the broker closes.
+        config: every setting and timing constant.
+
+    Raises:
+        ConfigurationError: ``host`` is not an IPv4 address (the C++ client and ali-ons read
+            only 4-byte hosts, REMOTING.md §4.7), or ``port`` is out of range.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        data_dir: str | Path | None = None,
+        config: BrokerConfig | None = None,
+    ) -> None:
+        if host == "localhost":
+            host = "127.0.0.1"
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ConfigurationError(f"host must be an IPv4 address, not {host!r}") from None
+        if not 0 <= port <= 65535:
+            raise ConfigurationError(f"port {port} is outside 0..65535")
+        self._host = host
+        self._port = port
+        self._config = config if config is not None else BrokerConfig()
+        self._data_dir_arg = Path(data_dir) if data_dir is not None else None
+        self._data_dir: Path | None = None
+        self._own_dir = False
+        self._advertised: tuple[str, int] = ("127.0.0.1", 0)
+        self._server: Server | None = None
+        self._store: MessageStore | None = None
+        self._offsets: ConsumerOffsets | None = None
+        self._schedule: ScheduleService | None = None
+        self._topics: TopicTable | None = None
+        self._groups: ClientGroups | None = None
+        self._locks: QueueLocks | None = None
+        self._waiters = PullWaiters()
+        self._dispatcher = Dispatcher()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running = False
+        self._started = False
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``"ip:port"`` of the broker and name server, as routes advertise it.
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        if not self._running:
+            raise ClientClosedError("the broker is not running")
+        return f"{self._advertised[0]}:{self._advertised[1]}"
+
+    @property
+    def port(self) -> int:
+        """The bound port (0 before the broker starts)."""
+        return self._advertised[1]
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The settings the broker runs with."""
+        return self._config
+
+    @property
+    def data_dir(self) -> Path:
+        """The data directory.
+
+        Raises:
+            ClientClosedError: the broker has not started.
+        """
+        if self._data_dir is None:
+            raise ClientClosedError("the broker has not started")
+        return self._data_dir
+
+    @property
+    def store(self) -> MessageStore:
+        """The message store (for inspection and tests).
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        if self._store is None:
+            raise ClientClosedError("the broker is not running")
+        return self._store
+
+    @property
+    def topics(self) -> TopicTable:
+        """The topic table (for inspection and tests).
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        if self._topics is None:
+            raise ClientClosedError("the broker is not running")
+        return self._topics
+
+    @property
+    def held_pulls(self) -> int:
+        """How many pulls are being held right now."""
+        return len(self._waiters)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Recover the data directory, listen, and start the background tasks.
+
+        Raises:
+            ConfigurationError: already started, or the data directory is in use by another
+                broker.
+            OSError: the port cannot be bound or the data directory cannot be used.
+            ValueError: a state file in the data directory is malformed.
+        """
+        if self._started:
+            raise ConfigurationError("an EmbeddedBroker can be started only once")
+        self._started = True
+        config = self._config
+        if self._data_dir_arg is None:
+            self._data_dir = Path(tempfile.mkdtemp(prefix="aiorocket-broker-"))
+            self._own_dir = True
+        else:
+            self._data_dir = self._data_dir_arg
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            await self._open(config, self._data_dir)
+        except BaseException:
+            await self._teardown()
+            raise
+
+    async def _open(self, config: BrokerConfig, root: Path) -> None:
+        store = MessageStore(
+            root,
+            flush=config.flush,
+            flush_interval=config.flush_interval,
+            retention_hours=config.retention_hours,
+            segment_size=config.segment_size,
+            tags_code_of=self._tags_code_of,
+        )
+        await store.open()
+        self._store = store
+        conf_dir = root / "config"
+        conf_dir.mkdir(exist_ok=True)
+        topics = TopicTable(conf_dir / "topics.json", config=config)
+        topics.load()
+        self._topics = topics
+        offsets = ConsumerOffsets(conf_dir / "consumerOffset.json")
+        offsets.load()
+        self._offsets = offsets
+        self._groups = groups = ClientGroups(
+            notify=self._notify, notify_enabled=config.notify_consumer_ids_changed
+        )
+        self._locks = locks = QueueLocks(lease=config.lock_lease)
+
+        writer = MessageWriter(store, self._waiters, config, self._wake_schedule)
+        schedule = ScheduleService(
+            writer,
+            topics,
+            levels=config.delay_levels,
+            path=conf_dir / "delayOffset.json",
+            durable=config.flush == "sync",
+            store_address=self._store_address,
+        )
+        schedule.load()
+        self._schedule = schedule
+
+        d = self._dispatcher
+        send = SendProcessor(writer, topics, config, self._store_address)
+        for code in (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+        ):
+            d.register(code, send.send)
+        d.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.send_back)
+        pull = PullProcessor(
+            store=store,
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            waiters=self._waiters,
+            config=config,
+        )
+        d.register(RequestCode.PULL_MESSAGE, pull.pull)
+        BrokerProcessors(
+            store=store, topics=topics, groups=groups, offsets=offsets, locks=locks, config=config
+        ).register(d)
+        NameServer(
+            topics,
+            broker_name=config.broker_name,
+            cluster_name=config.cluster_name,
+            address=lambda: self.address,
+        ).register(d)
+
+        server = Server(self._handle, host=self._host, port=self._port, on_disconnect=self._closed)
+        await server.__aenter__()
+        self._server = server
+        bound_host, bound_port = server.address
+        if config.advertised_host is not None:
+            adv = config.advertised_host
+        elif bound_host == "0.0.0.0":
+            adv = _primary_ipv4()
+        else:
+            adv = bound_host
+        self._advertised = (adv, bound_port)
+        self._running = True
+        schedule.start()
+        self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
+        self._spawn(self._persist_loop(), "aiorocket-broker-persist")
+        log.info("embedded broker listening on %s (data in %s)", self.address, root)
+
+    async def close(self) -> None:
+        """Stop serving, write offsets and delay progress, flush and close the store.
+
+        Idempotent. Held pulls are dropped with their connections.
+
+        Raises:
+            OSError: the final flush failed.
+        """
+        self._running = False
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        tasks, self._tasks = self._tasks, set()
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self._schedule is not None:
+            await self._schedule.stop()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.__aexit__(None, None, None)
+        try:
+            if self._store is not None and self._store.is_open:
+                if self._offsets is not None:
+                    await self._offsets.flush()
+                if self._schedule is not None:
+                    await self._schedule.flush()
+        finally:
+            store, self._store = self._store, None
+            if store is not None:
+                await store.close()
+            if self._own_dir and self._data_dir is not None:
+                shutil.rmtree(self._data_dir, ignore_errors=True)
+                self._own_dir = False
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _store_address(self) -> tuple[str, int]:
+        return self._advertised
+
+    def _tags_code_of(self, record: MessageRecord) -> int:
+        # How the store re-indexes a record after a crash: the same codes the send path
+        # writes (the delivery time for parked messages, with this broker's delay table).
+        props = record.properties
+        if record.topic == SCHEDULE_TOPIC:
+            levels = self._config.delay_levels
+            try:
+                level = min(max(int(props.get(mp.DELAY, "1")), 1), len(levels))
+            except ValueError:
+                level = 1
+            return record.store_timestamp + int(levels[level - 1] * 1000)
+        return tags_code(props.get(mp.TAGS))
+
+    def _wake_schedule(self, level_queue: int) -> None:
+        if self._schedule is not None:
+            self._schedule.wake(level_queue)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        config = self._config
+        if config.acl_enabled and cmd.code not in NAMESRV_CODES:
+            refusal = self._check_acl(cmd)
+            if refusal is not None:
+                return refusal
+        return await self._dispatcher(conn, cmd)
+
+    def _check_acl(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        # PlainAccessValidator (REMOTING.md §8): the account must exist and the signature must
+        # cover every ext field and the body; failures are SYSTEM_ERROR with the reason.
+        ext = cmd.ext_fields
+        access_key = ext.get(acl.ACCESS_KEY)
+        if not access_key or access_key != self._config.access_key:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"No acl config for {access_key or '(none)'}"
+            )
+        assert self._config.secret_key is not None
+        if not acl.verify(ext, cmd.body, secret_key=self._config.secret_key):
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"Check signature failed for accessKey={access_key}",
+            )
+        return None
+
+    def _closed(self, conn: Connection) -> None:
+        if self._groups is not None:
+            self._groups.channel_closed(conn)
+
+    def _notify(self, group: str, channels: list[Hashable]) -> None:
+        # Broker2Client.notifyConsumerIdsChanged: a oneway request (flag 2) to every channel.
+        if not self._running:
+            return
+        for channel in channels:
+            if isinstance(channel, Connection) and not channel.is_closed:
+                self._spawn(self._send_notify(channel, group), "aiorocket-notify")
+
+    @staticmethod
+    async def _send_notify(conn: Connection, group: str) -> None:
+        cmd = RemotingCommand.request(
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+        )
+        with contextlib.suppress(ConnectionClosedError):
+            await conn.send_oneway(cmd)
+
+    async def _housekeeping(self) -> None:
+        config = self._config
+        while True:
+            await asyncio.sleep(config.channel_scan_interval)
+            try:
+                now = time.monotonic()
+                assert self._groups is not None
+                assert self._locks is not None
+                for channel in self._groups.expire(now=now, max_idle=config.channel_expiry):
+                    if isinstance(channel, Connection):
+                        log.info("closing expired channel %s", channel.peer)
+                        channel.close()
+                self._locks.expire(now=now)
+            except Exception:
+                log.exception("broker housekeeping failed")
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.offsets_flush_interval)
+            try:
+                if self._offsets is not None:
+                    await self._offsets.flush()
+                if self._schedule is not None:
+                    await self._schedule.flush()
+            except Exception:
+                log.exception("writing consumer offsets or delay progress failed")

@@ -1,0 +1,184 @@
+"""Settings of the embedded broker: every timing constant and limit in one frozen value.
+
+Defaults follow a 4.9.8 broker (REMOTING.md §6.11); tests shorten the timers (delay levels,
+lock lease, channel expiry) rather than sleeping through the real ones.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiorocket.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_DELAY_LEVELS",
+    "BrokerConfig",
+    "parse_delay_levels",
+]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_LEVEL = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+
+
+def parse_delay_levels(text: str) -> tuple[float, ...]:
+    """Parse a ``messageDelayLevel`` string such as ``"1s 5s 10s 30s 1m 2h"`` into seconds.
+
+    Units are ``ms``, ``s``, ``m``, ``h`` and ``d`` (Java's ``ScheduleMessageService`` knows
+    ``s m h d``; ``ms`` is an addition so tests can use sub-second levels).
+
+    Raises:
+        ConfigurationError: a level is not a positive number followed by a unit, or the
+            string has no level at all.
+    """
+    levels: list[float] = []
+    for item in text.split():
+        m = _LEVEL.fullmatch(item)
+        if m is None:
+            raise ConfigurationError(f"invalid delay level {item!r}: expected e.g. 10s, 2m, 1h")
+        levels.append(float(m.group(1)) * _UNITS[m.group(2)])
+    if not levels:
+        raise ConfigurationError("the delay level table is empty")
+    return tuple(levels)
+
+
+#: ``MessageStoreConfig.messageDelayLevel`` of 4.9.8, in seconds (REMOTING.md §6.6).
+DEFAULT_DELAY_LEVELS: tuple[float, ...] = parse_delay_levels(
+    "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """Configuration of :class:`~aiorocket.embedded.EmbeddedBroker`.
+
+    Durations are in seconds, sizes in bytes. The object validates itself on creation.
+
+    Raises:
+        ConfigurationError: a value is out of range (see each field).
+    """
+
+    #: ``brokerName``: appears in routes, lock bodies and ``bname`` headers.
+    broker_name: str = "broker-a"
+    #: ``brokerClusterName``: routes, cluster info and the ``CLUSTER`` message property.
+    cluster_name: str = "DefaultCluster"
+    #: The host put in routes and in stored records; ``None``: the bound IPv4 address, or
+    #: 127.0.0.1 when bound to all interfaces and no other address can be found.
+    advertised_host: str | None = None
+
+    #: ``flushDiskType``: "async" acknowledges sends at once and flushes every
+    #: ``flush_interval``; "sync" acknowledges a send only after fsync.
+    flush: Literal["async", "sync"] = "async"
+    #: async flush period (``flushIntervalCommitLog``, 500 ms): at most this window of
+    #: acknowledged messages can be lost to a power failure (never to a killed process).
+    flush_interval: float = 0.5
+    #: ``syncFlushTimeout``: after this a sync send is answered FLUSH_DISK_TIMEOUT (10).
+    sync_flush_timeout: float = 5.0
+    #: stored messages older than this are deleted (``fileReservedTime``, 72 h).
+    retention_hours: float = 72.0
+    #: commit-log segment size; retention deletes whole segments. A record must fit in one,
+    #: so keep it above ``max_message_size`` unless small segments are the point (tests).
+    segment_size: int = 256 * 1024 * 1024
+
+    #: queue count of topics the broker creates on demand (route lookup, heartbeat-less send).
+    default_queues: int = 4
+    #: ``autoCreateTopicEnable``: create unknown topics on send and on route lookup.
+    auto_create_topics: bool = True
+    #: queue count of ``TBW102`` (``defaultTopicQueueNums``, 8); at least ``default_queues``.
+    template_topic_queues: int = 8
+
+    #: ``maxMessageSize``: larger bodies (or batch bodies) are refused with code 13.
+    max_message_size: int = 4 * 1024 * 1024
+    #: messages served per pull at most (``maxTransferCountOnMessageInMemory``, 32).
+    max_pull_messages: int = 32
+    #: bytes served per pull at most (``maxTransferBytesOnMessageInMemory``, 256 KiB); a pull
+    #: always gets at least one message.
+    max_pull_bytes: int = 256 * 1024
+    #: cap on the hold of a suspended pull; clients time out at 30 s (REMOTING.md §6.4).
+    long_poll_max_hold: float = 25.0
+
+    #: delay of each level, level 1 first (``messageDelayLevel``); its length is the number of
+    #: queues of ``SCHEDULE_TOPIC_XXXX``.
+    delay_levels: tuple[float, ...] = field(default=DEFAULT_DELAY_LEVELS)
+    #: ``retryMaxTimes`` of a subscription group (16).
+    max_reconsume_times: int = 16
+    #: ``retryQueueNums`` of a subscription group (1).
+    retry_queue_nums: int = 1
+
+    #: ``rocketmq.broker.rebalance.lockMaxLiveTime``: a queue lock expires after this (60 s).
+    lock_lease: float = 60.0
+    #: a client channel without a heartbeat for this long is dropped (``channelExpiredTimeout``).
+    channel_expiry: float = 120.0
+    #: how often expired channels are looked for (``ClientHousekeepingService``, 10 s).
+    channel_scan_interval: float = 10.0
+    #: ``notifyConsumerIdsChangedEnable``.
+    notify_consumer_ids_changed: bool = True
+    #: QUERY_CONSUMER_OFFSET for a group with no stored offset: True answers offset 0 while the
+    #: queue still starts at offset 0, as a young 4.9.8 broker does; False always answers 22.
+    new_group_offset_zero: bool = True
+    #: committed offsets and delay progress are written to disk at least this often. With
+    #: sync flush an UPDATE_CONSUMER_OFFSET is on disk before it is answered; offsets
+    #: piggy-backed on pulls wait for this timer.
+    offsets_flush_interval: float = 1.0
+
+    #: ACL (REMOTING.md §8): when both are set every broker request must be signed with them.
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in (self.broker_name, self.cluster_name):
+            # Java creates topics named after both, so they follow the topic-name rule.
+            if _NAME.fullmatch(name) is None:
+                raise ConfigurationError(f"invalid broker or cluster name {name!r}")
+        if self.advertised_host is not None:
+            try:
+                ipaddress.IPv4Address(self.advertised_host)
+            except ValueError:
+                raise ConfigurationError(
+                    f"advertised_host must be an IPv4 address, not {self.advertised_host!r}"
+                ) from None
+        if self.flush not in ("async", "sync"):
+            raise ConfigurationError(f"flush must be 'async' or 'sync', not {self.flush!r}")
+        if not 0 < self.flush_interval <= 0.5:
+            raise ConfigurationError("flush_interval must be in (0, 0.5] seconds")
+        if self.segment_size < 4096:
+            raise ConfigurationError("segment_size must be at least 4096 bytes")
+        if not 0 < self.default_queues <= 1024:
+            raise ConfigurationError("default_queues must be in 1..1024")
+        if self.template_topic_queues < 1 or self.template_topic_queues > 1024:
+            raise ConfigurationError("template_topic_queues must be in 1..1024")
+        if not 0 < self.max_message_size <= 15 * 1024 * 1024:
+            raise ConfigurationError("max_message_size must be in 1 B .. 15 MiB (frame cap)")
+        if self.max_pull_messages < 32:
+            raise ConfigurationError("max_pull_messages must be at least 32")
+        if self.max_pull_bytes < 1:
+            raise ConfigurationError("max_pull_bytes must be positive")
+        if not self.delay_levels or any(d <= 0 for d in self.delay_levels):
+            raise ConfigurationError("delay_levels must be positive and non-empty")
+        if len(self.delay_levels) > 64:
+            raise ConfigurationError("at most 64 delay levels")
+        for name in (
+            "sync_flush_timeout",
+            "retention_hours",
+            "long_poll_max_hold",
+            "lock_lease",
+            "channel_expiry",
+            "channel_scan_interval",
+            "offsets_flush_interval",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name} must be positive")
+        if self.max_reconsume_times < 0 or self.retry_queue_nums < 1:
+            raise ConfigurationError("max_reconsume_times >= 0 and retry_queue_nums >= 1")
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ConfigurationError("ACL needs both access_key and secret_key")
+        if self.access_key == "" or self.secret_key == "":
+            raise ConfigurationError("ACL credentials must not be empty")
+
+    @property
+    def acl_enabled(self) -> bool:
+        """Whether requests must carry a valid signature."""
+        return self.access_key is not None

@@ -1,0 +1,102 @@
+"""Held pulls (``PullRequestHoldService``, REMOTING.md §6.4), woken by arrival, not polling.
+
+A pull that found nothing new parks a future under (topic, queue). The send path calls
+:meth:`PullWaiters.notify` synchronously right after each store, so a matching waiter's
+future is resolved in the same loop iteration and its pull re-executes within a few ms. A
+Java broker checks expiry every 5 s; here each waiter has its own timer, so a pull is held
+exactly its suspend time. A waiter disappears when its pull task is cancelled (the client's
+connection closed), through the ``finally`` of :meth:`PullWaiters.wait`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+__all__ = ["PullWaiters"]
+
+TagMatcher = Callable[[int], bool]
+
+
+class _Waiter:
+    __slots__ = ("future", "matches", "offset")
+
+    def __init__(self, offset: int, matches: TagMatcher | None, future: asyncio.Future[bool]):
+        self.offset = offset
+        self.matches = matches
+        self.future = future
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
+class PullWaiters:
+    """The registry of suspended pulls, keyed by (topic, queue id)."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, int], list[_Waiter]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._waiters.values())
+
+    async def wait(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        matches: TagMatcher | None,
+        timeout: float,
+    ) -> bool:
+        """Wait until a message at ``offset`` or later, whose tag code ``matches`` accepts
+        (``None``: any), is stored in the queue. Returns False when ``timeout`` ran out first.
+
+        Cancelling the caller removes the waiter.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        waiter = _Waiter(offset, matches, fut)
+        key = (topic, queue_id)
+        waiters = self._waiters.get(key)
+        if waiters is None:
+            waiters = self._waiters[key] = []
+        waiters.append(waiter)
+        timer = loop.call_later(max(timeout, 0.0), _expire, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            current = self._waiters.get(key)
+            if current is not None:
+                with contextlib.suppress(ValueError):
+                    current.remove(waiter)
+                if not current:
+                    del self._waiters[key]
+
+    def notify(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> int:
+        """A message was stored at ``queue_offset`` with ``tags_code``: wake the pulls it
+        satisfies (``NotifyMessageArrivingListener``). Returns how many were woken. Never
+        raises.
+        """
+        waiters = self._waiters.get((topic, queue_id))
+        if not waiters:
+            return 0
+        woken = 0
+        for w in waiters:
+            fut = w.future
+            if fut.done() or queue_offset < w.offset:
+                continue
+            if w.matches is None or w.matches(tags_code):
+                fut.set_result(True)
+                woken += 1
+        return woken
+
+    def wake_all(self) -> None:
+        """Answer every held pull now (shutdown): each re-executes and sends what it finds."""
+        for waiters in self._waiters.values():
+            for w in waiters:
+                if not w.future.done():
+                    w.future.set_result(True)

@@ -1,0 +1,160 @@
+"""Committed consumer offsets (``ConsumerOffsetManager``) and atomic JSON state files.
+
+The stored value per (group, topic, queue) is the next offset to consume, stored as received
+without checking it against the queue's bounds (REMOTING.md §6.5). The table is written to
+``consumerOffset.json`` as a whole: a temporary file, fsync, rename, fsync of the directory, so
+after a crash the file holds either the old or the new table, never a torn one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConsumerOffsets", "read_json", "write_json_atomically"]
+
+log = logging.getLogger("aiorocket.embedded")
+
+
+def write_json_atomically(path: Path, data: Any, *, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` as compact JSON, atomically.
+
+    Raises:
+        OSError: the file cannot be written or renamed.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, raw)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def read_json(path: Path) -> Any:
+    """Return the JSON value stored at ``path``, or ``None`` when the file does not exist.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+        ValueError: the file is not valid JSON (it is never written partially, so this means
+            it was edited or damaged by something else).
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return json.loads(raw)
+
+
+class ConsumerOffsets:
+    """The committed offsets of every consumer group, persisted to ``path``.
+
+    ``commit`` only updates memory and marks the table dirty; :meth:`flush` writes it (the
+    broker calls it periodically, at shutdown, and before acknowledging an offset update when
+    it runs with sync flush). Flushes are serialised and a waiter of :meth:`flush` is sure the
+    table as it was when it called is on disk.
+
+    Args:
+        path: the JSON file; ``None`` keeps offsets in memory only.
+        fsync: fsync the file and directory on each write.
+    """
+
+    def __init__(self, path: Path | None, *, fsync: bool = True) -> None:
+        self._path = path
+        self._fsync = fsync
+        self._table: dict[tuple[str, str], dict[int, int]] = {}
+        self._version = 0  # bumped by every commit
+        self._written = 0  # the version last written to disk
+        self._lock = asyncio.Lock()
+
+    def load(self) -> None:
+        """Read the table from disk (a missing file is an empty table).
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: the file is not a valid offset table.
+        """
+        if self._path is None:
+            return
+        data = read_json(self._path)
+        if data is None:
+            return
+        table = data.get("offsetTable") if isinstance(data, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError(f"{self._path}: no offsetTable")
+        for key, queues in table.items():
+            # ConsumerOffsetManager keys its table "topic@group" (TOPIC_GROUP_SEPARATOR).
+            topic, sep, group = str(key).rpartition("@")
+            if not sep or not isinstance(queues, dict):
+                raise ValueError(f"{self._path}: malformed entry {key!r}")
+            self._table[(group, topic)] = {int(q): int(o) for q, o in queues.items()}
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or ``None`` when the group never committed one."""
+        queues = self._table.get((group, topic))
+        if queues is None:
+            return None
+        return queues.get(queue_id)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the next offset ``group`` will consume from the queue."""
+        queues = self._table.get((group, topic))
+        if queues is None:
+            queues = self._table[(group, topic)] = {}
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self._version += 1
+
+    def groups_of(self, topic: str) -> list[str]:
+        """Groups with an offset stored for ``topic``."""
+        return sorted(g for (g, t) in self._table if t == topic)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a commit has not been written yet."""
+        return self._written != self._version
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "offsetTable": {
+                f"{topic}@{group}": {str(q): o for q, o in sorted(queues.items())}
+                for (group, topic), queues in self._table.items()
+            }
+        }
+
+    async def flush(self) -> None:
+        """Write the table if it changed; returns once the current version is on disk.
+
+        The write itself is shielded: cancelling the caller does not abandon a write in
+        progress (it keeps the lock until the file is renamed, so writes never overlap).
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        await asyncio.shield(self._flush())
+
+    async def _flush(self) -> None:
+        if self._path is None:
+            self._written = self._version
+            return
+        target = self._version
+        async with self._lock:
+            if self._written >= target:
+                return  # a flush that started after our commit already wrote it
+            version = self._version
+            snapshot = self._snapshot()
+            await asyncio.to_thread(write_json_atomically, self._path, snapshot, fsync=self._fsync)
+            self._written = version

@@ -1,0 +1,200 @@
+"""PULL_MESSAGE (11): Java's ``PullMessageProcessor`` with long polling (REMOTING.md §6.4).
+
+Order of processing: validate (names, topic, permission, queue id), resolve the subscription
+(from the request when it carries one, else from the group's heartbeat), commit the
+piggy-backed offset, read, and map the store status to a wire code (§3.3). A NO_NEW_MSG result
+of a pull with the SUSPEND bit is held until a matching message arrives or the hold time runs
+out, then read once more. Found messages are written as the stored bytes, never re-encoded.
+"""
+
+from __future__ import annotations
+
+from aiorocket._protocol.codes import PullSysFlag, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.headers import PullMessageRequestHeader
+from aiorocket._protocol.tags import TagFilter, parse_tag_expression
+from aiorocket._remoting import Connection
+from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.groups import ClientGroups
+from aiorocket.embedded.long_polling import PullWaiters
+from aiorocket.embedded.offsets import ConsumerOffsets
+from aiorocket.embedded.store import GetResult, GetStatus, MessageStore
+from aiorocket.embedded.topics import TopicTable, is_valid_name
+
+__all__ = ["PullProcessor", "pull_code"]
+
+_SQL92_REFUSED = "The broker does not support consumer to filter message by SQL92"
+
+_SUCCESS = int(ResponseCode.SUCCESS)
+_NOT_FOUND = int(ResponseCode.PULL_NOT_FOUND)
+_RETRY = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
+_MOVED = int(ResponseCode.PULL_OFFSET_MOVED)
+
+_CODES = {
+    GetStatus.FOUND: _SUCCESS,
+    GetStatus.NO_MATCHED_MESSAGE: _RETRY,
+    GetStatus.MESSAGE_WAS_REMOVING: _RETRY,
+    GetStatus.OFFSET_FOUND_NULL: _NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_ONE: _NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: _MOVED,
+    GetStatus.OFFSET_TOO_SMALL: _MOVED,
+}
+
+
+def pull_code(status: GetStatus, request_offset: int, found: int) -> int:
+    """The wire code of a store status (REMOTING.md §3.3).
+
+    An empty or unknown queue is NO_NEW_MSG (19) for offset 0 and OFFSET_MOVED (21) for any
+    other offset; FOUND without a message (``found`` = 0) is never answered as SUCCESS.
+    """
+    if status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE):
+        return _NOT_FOUND if request_offset == 0 else _MOVED
+    if status is GetStatus.FOUND and not found:
+        return _RETRY
+    return _CODES[status]
+
+
+class PullProcessor:
+    """Serves PULL_MESSAGE from the store, holding empty pulls.
+
+    Args:
+        store: the message store.
+        topics: the topic table.
+        groups: heartbeat subscriptions, for pulls without the SUBSCRIPTION bit.
+        offsets: where piggy-backed commit offsets go.
+        waiters: the held-pull registry woken by the send path.
+        config: pull limits and the hold cap.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        topics: TopicTable,
+        groups: ClientGroups,
+        offsets: ConsumerOffsets,
+        waiters: PullWaiters,
+        config: BrokerConfig,
+    ) -> None:
+        self._store = store
+        self._topics = topics
+        self._groups = groups
+        self._offsets = offsets
+        self._waiters = waiters
+        self._config = config
+
+    def _filter(
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader
+    ) -> TagFilter | RemotingCommand:
+        if h.sys_flag & PullSysFlag.SUBSCRIPTION:
+            expression_type = (h.expression_type or "TAG").upper()
+            if expression_type != "TAG":
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=_SQL92_REFUSED)
+            return parse_tag_expression(h.subscription)
+        sub = self._groups.subscription(h.consumer_group, h.topic)
+        if sub is None:
+            return cmd.make_response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                remark=f"the consumer's subscription not exist, group: {h.consumer_group}",
+            )
+        if sub.data.sub_version < h.sub_version:
+            return cmd.make_response(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                remark="the consumer's subscription not latest",
+            )
+        if sub.tag_filter is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=_SQL92_REFUSED)
+        return sub.tag_filter
+
+    async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """PULL_MESSAGE: answer found messages, or hold an empty pull (REMOTING.md §6.4).
+
+        Returns ``None`` when the response (with the stored records as its body) was
+        written directly to ``conn``.
+
+        Raises:
+            MissingHeaderFieldError: a mandatory header field is absent or malformed.
+            OSError: the store failed to read.
+        """
+        h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+        topic, queue_id, group = h.topic, h.queue_id, h.consumer_group
+        if not is_valid_name(group):
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"the consumer group[{group}] is illegal"
+            )
+        if not is_valid_name(topic):
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"the topic[{topic}] is illegal"
+            )
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            return cmd.make_response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"topic[{topic}] not exist, apply first please!",
+            )
+        if not cfg.readable:
+            return cmd.make_response(
+                ResponseCode.NO_PERMISSION,
+                remark=f"the topic[{topic}] pulling message is forbidden",
+            )
+        if not 0 <= queue_id < cfg.read_queue_nums:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{cfg.read_queue_nums}] consumer:[{conn.peer[0]}]",
+            )
+        tag_filter = self._filter(cmd, h)
+        if isinstance(tag_filter, RemotingCommand):
+            return tag_filter
+        matches = None if tag_filter.match_all else tag_filter.matches_code
+        if h.sys_flag & PullSysFlag.COMMIT_OFFSET:
+            # Step 7 of §6.4: stored whatever the outcome of the read.
+            self._offsets.commit(group, topic, queue_id, h.commit_offset)
+
+        config = self._config
+        max_msgs = min(max(h.max_msg_nums, 1), config.max_pull_messages)
+        offset = h.queue_offset
+        store = self._store
+        result = store.get(
+            topic,
+            queue_id,
+            offset,
+            max_msgs=max_msgs,
+            max_bytes=config.max_pull_bytes,
+            matches=matches,
+        )
+        code = pull_code(result.status, offset, len(result.messages))
+        if code == _NOT_FOUND and h.sys_flag & PullSysFlag.SUSPEND:
+            hold = min(h.suspend_timeout_millis / 1000.0, config.long_poll_max_hold)
+            if hold > 0:
+                await self._waiters.wait(topic, queue_id, offset, matches=matches, timeout=hold)
+                result = store.get(
+                    topic,
+                    queue_id,
+                    offset,
+                    max_msgs=max_msgs,
+                    max_bytes=config.max_pull_bytes,
+                    matches=matches,
+                )
+                code = pull_code(result.status, offset, len(result.messages))
+        return self._respond(conn, cmd, result, code)
+
+    @staticmethod
+    def _respond(
+        conn: Connection, cmd: RemotingCommand, result: GetResult, code: int
+    ) -> RemotingCommand | None:
+        response = cmd.make_response(
+            code,
+            remark=result.status.value,
+            ext_fields={
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(result.next_begin_offset),
+                "minOffset": str(result.min_offset),
+                "maxOffset": str(result.max_offset),
+            },
+        )
+        if code == _SUCCESS:
+            parts: list[bytes | bytearray | memoryview] = list(result.messages)
+            conn.send_response(response, body_parts=parts)
+            return None
+        return response

@@ -1,0 +1,265 @@
+"""Delayed delivery: ``ScheduleMessageService`` (REMOTING.md §6.6).
+
+Delayed messages (a ``DELAY`` property, and every send-back) wait in ``SCHEDULE_TOPIC_XXXX``,
+queue ``level - 1``, with their consume-queue tags code set to the delivery time. One task per
+level reads its queue in order from a persisted progress offset; a message whose time has come
+is re-stored in its ``REAL_TOPIC``/``REAL_QID`` with ``DELAY`` removed. Within a level the
+delivery times only grow, so the task sleeps until the head is due, and waits on an event
+(set by the send path) while the queue is drained.
+
+The progress table (``delayOffset.json``) is written only after the re-stored messages it
+covers are on disk, so a crash may deliver a message twice but never loses one; a restart
+resumes every pending schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiorocket._protocol import properties as mp
+from aiorocket._protocol.message import MessageRecord, decode_message
+from aiorocket.embedded.offsets import read_json, write_json_atomically
+from aiorocket.embedded.send import MessageWriter
+from aiorocket.embedded.store import GetStatus, MessageStore, PutResult
+from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable, is_valid_name
+from aiorocket.errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = ["ScheduleService"]
+
+log = logging.getLogger("aiorocket.embedded")
+
+_BATCH = 64
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ScheduleService:
+    """Re-stores delayed messages when they are due.
+
+    Args:
+        writer: stores the due messages in their real topics.
+        topics: to create a real topic that is missing (a retry topic, say).
+        levels: the delay of each level in seconds; level ``n`` uses queue ``n - 1``.
+        path: ``delayOffset.json``; ``None`` keeps progress in memory only.
+        durable: wait for the store's fsync before writing progress (sync flush mode).
+        store_address: the broker's current ``(ip, port)``, the store host of re-stored
+            messages.
+    """
+
+    def __init__(
+        self,
+        writer: MessageWriter,
+        topics: TopicTable,
+        *,
+        levels: tuple[float, ...],
+        path: Path | None,
+        durable: bool,
+        store_address: Callable[[], tuple[str, int]],
+    ) -> None:
+        self._writer = writer
+        self._store: MessageStore = writer.store
+        self._topics = topics
+        self._levels = levels
+        self._path = path
+        self._durable = durable
+        self._store_address = store_address
+        self._progress: dict[int, int] = {}
+        self._written: dict[int, int] = {}
+        self._last_put: PutResult | None = None
+        self._events: dict[int, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_lock = asyncio.Lock()
+        self.delivered = 0
+
+    def load(self) -> None:
+        """Read the persisted progress.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: the file is malformed.
+        """
+        if self._path is None:
+            return
+        data = read_json(self._path)
+        if data is None:
+            return
+        table = data.get("offsetTable") if isinstance(data, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError(f"{self._path}: no offsetTable")
+        self._progress = {int(k): int(v) for k, v in table.items()}
+        self._written = dict(self._progress)
+
+    def progress(self, level_queue: int) -> int:
+        """The next schedule-queue offset the level's task will look at."""
+        return self._progress.get(level_queue, 0)
+
+    def wake(self, level_queue: int) -> None:
+        """A message was parked in ``level_queue``: let its task look. Never raises."""
+        event = self._events.get(level_queue)
+        if event is not None:
+            event.set()
+
+    def start(self) -> None:
+        """Start one delivery task per level, and one per schedule queue left by an earlier
+        run with a longer delay table (each message carries its own delivery time).
+
+        Raises:
+            ClientClosedError: the store is not open.
+        """
+        loop = asyncio.get_running_loop()
+        queues = set(range(len(self._levels)))
+        queues.update(self._store.queues().get(SCHEDULE_TOPIC, []))
+        for q in sorted(queues):
+            self._events[q] = asyncio.Event()
+            self._tasks.append(
+                loop.create_task(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
+            )
+
+    async def stop(self) -> None:
+        """Stop the delivery tasks (progress is kept; call :meth:`flush` afterwards)."""
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def flush(self) -> None:
+        """Persist the progress if it moved, after the re-stores it covers are durable.
+
+        Shielded like :meth:`ConsumerOffsets.flush`: a cancelled caller never leaves a
+        half-finished write behind.
+
+        Raises:
+            OSError: the store's fsync or the progress file write failed.
+        """
+        await asyncio.shield(self._flush())
+
+    async def _flush(self) -> None:
+        async with self._flush_lock:
+            if self._progress == self._written:
+                return
+            snapshot = dict(self._progress)
+            last = self._last_put
+            if self._durable and last is not None:
+                await self._store.wait_durable(last.commit_log_end)
+            if self._path is not None:
+                data = {"offsetTable": {str(k): v for k, v in sorted(snapshot.items())}}
+                await asyncio.to_thread(write_json_atomically, self._path, data)
+            self._written = snapshot
+
+    async def _run_level(self, q: int) -> None:
+        event = self._events[q]
+        while True:
+            try:
+                due_in = self._deliver_due(q)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A store failure must not end delayed delivery for good: retry later.
+                log.exception("delay level %d: delivery failed", q + 1)
+                due_in = 1.0
+            if due_in is None:
+                event.clear()
+                # Re-check after clearing: a message parked since the last read is not missed.
+                if self._store.max_offset(SCHEDULE_TOPIC, q) > self.progress(q):
+                    continue
+                await event.wait()
+            else:
+                await asyncio.sleep(due_in)
+
+    def _deliver_due(self, q: int) -> float | None:
+        """Re-store the due messages of one batch of level queue ``q``; returns the seconds
+        until the next look (0 after a full batch), or ``None`` when the queue is drained."""
+        store = self._store
+        while True:
+            offset = self.progress(q)
+            result = store.get(SCHEDULE_TOPIC, q, offset, max_msgs=_BATCH, max_bytes=4 << 20)
+            status = result.status
+            if status is GetStatus.FOUND:
+                now = _now_ms()
+                for raw, deliver_at, qo in zip(
+                    result.messages, result.tags_codes, result.queue_offsets, strict=True
+                ):
+                    if deliver_at > now:
+                        self._progress[q] = qo
+                        return (deliver_at - now) / 1000.0
+                    self._deliver(raw)
+                    self._progress[q] = qo + 1
+                self._progress[q] = max(self._progress.get(q, 0), result.next_begin_offset)
+                # Yield between batches: a backlog (after a restart) must not stall the loop.
+                return 0.0
+            if (
+                status
+                in (
+                    GetStatus.OFFSET_TOO_SMALL,
+                    GetStatus.OFFSET_OVERFLOW_BADLY,
+                    GetStatus.MESSAGE_WAS_REMOVING,
+                    GetStatus.NO_MATCHED_MESSAGE,
+                    GetStatus.OFFSET_FOUND_NULL,
+                )
+                and result.next_begin_offset != offset
+            ):
+                # Removed by retention, or the store lost a tail in a crash: skip ahead.
+                self._progress[q] = result.next_begin_offset
+                continue
+            return None
+
+    def _deliver(self, raw: bytes) -> None:
+        # ScheduleMessageService.messageTimeup: back to the real topic and queue, DELAY gone,
+        # WAIT false; everything else (body, flag, properties, born host, reconsume times) kept.
+        try:
+            rec, _ = decode_message(raw, decompress=False)
+        except RemoteProtocolError as exc:
+            log.error("delayed message is unreadable, dropped: %s", exc)
+            return
+        props = rec.properties
+        real_topic = props.get(mp.REAL_TOPIC)
+        try:
+            real_qid = int(props.get(mp.REAL_QID, ""))
+        except ValueError:
+            real_qid = -1
+        if real_topic is None or not is_valid_name(real_topic) or real_qid < 0:
+            log.error(
+                "delayed message at %d has no valid real topic, dropped", rec.commit_log_offset
+            )
+            return
+        cfg = self._topics.get(real_topic)
+        if cfg is None:
+            cfg = self._topics.ensure(real_topic, max(real_qid + 1, 1))
+        props.pop(mp.DELAY, None)
+        props[mp.WAIT] = "false"
+        store_host, store_port = self._store_address()
+        out = MessageRecord(
+            topic=real_topic,
+            body=rec.body,
+            queue_id=real_qid,
+            flag=rec.flag,
+            queue_offset=0,
+            commit_log_offset=0,
+            sys_flag=rec.sys_flag,
+            born_timestamp=rec.born_timestamp,
+            born_host=rec.born_host,
+            born_port=rec.born_port,
+            store_timestamp=0,
+            store_host=store_host,
+            store_port=store_port,
+            reconsume_times=rec.reconsume_times,
+            prepared_transaction_offset=rec.prepared_transaction_offset,
+            properties=props,
+        )
+        try:
+            self._last_put = self._writer.store_message(out)
+        except LocalProtocolError as exc:
+            log.error(
+                "delayed message at %d cannot be re-stored, dropped: %s", rec.commit_log_offset, exc
+            )
+            return
+        self.delivered += 1

@@ -1,0 +1,552 @@
+"""The send path: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36) — Java's ``SendMessageProcessor`` (REMOTING.md §6.2, §4.6, §6.6).
+
+:class:`MessageWriter` is the one place messages enter the store: it parks delayed messages in
+``SCHEDULE_TOPIC_XXXX`` (queue = level - 1, with ``REAL_TOPIC``/``REAL_QID``), stores, and wakes
+the held pulls of the queue (or the schedule task of the level) synchronously, so a waiting
+consumer is answered within the same loop iteration.
+
+Every check that can refuse a request runs before anything touches the disk: names, system
+topics, sizes, queue ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from aiorocket._protocol import properties as mp
+from aiorocket._protocol.codes import MessageSysFlag, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    decode_send_header,
+)
+from aiorocket._protocol.message import MessageRecord, decode_batch_body, decode_message
+from aiorocket._protocol.msgid import make_offset_msg_id
+from aiorocket._protocol.tags import tags_code
+from aiorocket._remoting import Connection
+from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.long_polling import PullWaiters
+from aiorocket.embedded.store import MessageStore, PutResult
+from aiorocket.embedded.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_PREFIX,
+    SCHEDULE_TOPIC,
+    TopicTable,
+    dlq_topic,
+    is_valid_name,
+    retry_topic,
+)
+from aiorocket.errors import (
+    ClientClosedError,
+    LocalProtocolError,
+    MessageTooLargeError,
+    RemoteProtocolError,
+)
+
+__all__ = ["MessageWriter", "SendProcessor", "born_ipv4"]
+
+log = logging.getLogger("aiorocket.embedded")
+
+#: ``MQVersion.Version.V3_4_9``: the first client version whose ``maxReconsumeTimes`` header
+#: a broker honours (REMOTING.md §0.3).
+_V3_4_9 = 121
+# The host bits never set in stored records: the C++ client and ali-ons read 4-byte IPs only.
+_HOST_V6_BITS = int(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6)
+_MAX_PROPERTIES = mp.MAX_PROPERTIES_SIZE
+
+
+def born_ipv4(peer_host: str) -> str:
+    """The IPv4 form of a peer address for the ``bornHost`` field (REMOTING.md §4.7).
+
+    An IPv4-mapped IPv6 address gives its IPv4 part; any other IPv6 peer (``::1``) is
+    recorded as 127.0.0.1, since every client family can read 4-byte hosts. Never raises.
+    """
+    if ":" not in peer_host:
+        return peer_host or "127.0.0.1"
+    lowered = peer_host.lower()
+    if lowered.startswith("::ffff:") and "." in lowered:
+        return lowered[7:]
+    return "127.0.0.1"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageWriter:
+    """Stores messages and wakes whoever waits for them.
+
+    Args:
+        store: the open message store.
+        waiters: held pulls, woken per (topic, queue) after each store.
+        config: the delay table and flush mode.
+        schedule_wake: called with the ``SCHEDULE_TOPIC_XXXX`` queue id a delayed message
+            was parked in.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        waiters: PullWaiters,
+        config: BrokerConfig,
+        schedule_wake: Callable[[int], None],
+    ) -> None:
+        self._store = store
+        self._waiters = waiters
+        self._config = config
+        self._levels = config.delay_levels
+        self._schedule_wake = schedule_wake
+
+    @property
+    def store(self) -> MessageStore:
+        """The message store written to."""
+        return self._store
+
+    def delay_level(self, props: dict[str, str]) -> int:
+        """The message's ``DELAY`` level clamped to the table (0: not delayed).
+
+        ``ScheduleMessageService``: a level above the table's length means the last level;
+        a malformed or non-positive level means no delay.
+        """
+        raw = props.get(mp.DELAY)
+        if raw is None:
+            return 0
+        try:
+            level = int(raw)
+        except ValueError:
+            return 0
+        if level <= 0:
+            return 0
+        return min(level, len(self._levels))
+
+    def store_message(self, rec: MessageRecord) -> PutResult:
+        """Store ``rec`` as is (tags code from its ``TAGS``) and wake held pulls; synchronous.
+
+        Raises:
+            the errors of :meth:`MessageStore.put`.
+        """
+        code = tags_code(rec.properties.get(mp.TAGS))
+        result = self._store.put(rec, tags_code=code)
+        self._waiters.notify(rec.topic, rec.queue_id, result.queue_offset, code)
+        return result
+
+    def store_or_park(self, rec: MessageRecord) -> PutResult:
+        """Store ``rec``; if it carries a ``DELAY`` level, park it in ``SCHEDULE_TOPIC_XXXX``
+        instead (``CommitLog.putMessage``), to be re-stored when due.
+
+        Raises:
+            the errors of :meth:`MessageStore.put`.
+        """
+        level = self.delay_level(rec.properties)
+        if level == 0 or rec.topic == SCHEDULE_TOPIC:
+            return self.store_message(rec)
+        props = rec.properties
+        props[mp.REAL_TOPIC] = rec.topic
+        props[mp.REAL_QID] = str(rec.queue_id)
+        props[mp.DELAY] = str(level)
+        rec.topic = SCHEDULE_TOPIC
+        rec.queue_id = level - 1
+        # The consume-queue tags code of a parked message is its delivery time (as
+        # ScheduleMessageService.computeDeliverTimestamp writes it).
+        deliver_at = _now_ms() + int(self._levels[level - 1] * 1000)
+        result = self._store.put(rec, tags_code=deliver_at)
+        self._schedule_wake(level - 1)
+        return result
+
+    async def wait_durable(self, result: PutResult) -> bool:
+        """With sync flush, wait until ``result`` is fsynced; False after the sync-flush
+        timeout (FLUSH_DISK_TIMEOUT). Returns True at once with async flush.
+
+        Raises:
+            OSError: the fsync failed.
+        """
+        if self._config.flush != "sync":
+            return True
+        try:
+            await asyncio.wait_for(
+                self._store.wait_durable(result.commit_log_end), self._config.sync_flush_timeout
+            )
+        except TimeoutError:
+            return False
+        return True
+
+
+class SendProcessor:
+    """Serves the send codes and CONSUMER_SEND_MSG_BACK.
+
+    Args:
+        writer: stores the messages.
+        topics: the topic table (lookup and auto-creation).
+        config: limits and names.
+        store_address: returns the advertised ``(ip, port)`` written as each record's store
+            host and used in offset message ids.
+    """
+
+    def __init__(
+        self,
+        writer: MessageWriter,
+        topics: TopicTable,
+        config: BrokerConfig,
+        store_address: Callable[[], tuple[str, int]],
+    ) -> None:
+        self._writer = writer
+        self._topics = topics
+        self._config = config
+        self._store_address = store_address
+
+    @staticmethod
+    def _response(cmd: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand:
+        # The Java client reads MSG_REGION/TRACE_ON from extFields of every send response and
+        # fails on a null map (REMOTING.md §2.2), so even errors carry them.
+        return cmd.make_response(
+            code, remark=remark, ext_fields={"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        )
+
+    def _unavailable(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        # The store cannot write (disk full, failed fsync, shutting down): SERVICE_NOT_AVAILABLE,
+        # which producers retry on another broker (REMOTING.md §3.1).
+        log.error("cannot store a message: %s", exc)
+        return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"store error: {exc}")
+
+    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """Codes 10, 310 and 320: store one message or a batch (the header's ``batch`` flag
+        decides, not the code).
+
+        Raises:
+            MissingHeaderFieldError: a mandatory header field is absent or malformed.
+            OSError: the topic table or the sync flush failed (a failed store write is
+                answered SERVICE_NOT_AVAILABLE instead).
+        """
+        header = decode_send_header(cmd.code, cmd.ext_fields)
+        topic = header.topic
+        config = self._config
+        if not is_valid_name(topic):
+            return self._response(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"The specified topic[{topic}] contains illegal characters or is longer than "
+                "127, allowing only ^[%|a-zA-Z0-9_-]+$",
+            )
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return self._response(
+                cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+            )
+        if len(cmd.body) > config.max_message_size:
+            return self._response(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size over max value, MAX: {config.max_message_size}",
+            )
+        props_text = header.properties or ""
+        if len(props_text) > _MAX_PROPERTIES or len(props_text.encode()) > _MAX_PROPERTIES:
+            return self._response(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties are too long"
+            )
+        if header.batch and topic.startswith(RETRY_PREFIX):
+            return self._response(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group"
+            )
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            cfg = self._topics.create_on_send(
+                topic, header.default_topic, header.default_topic_queue_nums
+            )
+            if cfg is None:
+                return self._response(
+                    cmd,
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please!",
+                )
+        if not cfg.writable:
+            return self._response(
+                cmd, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(cfg.write_queue_nums)
+        elif queue_id >= cfg.queue_count:
+            return self._response(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.writeQueueNums:[{cfg.write_queue_nums}]",
+            )
+        props = mp.decode_properties(props_text)
+        if props.get(mp.TRAN_MSG, "").lower() == "true":
+            return self._response(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                "the embedded broker does not support transaction messages",
+            )
+        if header.batch:
+            return await self._send_batch(conn, cmd, header, queue_id, props)
+        return await self._send_single(conn, cmd, header, queue_id, props)
+
+    def _record(
+        self,
+        conn: Connection,
+        *,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        reconsume_times: int,
+        props: dict[str, str],
+    ) -> MessageRecord:
+        store_host, store_port = self._store_address()
+        peer_host, peer_port = conn.peer
+        return MessageRecord(
+            topic=topic,
+            body=body,
+            queue_id=queue_id,
+            flag=flag,
+            queue_offset=0,
+            commit_log_offset=0,
+            sys_flag=sys_flag & ~_HOST_V6_BITS,
+            born_timestamp=born_timestamp,
+            born_host=born_ipv4(peer_host),
+            born_port=peer_port,
+            store_timestamp=0,
+            store_host=store_host,
+            store_port=store_port,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=0,
+            properties=props,
+        )
+
+    async def _send_single(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        header: SendMessageRequestHeader,
+        queue_id: int,
+        props: dict[str, str],
+    ) -> RemotingCommand:
+        topic = header.topic
+        reconsume = header.reconsume_times or 0
+        if topic.startswith(RETRY_PREFIX):
+            # SendMessageProcessor.handleRetryAndDLQ: a client-side retry past the limit goes
+            # to the group's DLQ, undelayed.
+            group = topic[len(RETRY_PREFIX) :]
+            max_times = self._config.max_reconsume_times
+            if cmd.version >= _V3_4_9 and header.max_reconsume_times is not None:
+                max_times = header.max_reconsume_times
+            if reconsume >= max_times:
+                topic = dlq_topic(group)
+                self._topics.ensure(topic, 1)
+                queue_id = 0
+                props.pop(mp.DELAY, None)
+        props[mp.CLUSTER] = self._config.cluster_name
+        # 4.9.8 drops WAIT from the stored copy of single messages (REMOTING.md §6.2 step 6).
+        props.pop(mp.WAIT, None)
+        rec = self._record(
+            conn,
+            topic=topic,
+            queue_id=queue_id,
+            body=cmd.body,
+            flag=header.flag,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            reconsume_times=reconsume,
+            props=props,
+        )
+        try:
+            result = self._writer.store_or_park(rec)
+        except (LocalProtocolError, MessageTooLargeError) as exc:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except (OSError, ClientClosedError) as exc:
+            return self._unavailable(cmd, exc)
+        host, port = self._store_address()
+        ext = {
+            "msgId": make_offset_msg_id(host, port, result.commit_log_offset),
+            # A parked (delayed) message is answered with its real queue and its offset in
+            # SCHEDULE_TOPIC_XXXX, as SendMessageProcessor does.
+            "queueId": str(queue_id),
+            "queueOffset": str(result.queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        code = ResponseCode.SUCCESS
+        if not await self._writer.wait_durable(result):
+            code = ResponseCode.FLUSH_DISK_TIMEOUT
+        return cmd.make_response(code, ext_fields=ext)
+
+    async def _send_batch(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        header: SendMessageRequestHeader,
+        queue_id: int,
+        batch_props: dict[str, str],
+    ) -> RemotingCommand:
+        try:
+            items = decode_batch_body(cmd.body)
+        except RemoteProtocolError as exc:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if not items:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        if self._writer.delay_level(batch_props):
+            # CommitLog.putMessages refuses delayed batches.
+            return self._response(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed"
+            )
+        batch_props[mp.CLUSTER] = self._config.cluster_name
+        extra = len(mp.encode_properties(batch_props).encode()) + 1
+        records = []
+        for item in items:
+            props = mp.decode_properties(item.properties)
+            # 4.9.8 appends the batch-level properties (WAIT, CLUSTER) to each record's own;
+            # on a repeated key the appended value is the one readers keep.
+            props.update(batch_props)
+            # Refuse an oversized record before storing any of the batch. A character takes
+            # at most 4 UTF-8 bytes, so the exact size is computed only when it could matter.
+            if len(item.properties) * 4 + extra > _MAX_PROPERTIES and (
+                len(mp.encode_properties(props).encode()) > _MAX_PROPERTIES
+            ):
+                return self._response(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties are too long"
+                )
+            records.append(
+                self._record(
+                    conn,
+                    topic=header.topic,
+                    queue_id=queue_id,
+                    body=item.body,
+                    flag=item.flag,
+                    sys_flag=header.sys_flag & ~int(MessageSysFlag.COMPRESSED),
+                    born_timestamp=header.born_timestamp,
+                    reconsume_times=header.reconsume_times or 0,
+                    props=props,
+                )
+            )
+        host, port = self._store_address()
+        prefix = make_offset_msg_id(host, port, 0)[:-16]  # IP + port; the offset follows
+        ids: list[str] = []
+        first: PutResult | None = None
+        last: PutResult | None = None
+        # No await in this loop: the batch occupies consecutive offsets of its queue. A
+        # failure part-way is answered as a failure (the client may resend the batch; the part
+        # already stored then appears twice, never lost).
+        for rec in records:
+            try:
+                last = self._writer.store_message(rec)
+            except (OSError, ClientClosedError, LocalProtocolError, MessageTooLargeError) as exc:
+                if ids:
+                    log.warning(
+                        "batch to %s failed after %d messages: %s", header.topic, len(ids), exc
+                    )
+                if isinstance(exc, OSError | ClientClosedError):
+                    return self._unavailable(cmd, exc)
+                return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            if first is None:
+                first = last
+            ids.append(f"{prefix}{last.commit_log_offset:016X}")
+        assert first is not None
+        assert last is not None
+        code = ResponseCode.SUCCESS
+        if not await self._writer.wait_durable(last):
+            code = ResponseCode.FLUSH_DISK_TIMEOUT
+        return cmd.make_response(
+            code,
+            ext_fields={
+                "msgId": ",".join(ids),
+                "queueId": str(queue_id),
+                "queueOffset": str(first.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: re-store a failed message in ``%RETRY%group`` through the
+        delay levels, or in ``%DLQ%group`` past the limit (REMOTING.md §6.6).
+
+        Raises:
+            MissingHeaderFieldError: a mandatory header field is absent or malformed.
+            OSError: the store failed.
+        """
+        header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        group = header.group
+        if not is_valid_name(group) or len(group) + len(RETRY_PREFIX) > 127:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"the consumer group[{group}] is illegal"
+            )
+        config = self._config
+        new_topic = retry_topic(group)
+        cfg = self._topics.ensure(new_topic, config.retry_queue_nums)
+        if not cfg.writable:
+            return cmd.make_response(
+                ResponseCode.NO_PERMISSION,
+                remark=f"the topic[{new_topic}] sending message is forbidden",
+            )
+        raw = self._writer.store.read_at(header.offset)
+        if raw is None:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"look message by offset failed, {header.offset}",
+            )
+        try:
+            orig, _ = decode_message(raw, decompress=False)
+        except RemoteProtocolError:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"look message by offset failed, {header.offset}",
+            )
+        props = dict(orig.properties)
+        props.setdefault(mp.RETRY_TOPIC, orig.topic)
+        max_times = config.max_reconsume_times
+        if cmd.version >= _V3_4_9 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        delay_level = header.delay_level
+        if orig.reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(group)
+            dlq = self._topics.ensure(new_topic, 1)
+            if not dlq.writable:
+                return cmd.make_response(
+                    ResponseCode.NO_PERMISSION,
+                    remark=f"the topic[{new_topic}] sending message is forbidden",
+                )
+            queue_id = 0
+            props.pop(mp.DELAY, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + orig.reconsume_times
+            props[mp.DELAY] = str(delay_level)
+            queue_id = random.randrange(cfg.write_queue_nums)
+        if mp.ORIGIN_MESSAGE_ID not in props:
+            props[mp.ORIGIN_MESSAGE_ID] = make_offset_msg_id(
+                orig.store_host, orig.store_port, orig.commit_log_offset
+            )
+        store_host, store_port = self._store_address()
+        rec = MessageRecord(
+            topic=new_topic,
+            body=orig.body,
+            queue_id=queue_id,
+            flag=orig.flag,
+            queue_offset=0,
+            commit_log_offset=0,
+            sys_flag=orig.sys_flag,
+            born_timestamp=orig.born_timestamp,
+            born_host=orig.born_host,
+            born_port=orig.born_port,
+            store_timestamp=0,
+            # The current address, not the original's: a restarted broker may listen on
+            # another port, and clients locate a message by the host in its id.
+            store_host=store_host,
+            store_port=store_port,
+            reconsume_times=orig.reconsume_times + 1,
+            prepared_transaction_offset=0,
+            properties=props,
+        )
+        result = self._writer.store_or_park(rec)
+        if not await self._writer.wait_durable(result):
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark="FLUSH_DISK_TIMEOUT")
+        return cmd.make_response(ResponseCode.SUCCESS)

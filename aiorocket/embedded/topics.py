@@ -1,0 +1,321 @@
+"""Topic configurations (``TopicConfigManager``): system topics, auto-creation, persistence.
+
+Names are checked against ``^[%|a-zA-Z0-9_-]{1,127}$`` (``TopicValidator``) before anything
+reaches the disk. Topics created at run time are written to ``topics.json`` atomically before
+the request that created them is answered; system topics are rebuilt from the configuration at
+start (REMOTING.md §6.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Final
+
+from aiorocket._protocol.codes import Perm
+from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.offsets import read_json, write_json_atomically
+
+__all__ = [
+    "DLQ_PREFIX",
+    "NOT_ALLOWED_SEND_TOPICS",
+    "OFFSET_MOVED_EVENT",
+    "RETRY_PREFIX",
+    "SCHEDULE_TOPIC",
+    "SELF_TEST_TOPIC",
+    "TEMPLATE_TOPIC",
+    "TopicConfig",
+    "TopicTable",
+    "dlq_topic",
+    "is_valid_name",
+    "retry_topic",
+]
+
+#: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``: the template of auto-created topics.
+TEMPLATE_TOPIC: Final = "TBW102"
+#: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue = level - 1.
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+#: ``TopicValidator.RMQ_SYS_SELF_TEST_TOPIC``.
+SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
+#: ``TopicValidator.RMQ_SYS_OFFSET_MOVED_EVENT``.
+OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
+#: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``.
+RETRY_PREFIX: Final = "%RETRY%"
+#: ``MixAll.DLQ_GROUP_TOPIC_PREFIX``.
+DLQ_PREFIX: Final = "%DLQ%"
+
+#: ``TopicValidator.isNotAllowedSendTopic``: sending to these answers NO_PERMISSION (16).
+NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+log = logging.getLogger("aiorocket.embedded")
+
+_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+_RW = int(Perm.READ | Perm.WRITE)
+
+
+def is_valid_name(name: str) -> bool:
+    """Whether ``name`` is a legal topic or group name: ``[%|a-zA-Z0-9_-]``, 1 to 127 chars.
+
+    Never raises.
+    """
+    return _NAME.fullmatch(name) is not None
+
+
+def retry_topic(group: str) -> str:
+    """``MixAll.getRetryTopic``: the retry topic of a consumer group."""
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``MixAll.getDLQTopic``: the dead-letter topic of a consumer group."""
+    return DLQ_PREFIX + group
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfig:
+    """One topic on this broker (Java ``TopicConfig``)."""
+
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = _RW
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def queue_count(self) -> int:
+        """Queue ids ``0 … queue_count-1`` exist (``max(read, write)``)."""
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+    @property
+    def readable(self) -> bool:
+        """PermName.isReadable."""
+        return bool(self.perm & Perm.READ)
+
+    @property
+    def writable(self) -> bool:
+        """PermName.isWriteable."""
+        return bool(self.perm & Perm.WRITE)
+
+
+class TopicTable:
+    """The topics this broker hosts.
+
+    Args:
+        path: ``topics.json``; ``None`` keeps created topics in memory only.
+        config: supplies the auto-create switch, queue counts and the delay-level count.
+    """
+
+    def __init__(self, path: Path | None, *, config: BrokerConfig) -> None:
+        self._path = path
+        self._config = config
+        self._topics: dict[str, TopicConfig] = {}
+        self._persisted: set[str] = set()
+        self._system: dict[str, TopicConfig] = {}
+        for cfg in self._system_topics(config):
+            self._system[cfg.name] = cfg
+            self._topics[cfg.name] = cfg
+
+    @staticmethod
+    def _system_topics(config: BrokerConfig) -> list[TopicConfig]:
+        # BrokerController/TopicConfigManager create these at start (REMOTING.md §6.1).
+        out = [
+            TopicConfig(name=SELF_TEST_TOPIC, read_queue_nums=1, write_queue_nums=1),
+            TopicConfig(name=OFFSET_MOVED_EVENT, read_queue_nums=1, write_queue_nums=1),
+            TopicConfig(
+                name=SCHEDULE_TOPIC,
+                read_queue_nums=len(config.delay_levels),
+                write_queue_nums=len(config.delay_levels),
+            ),
+        ]
+        if config.auto_create_topics:
+            n = max(config.template_topic_queues, config.default_queues)
+            out.append(
+                TopicConfig(
+                    name=TEMPLATE_TOPIC,
+                    read_queue_nums=n,
+                    write_queue_nums=n,
+                    perm=int(Perm.INHERIT | Perm.READ | Perm.WRITE),
+                )
+            )
+        return out
+
+    def load(self) -> None:
+        """Read the topics created by earlier runs.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: the file is malformed.
+        """
+        if self._path is None:
+            return
+        data = read_json(self._path)
+        if data is None:
+            return
+        table = data.get("topicConfigTable") if isinstance(data, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError(f"{self._path}: no topicConfigTable")
+        for name, raw in table.items():
+            if not isinstance(raw, dict) or not is_valid_name(name):
+                raise ValueError(f"{self._path}: malformed topic {name!r}")
+            cfg = TopicConfig(
+                name=name,
+                read_queue_nums=int(raw["read_queue_nums"]),
+                write_queue_nums=int(raw["write_queue_nums"]),
+                perm=int(raw.get("perm", _RW)),
+                topic_filter_type=str(raw.get("topic_filter_type", "SINGLE_TAG")),
+                topic_sys_flag=int(raw.get("topic_sys_flag", 0)),
+                order=bool(raw.get("order", False)),
+            )
+            if name in self._system:
+                continue  # rebuilt from the configuration
+            self._topics[name] = cfg
+            self._persisted.add(name)
+
+    def _persist(self) -> None:
+        if self._path is None:
+            return
+        table: dict[str, Any] = {}
+        for name in sorted(self._persisted):
+            raw = asdict(self._topics[name])
+            del raw["name"]
+            table[name] = raw
+        write_json_atomically(self._path, {"topicConfigTable": table})
+
+    def get(self, name: str) -> TopicConfig | None:
+        """The topic's configuration, or ``None``."""
+        return self._topics.get(name)
+
+    def is_system(self, name: str) -> bool:
+        """Whether ``name`` is a topic the broker creates itself (and rebuilds at start)."""
+        return name in self._system
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._topics
+
+    def names(self) -> list[str]:
+        """Every topic name, sorted."""
+        return sorted(self._topics)
+
+    def all(self) -> list[TopicConfig]:
+        """Every topic, sorted by name."""
+        return [self._topics[n] for n in sorted(self._topics)]
+
+    def put(self, cfg: TopicConfig) -> TopicConfig:
+        """Create or replace a topic and persist it before returning.
+
+        Raises:
+            ValueError: the name is invalid or a system topic.
+            OSError: the table cannot be written.
+        """
+        if not is_valid_name(cfg.name):
+            raise ValueError(f"invalid topic name {cfg.name!r}")
+        if cfg.name in self._system:
+            raise ValueError(f"{cfg.name!r} is a system topic")
+        if cfg.read_queue_nums < 1 or cfg.write_queue_nums < 1:
+            raise ValueError("a topic needs at least one queue")
+        old = self._topics.get(cfg.name)
+        self._topics[cfg.name] = cfg
+        self._persisted.add(cfg.name)
+        try:
+            self._persist()
+        except BaseException:
+            if old is None:
+                del self._topics[cfg.name]
+                self._persisted.discard(cfg.name)
+            else:
+                self._topics[cfg.name] = old
+            raise
+        log.info("created topic %s with %d queues", cfg.name, cfg.queue_count)
+        return cfg
+
+    def ensure(self, name: str, queues: int, *, perm: int = _RW) -> TopicConfig:
+        """Return the topic, creating it with ``queues`` queues if absent
+        (``createTopicInSendMessageBackMethod`` for retry and DLQ topics).
+
+        Raises:
+            ValueError: the name is invalid.
+            OSError: the table cannot be written.
+        """
+        cfg = self._topics.get(name)
+        if cfg is not None:
+            return cfg
+        return self.put(
+            TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
+        )
+
+    def create_on_send(
+        self, name: str, default_topic: str, default_queue_nums: int
+    ) -> TopicConfig | None:
+        """``createTopicInSendMessageMethod``: create ``name`` from its template, or ``None``.
+
+        The template must exist and carry PERM_INHERIT; the new topic gets
+        ``min(default_queue_nums, template.writeQueueNums)`` queues and the template's perm
+        without INHERIT. A ``%RETRY%`` topic with no usable template gets 1 queue, perm 6.
+
+        Raises:
+            ValueError: the name is invalid.
+            OSError: the table cannot be written.
+        """
+        existing = self._topics.get(name)
+        if existing is not None:
+            return existing
+        template = self._topics.get(default_topic)
+        if (
+            template is not None
+            and template.perm & Perm.INHERIT
+            and self._config.auto_create_topics
+        ):
+            n = max(1, min(default_queue_nums, template.write_queue_nums))
+            return self.put(
+                TopicConfig(
+                    name=name,
+                    read_queue_nums=n,
+                    write_queue_nums=n,
+                    perm=template.perm & ~int(Perm.INHERIT),
+                    topic_filter_type=template.topic_filter_type,
+                )
+            )
+        if name.startswith(RETRY_PREFIX):
+            return self.ensure(name, self._config.retry_queue_nums)
+        return None
+
+    def create_on_lookup(self, name: str) -> TopicConfig | None:
+        """The embedded name server's shortcut (REMOTING.md §7.5): with auto-creation on, an
+        unknown valid topic is created with ``default_queues`` queues when a client asks for
+        its route, so consumers that start before any producer find it too.
+
+        Raises:
+            OSError: the table cannot be written.
+        """
+        existing = self._topics.get(name)
+        if existing is not None:
+            return existing
+        if not self._config.auto_create_topics or not is_valid_name(name):
+            return None
+        if name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            n = self._config.retry_queue_nums if name.startswith(RETRY_PREFIX) else 1
+            return self.ensure(name, n)
+        n = self._config.default_queues
+        return self.put(TopicConfig(name=name, read_queue_nums=n, write_queue_nums=n))
+
+    def with_perm(self, name: str, perm: int) -> TopicConfig:
+        """Change a topic's permission bits (admin ``wipeWritePerm``-style changes, tests).
+
+        Raises:
+            KeyError: no such topic.
+            ValueError: a system topic.
+        """
+        return self.put(replace(self._topics[name], perm=perm))
