@@ -3,9 +3,53 @@
 The public API grows here as it lands; everything not listed in ``__all__`` is private.
 """
 
+from aiorocket._consumer import (
+    ConsumeHook,
+    ConsumeHookContext,
+    ConsumerStatistics,
+    PushConsumer,
+    QueueStatistics,
+    TopicStatistics,
+)
+from aiorocket._producer.producer import Producer
+from aiorocket._reader import QueueReader, ReadBatch, ReadStatus, SyncQueueReader
+from aiorocket.app import App, DeadLetter, ReconsumeLater, RetryPolicy
 from aiorocket.errors import RocketError
-from aiorocket.models import MessageQueue
+from aiorocket.models import (
+    ConcurrentContext,
+    ConsumeStatus,
+    Message,
+    MessageQueue,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+)
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["MessageQueue", "RocketError", "__version__"]
+__all__ = [
+    "App",
+    "ConcurrentContext",
+    "ConsumeHook",
+    "ConsumeHookContext",
+    "ConsumeStatus",
+    "ConsumerStatistics",
+    "DeadLetter",
+    "Message",
+    "MessageQueue",
+    "Producer",
+    "PushConsumer",
+    "QueueReader",
+    "QueueStatistics",
+    "ReadBatch",
+    "ReadStatus",
+    "ReceivedMessage",
+    "ReconsumeLater",
+    "RetryPolicy",
+    "RocketError",
+    "SendResult",
+    "SendStatus",
+    "SyncQueueReader",
+    "TopicStatistics",
+    "__version__",
+]

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import enum
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from aiorocket.errors import ConfigurationError, InvalidNameError
 
 __all__ = [
     "MAX_DELAY_LEVEL",
+    "ConcurrentContext",
+    "ConsumeStatus",
     "Message",
     "MessageQueue",
+    "ReceivedMessage",
     "SendResult",
     "SendStatus",
     "validate_name",
@@ -142,3 +146,284 @@ class SendResult:
     offset_msg_id: str
     queue: MessageQueue
     queue_offset: int
+
+
+class ConsumeStatus(enum.Enum):
+    """What a concurrent handler reports (Java ``ConsumeConcurrentlyStatus``).
+
+    Returning ``None`` means ``CONSUME_SUCCESS``; raising an exception means
+    ``RECONSUME_LATER``.
+    """
+
+    #: the messages are done (up to :attr:`ConcurrentContext.ack_index`).
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    #: deliver the messages again later (through ``%RETRY%<group>`` in clustering mode).
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConcurrentContext:
+    """Per-call context of a concurrent handler (Java ``ConsumeConcurrentlyContext``).
+
+    Attributes:
+        queue: the queue the messages came from.
+        ack_index: with ``CONSUME_SUCCESS``, the index of the last successful message of the
+            batch; the ones after it are retried. Defaults to "all of them".
+        delay_level: the retry delay of failed messages: 0 lets the broker choose (level
+            3 + reconsume times), -1 sends them straight to the dead-letter queue, 1-18 picks
+            a level.
+    """
+
+    __slots__ = ("ack_index", "delay_level", "queue")
+
+    def __init__(self, queue: MessageQueue, *, ack_index: int = 2**31 - 1) -> None:
+        self.queue = queue
+        self.ack_index = ack_index
+        self.delay_level = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"ConcurrentContext(queue={self.queue}, ack_index={self.ack_index}, "
+            f"delay_level={self.delay_level})"
+        )
+
+
+class _Stored(Protocol):
+    """The fields of a stored message record (``aiorocket._protocol.message.MessageRecord``)."""
+
+    body: bytes
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    born_port: int
+    store_timestamp: int
+    store_host: str
+    store_port: int
+    reconsume_times: int
+    properties: dict[str, str]
+
+
+@dataclass(slots=True)
+class _Fields:
+    """A :class:`_Stored` built from keyword arguments (a hand-made ReceivedMessage)."""
+
+    body: bytes
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    born_port: int
+    store_timestamp: int
+    store_host: str
+    store_port: int
+    reconsume_times: int
+    properties: dict[str, str]
+
+
+def _offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
+    # MessageDecoder.createMessageId: hex of store IP, port (int32) and commit-log offset.
+    try:
+        ip = ipaddress.ip_address(host).packed.hex()
+    except ValueError:
+        return ""
+    return f"{ip}{port & 0xFFFFFFFF:08x}{commit_log_offset & 0xFFFFFFFFFFFFFFFF:016x}".upper()
+
+
+class ReceivedMessage:
+    """A message delivered to a handler; read-only.
+
+    Attributes:
+        topic: the topic it was sent to (for a retried message, the original topic, not
+            ``%RETRY%<group>``; without the client namespace).
+        body: the payload, decompressed.
+        tags: its tag, if any.
+        keys: its business keys.
+        properties: every property, user and system ones (do not modify).
+        broker_name, queue_id, queue_offset: where it is stored.
+        msg_id: the producer's id (``UNIQ_KEY``), else :attr:`offset_msg_id`.
+        offset_msg_id: the broker's id (store host + commit-log offset).
+        commit_log_offset: its position in the broker's commit log.
+        reconsume_times: earlier deliveries that failed (0 on the first delivery).
+        born_timestamp, store_timestamp: epoch milliseconds at the producer and the broker.
+        born_host, store_host: ``"ip:port"`` of the producer and the broker.
+        flag, sys_flag: the raw flag words.
+
+    The consumer builds these from pulled records without copying their fields (the
+    per-message path is hot); :meth:`create` builds one by hand, e.g. for tests.
+    """
+
+    __slots__ = ("_broker_name", "_r", "_reconsume_times", "_topic")
+
+    _r: _Stored
+    _topic: str
+    _broker_name: str
+    _reconsume_times: int
+
+    def __init__(self, record: _Stored, *, topic: str, broker_name: str) -> None:
+        self._r = record
+        self._topic = topic
+        self._broker_name = broker_name
+        self._reconsume_times = record.reconsume_times
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        broker_name: str = "",
+        queue_id: int = 0,
+        queue_offset: int = 0,
+        commit_log_offset: int = 0,
+        msg_id: str | None = None,
+        reconsume_times: int = 0,
+        born_timestamp: int = 0,
+        store_timestamp: int = 0,
+        born_host: str = "127.0.0.1:0",
+        store_host: str = "127.0.0.1:0",
+        flag: int = 0,
+    ) -> ReceivedMessage:
+        """Build a message by hand; ``tags``, ``keys`` and ``msg_id`` go into the properties.
+
+        Raises:
+            ConfigurationError: a host is not ``"ip:port"``.
+        """
+        props = dict(properties or {})
+        if tags is not None:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = " ".join(keys)
+        if msg_id is not None:
+            props["UNIQ_KEY"] = msg_id
+        bh, bp = _split_host(born_host)
+        sh, sp = _split_host(store_host)
+        fields = _Fields(
+            body=bytes(body),
+            queue_id=queue_id,
+            flag=flag,
+            queue_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
+            sys_flag=0,
+            born_timestamp=born_timestamp,
+            born_host=bh,
+            born_port=bp,
+            store_timestamp=store_timestamp,
+            store_host=sh,
+            store_port=sp,
+            reconsume_times=reconsume_times,
+            properties=props,
+        )
+        return cls(fields, topic=topic, broker_name=broker_name)
+
+    def _with_reconsume_times(self, times: int) -> ReceivedMessage:
+        """A copy counting ``times`` earlier deliveries (a local retry, Java
+        ``msg.setReconsumeTimes``)."""
+        copy = ReceivedMessage(self._r, topic=self._topic, broker_name=self._broker_name)
+        copy._reconsume_times = times
+        return copy
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def body(self) -> bytes:
+        return self._r.body
+
+    @property
+    def tags(self) -> str | None:
+        return self._r.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self._r.properties.get("KEYS")
+        return raw.split() if raw else []
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self._r.properties
+
+    @property
+    def broker_name(self) -> str:
+        return self._broker_name
+
+    @property
+    def queue(self) -> MessageQueue:
+        """The queue as a :class:`MessageQueue` (topic as delivered)."""
+        return MessageQueue(self._topic, self._broker_name, self._r.queue_id)
+
+    @property
+    def queue_id(self) -> int:
+        return self._r.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self._r.queue_offset
+
+    @property
+    def commit_log_offset(self) -> int:
+        return self._r.commit_log_offset
+
+    @property
+    def msg_id(self) -> str:
+        return self._r.properties.get("UNIQ_KEY") or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        r = self._r
+        return _offset_msg_id(r.store_host, r.store_port, r.commit_log_offset)
+
+    @property
+    def reconsume_times(self) -> int:
+        return self._reconsume_times
+
+    @property
+    def born_timestamp(self) -> int:
+        return self._r.born_timestamp
+
+    @property
+    def store_timestamp(self) -> int:
+        return self._r.store_timestamp
+
+    @property
+    def born_host(self) -> str:
+        return _join_host(self._r.born_host, self._r.born_port)
+
+    @property
+    def store_host(self) -> str:
+        return _join_host(self._r.store_host, self._r.store_port)
+
+    @property
+    def flag(self) -> int:
+        return self._r.flag
+
+    @property
+    def sys_flag(self) -> int:
+        return self._r.sys_flag
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self._topic!r}, queue={self._broker_name}:"
+            f"{self._r.queue_id}, offset={self._r.queue_offset}, msg_id={self.msg_id!r}, "
+            f"reconsume_times={self._reconsume_times}, body={len(self._r.body)} bytes)"
+        )
+
+
+def _split_host(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigurationError(f"host {addr!r} is not ip:port")
+    return host.strip("[]"), int(port)
+
+
+def _join_host(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -6,14 +6,23 @@ Every timing constant is a setting so tests can shrink it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aiorocket.errors import ConfigurationError
+from aiorocket.models import MessageQueue
 
-__all__ = ["ClientSettings", "ProducerSettings", "build_settings"]
+__all__ = [
+    "ALLOCATION_STRATEGIES",
+    "ClientSettings",
+    "ConsumerSettings",
+    "ProducerSettings",
+    "build_settings",
+]
 
 
 class ClientSettings(BaseModel):
@@ -89,6 +98,120 @@ class ProducerSettings(ClientSettings):
     max_message_size: int = Field(default=4 * 1024 * 1024, gt=0)
     default_topic_queue_nums: int = Field(default=4, gt=0)
     create_topic_key: str = "TBW102"
+
+
+#: Names accepted by :attr:`ConsumerSettings.allocation` (Java ``AllocateMessageQueueStrategy``).
+ALLOCATION_STRATEGIES: tuple[str, ...] = ("averagely", "by_circle", "consistent_hash", "by_config")
+
+
+class ConsumerSettings(ClientSettings):
+    """Settings of a :class:`~aiorocket.PushConsumer` (Java ``DefaultMQPushConsumer`` defaults).
+
+    Durations are in seconds, sizes in MiB where the name says so.
+
+    Attributes:
+        group: the consumer group (required).
+        message_model: ``"clustering"`` (each message to one member of the group; offsets kept
+            by the broker) or ``"broadcasting"`` (every member gets every message; offsets kept
+            in a local file).
+        consume_from: where a queue with no stored offset starts: ``"last"`` (the queue's end,
+            Java CONSUME_FROM_LAST_OFFSET), ``"first"`` (offset 0) or a ``datetime`` (the
+            message stored closest to it, CONSUME_FROM_TIMESTAMP). REMOTING.md §6.5: a young
+            broker answers offset 0 for a new group, so "last" may still start at 0.
+        orderly: consume each queue in order (not available yet; must be False).
+        allocation: how queues are shared in a group: ``"averagely"`` (default), ``"by_circle"``,
+            ``"consistent_hash"``, ``"by_config"`` (takes :attr:`allocation_queues`), or a
+            callable ``(queues, consumer_ids, my_id) -> queues`` (every member must use the same).
+        allocation_queues: the fixed queues of the ``"by_config"`` strategy.
+        consistent_hash_virtual_nodes: virtual nodes per consumer of ``"consistent_hash"`` (10).
+        pull_batch_size: messages asked for per pull (``pullBatchSize``, 32).
+        consume_batch_size: messages per handler call (``consumeMessageBatchMaxSize``, 1).
+        concurrency: handler calls running at once (the bound of Java's consume thread pool;
+            64 suits ``async def`` handlers).
+        pull_threshold_for_queue: a queue stops pulling while it caches more messages (1000).
+        pull_threshold_size_for_queue: ... or more MiB of bodies (100).
+        pull_threshold_for_topic: when >= 0, a topic-wide message cap split evenly over its
+            assigned queues (replaces the per-queue count; off by default, -1).
+        pull_threshold_size_for_topic: the same for MiB (-1: off).
+        max_span: a queue stops pulling while its cached offsets span more than this
+            (``consumeConcurrentlyMaxSpan``, 2000): one stuck message cannot hold back an
+            ever-growing cache.
+        pull_interval: pause between a successful pull and the next one (0).
+        max_reconsume_times: deliveries after the first before a message goes to
+            ``%DLQ%group``; ``None`` is Java's -1: 16 for concurrent consumption.
+        consume_timeout: a handler call running longer than this has its messages sent back
+            for a later retry (15 min, Java ``consumeTimeout``).
+        reconsume_later_delay: a failed message that could not be sent back is consumed again
+            locally after this long (5 s).
+        send_back_timeout: timeout of CONSUMER_SEND_MSG_BACK (5 s).
+        offset_persist_interval: how often offsets are persisted (5 s).
+        rebalance_interval: how often queues are re-allocated (20 s); a broker notification
+            triggers it at once.
+        pull_suspend_timeout: how long the broker may hold a pull with no message (15 s).
+        pull_timeout: timeout of a held pull (30 s); must exceed ``pull_suspend_timeout``.
+        pull_retry_max_delay: the longest pause between pull retries after errors (1 s; the
+            pause grows from 0.05 s with jitter).
+        offset_illegal_delay: after OFFSET_ILLEGAL a queue is reset and re-added this much later
+            (10 s, as Java's PullCallback does).
+        shutdown_grace: how long a shutdown waits for running handlers (10 s).
+        post_subscription: send the tag expression with every pull (pull sysFlag 0x4, as the
+            C++ client does) rather than relying on the subscription of the last heartbeat.
+        offset_store_dir: where broadcasting consumers keep their offsets
+            (``<dir>/<ip>@<instance_name or DEFAULT>/<group>/offsets.json``).
+
+    Raises:
+        ConfigurationError: through :func:`build_settings`, for any invalid value.
+    """
+
+    group: str = Field(min_length=1)
+    message_model: Literal["clustering", "broadcasting"] = "clustering"
+    consume_from: Literal["last", "first"] | datetime = "last"
+    orderly: bool = False
+    allocation: str | Callable[..., Any] = "averagely"
+    allocation_queues: tuple[MessageQueue, ...] = ()
+    consistent_hash_virtual_nodes: int = Field(default=10, ge=1, le=1000)
+    pull_batch_size: int = Field(default=32, ge=1, le=1024)
+    consume_batch_size: int = Field(default=1, ge=1, le=1024)
+    concurrency: int = Field(default=64, ge=1, le=10000)
+    pull_threshold_for_queue: int = Field(default=1000, ge=1, le=65535)
+    pull_threshold_size_for_queue: int = Field(default=100, ge=1, le=1024)
+    pull_threshold_for_topic: int = Field(default=-1, ge=-1)
+    pull_threshold_size_for_topic: int = Field(default=-1, ge=-1)
+    max_span: int = Field(default=2000, ge=1, le=65535)
+    pull_interval: float = Field(default=0.0, ge=0)
+    max_reconsume_times: int | None = Field(default=None, ge=0)
+    consume_timeout: float = Field(default=900.0, gt=0)
+    reconsume_later_delay: float = Field(default=5.0, ge=0)
+    send_back_timeout: float = Field(default=5.0, gt=0)
+    offset_persist_interval: float = Field(default=5.0, gt=0)
+    rebalance_interval: float = Field(default=20.0, gt=0)
+    pull_suspend_timeout: float = Field(default=15.0, gt=0)
+    pull_timeout: float = Field(default=30.0, gt=0)
+    pull_retry_max_delay: float = Field(default=1.0, ge=0.05)
+    offset_illegal_delay: float = Field(default=10.0, ge=0)
+    shutdown_grace: float = Field(default=10.0, ge=0)
+    post_subscription: bool = True
+    offset_store_dir: Path = Field(default_factory=lambda: Path.home() / ".aiorocket_offsets")
+
+    @field_validator("allocation")
+    @classmethod
+    def _check_allocation(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ALLOCATION_STRATEGIES:
+            raise ValueError(f"unknown allocation {value!r}; use one of {ALLOCATION_STRATEGIES}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> ConsumerSettings:
+        if self.pull_timeout <= self.pull_suspend_timeout:
+            raise ValueError("pull_timeout must exceed pull_suspend_timeout")
+        if self.allocation == "by_config" and not self.allocation_queues:
+            raise ValueError('allocation "by_config" needs allocation_queues')
+        return self
+
+    @property
+    def effective_max_reconsume_times(self) -> int:
+        """``max_reconsume_times`` with Java's default applied (16 for concurrent consumers)."""
+        return 16 if self.max_reconsume_times is None else self.max_reconsume_times
 
 
 _S = TypeVar("_S", bound=BaseModel)

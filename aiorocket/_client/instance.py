@@ -31,6 +31,8 @@ from aiorocket._protocol.headers import (
     GetConsumerListByGroupRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMaxOffsetResponseHeader,
+    GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
     GetRouteInfoRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
@@ -371,6 +373,20 @@ class ClientInstance:
             )
         )
         return GetMaxOffsetResponseHeader.from_ext(resp.ext_fields).offset
+
+    async def get_min_offset(self, addr: str, mq: MessageQueue) -> int:
+        """GET_MIN_OFFSET (31): the smallest offset the queue still stores.
+
+        Raises:
+            BrokerError, TransportError.
+        """
+        header = GetMinOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id)
+        resp = _check(
+            await self.invoke(
+                addr, RemotingCommand.request(RequestCode.GET_MIN_OFFSET, header.to_ext())
+            )
+        )
+        return GetMinOffsetResponseHeader.from_ext(resp.ext_fields).offset
 
     async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
         """SEARCH_OFFSET_BY_TIMESTAMP (29).

@@ -1,1 +1,2 @@
 """The producer."""
+__all__: list[str] = []

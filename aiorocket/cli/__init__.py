@@ -1,9 +1,8 @@
-"""The ``aiorocket`` command: ``aiorocket demo`` and, as they land, ``broker`` and ``run``."""
+"""The ``aiorocket`` command: ``broker``, ``run`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -12,23 +11,54 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aiorocket", description=__doc__)
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level", default=None, help="logging level (default WARNING; INFO for run)"
+    )
+    parser = argparse.ArgumentParser(prog="aiorocket", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the end-to-end demo on loopback")
-    demo.add_argument("--requests", type=int, default=50_000, help="requests to exchange")
+    from aiorocket.cli._broker import add_broker_parser
+    from aiorocket.cli._demo import add_demo_parser
+    from aiorocket.cli._run import add_run_parser
+
+    for add in (add_broker_parser, add_run_parser, add_demo_parser):
+        add(_WithParents(sub, common))
     return parser
+
+
+class _WithParents:
+    """Passes the shared options to every subcommand parser."""
+
+    def __init__(
+        self,
+        sub: argparse._SubParsersAction[argparse.ArgumentParser],
+        common: argparse.ArgumentParser,
+    ) -> None:
+        self._sub = sub
+        self._common = common
+
+    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
+        return self._sub.add_parser(name, parents=[self._common], **kwargs)  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
+    level = args.log_level or ("INFO" if args.command == "run" else "WARNING")
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.command == "demo":
-        from aiorocket.cli._demo import run_demo
+    if args.command == "broker":
+        from aiorocket.cli._broker import run_broker
 
-        return asyncio.run(run_demo(requests=args.requests))
+        return run_broker(args)
+    if args.command == "run":
+        from aiorocket.cli._run import run_worker
+
+        return run_worker(args)
+    if args.command == "demo":
+        from aiorocket.cli._demo import run_demo_command
+
+        return run_demo_command(args)
     print(f"unknown command {args.command!r}", file=sys.stderr)  # pragma: no cover
     return 2

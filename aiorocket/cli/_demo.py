@@ -1,50 +1,185 @@
-"""``aiorocket demo``: the best end-to-end run the project has so far.
+"""``aiorocket demo``: the orders app of ``examples/orders.py`` on an in-process embedded broker.
 
-Today that is the remoting layer on real loopback TCP: a server with a request-code table and a
-pooled client exchanging pipelined requests, with every response checked against its request.
+It starts an :class:`~aiorocket.embedded.EmbeddedBroker` on a temporary data directory,
+runs the app (a concurrent billing subscriber with transient failures retried through
+``%RETRY%`` and one poison order that ends in ``%DLQ%``; an orderly fulfilment subscriber that
+checks each order's event sequence), produces orders for about 25 seconds, shows live progress
+and ends with a summary. It exits 0 only when every event was handled, the poison order was
+dead-lettered and no order saw its events out of sequence.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import random
+import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-from aiorocket._protocol.codes import RequestCode
-from aiorocket._protocol.command import RemotingCommand
-from aiorocket._remoting import Connection, ConnectionPool, Dispatcher, Server
-
-
-async def _echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    return cmd.make_response(0, ext_fields={"n": cmd.ext_fields["n"]}, body=cmd.body)
+__all__ = ["add_demo_parser", "run_demo", "run_demo_command"]
 
 
-async def run_demo(*, requests: int) -> int:
-    """Exchange ``requests`` pipelined requests over loopback and print a summary."""
-    dispatcher = Dispatcher()
-    dispatcher.register(RequestCode.HEART_BEAT, _echo)
-    async with Server(dispatcher) as server:
-        host, port = server.address
-        print(f"server listening on {host}:{port}")
-        pool = ConnectionPool()
-        conn = await pool.get(f"{host}:{port}")
-        window = asyncio.Semaphore(256)
-        bad = 0
-
-        async def one(i: int) -> None:
-            nonlocal bad
-            async with window:
-                resp = await conn.request(
-                    RemotingCommand.request(34, {"n": str(i)}, body=b"x" * 128)
-                )
-                bad += resp.ext_fields.get("n") != str(i) or len(resp.body) != 128
-
-        t0 = time.perf_counter()
-        async with asyncio.TaskGroup() as tg:
-            for i in range(requests):
-                tg.create_task(one(i))
-        elapsed = time.perf_counter() - t0
-        await pool.close()
-    print(
-        f"exchanged {requests} requests in {elapsed:.2f} s ({requests / elapsed:,.0f} req/s), mismatched: {bad}"
+def add_demo_parser(sub: Any) -> None:
+    """Add the ``demo`` subcommand to an ``argparse`` subparsers object."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo", help="run the orders demo on an in-process embedded broker"
     )
-    return 0 if bad == 0 else 1
+    p.add_argument(
+        "--messages", type=int, default=7_500, help="order events to produce (default 7500)"
+    )
+    p.add_argument("--duration", type=float, default=25.0, help="seconds to spread production over")
+    p.add_argument("--seed", type=int, default=7, help="random seed (which orders are flaky)")
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    """Entry point of ``aiorocket demo``."""
+    if args.messages < 30:
+        print("aiorocket demo: --messages must be at least 30", file=sys.stderr)
+        return 2
+    return asyncio.run(run_demo(messages=args.messages, duration=args.duration, seed=args.seed))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
+    """Run the demo; returns the process exit code."""
+    # Imported here so that `aiorocket --help` stays fast.
+    from aiorocket.cli._orders import EVENTS, POISON_ORDER, Ledger, OrderEvent, build_app
+    from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+
+    rng = random.Random(seed)
+    orders = messages // len(EVENTS)
+    flaky = frozenset(
+        rng.sample([o for o in range(1, orders + 1) if o != POISON_ORDER], k=max(1, orders // 100))
+    )
+    ledger = Ledger(flaky_orders=flaky)
+    consumer_settings = {
+        "consume_from": "first",
+        "rebalance_interval": 2.0,
+        "offset_persist_interval": 1.0,
+        "shutdown_grace": 5.0,
+    }
+    with tempfile.TemporaryDirectory(prefix="aiorocket-demo-") as data:
+        config = BrokerConfig(default_queues=8)
+        async with EmbeddedBroker(port=0, data_dir=Path(data), config=config) as broker:
+            print(f"embedded broker on {broker.address} (data in {data})")
+            app = build_app(broker.address, ledger, consumer=consumer_settings)
+            async with app:
+                print("app started: billing (concurrent) and fulfilment (orderly) subscribers")
+                produced = 0
+                t0 = time.perf_counter()
+
+                async def produce_order(order_id: int, start_at: float) -> None:
+                    nonlocal produced
+                    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+                    for seq, event in enumerate(EVENTS):
+                        body = OrderEvent(
+                            order_id=order_id, seq=seq, event=event, amount_cents=100 * order_id
+                        )
+                        # One sharding key per order: its events share a queue, so the orderly
+                        # subscriber sees created → paid → shipped in sequence.
+                        await app.publish(
+                            "orders",
+                            body,
+                            tags=event,
+                            keys=[str(order_id)],
+                            sharding_key=str(order_id),
+                        )
+                        produced += 1
+
+                async def progress() -> None:
+                    while True:
+                        await asyncio.sleep(0.5)
+                        print(
+                            "\r\x1b[2K" + _progress(app, ledger, produced, messages, t0),
+                            end="",
+                            flush=True,
+                        )
+
+                ticker = asyncio.create_task(progress())
+                try:
+                    async with asyncio.TaskGroup() as tg:
+                        for i in range(orders):
+                            tg.create_task(produce_order(i + 1, t0 + duration * i / orders))
+                    produced_at = time.perf_counter()
+                    expected_billed = orders - 1  # every order but the poison one
+                    deadline = time.perf_counter() + 60
+                    while time.perf_counter() < deadline and not (  # noqa: ASYNC110 - counters
+                        len(ledger.billed) >= expected_billed
+                        and ledger.fulfilled_events >= orders * len(EVENTS)
+                        and _dead_lettered(app) >= 1
+                    ):
+                        await asyncio.sleep(0.1)
+                finally:
+                    ticker.cancel()
+                elapsed = time.perf_counter() - t0
+                print("\r\x1b[2K" + _progress(app, ledger, produced, messages, t0))
+                stats = app.statistics()
+                latencies = [x for s in stats.values() for x in s.latencies_ms]
+                handled = sum(s.handled for s in stats.values())
+                retried = sum(s.failed for s in stats.values())
+                dead = _dead_lettered(app)
+        complete = (
+            len(ledger.billed) == orders - 1
+            and ledger.fulfilled_events == orders * len(EVENTS)
+            and dead == 1
+        )
+        ok = complete and ledger.order_violations == 0
+        verdict = "OK" if ok else ("INCOMPLETE" if not complete else "ORDER VIOLATED")
+        rows = [
+            ("produced", f"{produced}"),
+            (
+                "consumed",
+                f"{handled} (billed {len(ledger.billed)} orders, "
+                f"fulfilled {ledger.fulfilled_events} events)",
+            ),
+            ("retried", f"{retried} ({len(flaky)} flaky orders, retried via %RETRY%billing)"),
+            ("dead-lettered", f"{dead} (order {POISON_ORDER} in %DLQ%billing after 3 attempts)"),
+            (
+                "order violations",
+                f"{ledger.order_violations} (in-order replays: {ledger.redelivered_in_order})",
+            ),
+            (
+                "throughput",
+                f"{handled / elapsed:,.0f} msgs/s over {elapsed:.1f} s "
+                f"(production took {produced_at - t0:.1f} s)",
+            ),
+            (
+                "store->handler",
+                f"p50 {_percentile(latencies, 0.5):.1f} ms, "
+                f"p99 {_percentile(latencies, 0.99):.1f} ms",
+            ),
+            ("result", verdict),
+        ]
+        print("\nsummary")
+        for name, value in rows:
+            print(f"  {name:<18} {value}")
+        return 0 if ok else 1
+
+
+def _dead_lettered(app: Any) -> int:
+    return int(sum(s.dead_lettered for s in app.statistics().values()))
+
+
+def _progress(app: Any, ledger: Any, produced: int, total: int, t0: float) -> str:
+    stats = app.statistics().values()
+    handled = sum(s.handled for s in stats)
+    retried = sum(s.failed for s in stats)
+    elapsed = max(time.perf_counter() - t0, 1e-6)
+    lat = [x for s in stats for x in list(s.latencies_ms)[-500:]]
+    p50 = statistics.median(lat) if lat else 0.0
+    return (
+        f"[{elapsed:5.1f}s] produced {produced}/{total}  consumed {handled}"
+        f"  billed {len(ledger.billed)}  fulfilled {ledger.fulfilled_events}"
+        f"  retried {retried}  DLQ {_dead_lettered(app)}  violations {ledger.order_violations}"
+        f"  {handled / elapsed:,.0f} msg/s  latency p50 {p50:.1f} ms"
+    )

@@ -1,0 +1,15 @@
+"""The push consumer: rebalance, per-queue pull tasks, process queues, concurrent consumption,
+offset stores (Java ``DefaultMQPushConsumer``, rebuilt on coroutines)."""
+
+from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext
+from aiorocket._consumer.push_consumer import PushConsumer
+from aiorocket._consumer.stats import ConsumerStatistics, QueueStatistics, TopicStatistics
+
+__all__ = [
+    "ConsumeHook",
+    "ConsumeHookContext",
+    "ConsumerStatistics",
+    "PushConsumer",
+    "QueueStatistics",
+    "TopicStatistics",
+]

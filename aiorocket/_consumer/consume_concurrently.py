@@ -1,0 +1,472 @@
+"""Concurrent consumption (Java ``ConsumeMessageConcurrentlyService``; seeds 000, 001, 004).
+
+Pulled messages are split into requests of ``consume_batch_size`` and queued; ``concurrency``
+long-lived workers take requests in order and run the handler, so at most ``concurrency``
+handler calls run at once (the bound Java's thread pool gives) without a task per message. A
+worker whose handler finishes without suspending goes straight on to the next request; a
+new worker is woken only while requests are waiting and none has been woken already, so a fast
+handler runs back to back on one worker and a slow one fans out to all of them.
+
+Outcome of a call (``processConsumeResult``):
+
+* success up to ``ctx.ack_index``; the rest, or all on RECONSUME_LATER or an exception, failed;
+* clustering: each failed message goes back to the broker (CONSUMER_SEND_MSG_BACK, falling
+  back to a resend into ``%RETRY%<group>``); one that cannot be returned stays cached and is
+  consumed again locally after ``reconsume_later_delay``; broadcasting: failures are logged
+  and dropped;
+* the finished messages leave the process queue and the offset it returns is recorded
+  (increase-only), unless the queue was dropped meanwhile.
+
+A clean-up pass sends back the messages of calls running longer than ``consume_timeout`` and
+removes them, so one stuck handler cannot hold the committed offset forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
+from aiorocket._consumer.offset_store import OffsetStore
+from aiorocket._consumer.process_queue import ProcessQueue
+from aiorocket._consumer.pull_loop import RETRY_PREFIX
+from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from aiorocket._protocol.properties import (
+    DELAY,
+    MAX_RECONSUME_TIMES,
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    RETRY_TOPIC,
+    TRAN_MSG,
+    encode_properties,
+)
+from aiorocket.errors import BrokerError, TransportError
+from aiorocket.models import ConcurrentContext, ConsumeStatus, MessageQueue, ReceivedMessage
+from aiorocket.settings import ConsumerSettings
+
+__all__ = ["ConcurrentConsumeService", "Handler"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+#: ``async def handler(msgs, ctx) -> ConsumeStatus | None``
+Handler = Callable[[list[ReceivedMessage], ConcurrentContext], Awaitable[ConsumeStatus | None]]
+
+_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
+_LATER = ConsumeStatus.RECONSUME_LATER
+#: requests a worker runs back to back before it lets other tasks in
+_FAIRNESS_BATCH = 64
+#: the producer group of the client's own resends (Java MixAll.CLIENT_INNER_PRODUCER_GROUP)
+_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
+
+
+class _Request:
+    """One handler call's worth of messages (Java ``ConsumeRequest``)."""
+
+    __slots__ = ("expired", "msgs", "pq", "retry", "started")
+
+    def __init__(self, pq: ProcessQueue, msgs: list[ReceivedMessage], retry: bool = False):
+        self.pq = pq
+        self.msgs = msgs
+        #: monotonic start of the handler call; 0.0 while queued
+        self.started = 0.0
+        #: the clean-up sent the messages back; the late outcome is ignored
+        self.expired = False
+        #: a local retry after a failed send-back
+        self.retry = retry
+
+
+class _WorkQueue:
+    """FIFO of requests with idle workers parked on futures; wakes at most one at a time."""
+
+    def __init__(self) -> None:
+        self.items: deque[_Request] = deque()
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._woken = 0
+
+    def put(self, req: _Request) -> None:
+        self.items.append(req)
+        if self._woken == 0:
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        idle = self._idle
+        while idle:
+            fut = idle.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                self._woken += 1
+                return
+
+    def pop_nowait(self) -> _Request:
+        """Take the next request (there must be one)."""
+        items = self.items
+        req = items.popleft()
+        if items and self._woken == 0:
+            # Recruit a helper while a backlog remains: if this handler suspends, the
+            # helper carries on; if it does not, the helper finds nothing and parks again.
+            self._wake_one()
+        return req
+
+    async def get(self) -> _Request:
+        """Take the next request, waiting for one."""
+        items = self.items
+        while not items:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle.append(fut)
+            try:
+                await fut
+            finally:
+                if fut.done() and not fut.cancelled():
+                    self._woken -= 1
+                else:
+                    fut.cancel()
+        return self.pop_nowait()
+
+
+class ConcurrentConsumeService:
+    """Runs the handler over pulled messages with bounded concurrency.
+
+    Args:
+        handler: the user's ``async def (msgs, ctx)``.
+        group: the wire consumer group (namespace applied).
+        client: for send-back and the fallback resend.
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    uses_span_limit = True
+
+    def __init__(
+        self,
+        *,
+        handler: Handler,
+        group: str,
+        settings: ConsumerSettings,
+        client: ClientInstance,
+        offsets: OffsetStore,
+        stats: StatsRecorder,
+        hooks: Sequence[ConsumeHook] = (),
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._handler = handler
+        self._group = group
+        self._settings = settings
+        self._client = client
+        self._offsets = offsets
+        self._stats = stats
+        self._hooks = tuple(hooks)
+        self._clock = clock or asyncio.get_running_loop().time
+        self._queue = _WorkQueue()
+        self._running: set[_Request] = set()
+        self._later: dict[_Request, asyncio.TimerHandle] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._clustering = settings.message_model == "clustering"
+        self._batch = settings.consume_batch_size
+        self._max_reconsume = settings.effective_max_reconsume_times
+        self._retry_topic = f"{RETRY_PREFIX}{group}"
+        self._closing = False
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        """Queue ``msgs`` (already cached in ``pq``) in requests of ``consume_batch_size``."""
+        put = self._queue.put
+        size = self._batch
+        if len(msgs) <= size:
+            put(_Request(pq, msgs))
+        else:
+            for i in range(0, len(msgs), size):
+                put(_Request(pq, msgs[i : i + size]))
+        self._idle.clear()
+
+    def _submit_later(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        # submitConsumeRequestLater: the messages stay cached, so the offset waits for them.
+        req = _Request(pq, msgs, retry=True)
+        loop = asyncio.get_running_loop()
+        self._later[req] = loop.call_later(
+            self._settings.reconsume_later_delay, self._resubmit, req
+        )
+        self._idle.clear()
+
+    def _resubmit(self, req: _Request) -> None:
+        self._later.pop(req, None)
+        if not req.pq.dropped:
+            self._queue.put(req)
+        self._check_idle()
+
+    # -- workers ------------------------------------------------------------------------------
+
+    async def worker(self) -> None:
+        """One worker's loop (run ``concurrency`` of them in the consumer's task group).
+
+        The common path (a whole batch succeeds) stays synchronous after the handler returns:
+        no coroutine besides the handler's own is created per request.
+        """
+        queue = self._queue
+        items = queue.items
+        handler = self._handler
+        clock = self._clock
+        running = self._running
+        hooks = self._hooks
+        stats = self._stats
+        update_offset = self._offsets.update
+        streak = 0
+        while True:
+            if items:
+                req = queue.pop_nowait()
+            else:
+                streak = 0
+                self._check_idle()
+                req = await queue.get()
+            if req.pq.dropped:
+                continue
+            pq = req.pq  # (after the check: mypy would keep "not dropped" across the await)
+            msgs = req.msgs
+            ctx = ConcurrentContext(pq.queue)
+            hook_ctx = None
+            if hooks:
+                hook_ctx = ConsumeHookContext(self._group, pq.queue, msgs)
+                run_before(hooks, hook_ctx)
+            req.started = start = clock()
+            running.add(req)
+            raised = False
+            try:
+                status = await handler(msgs[:], ctx)
+            except Exception:
+                log.warning(
+                    "handler failed on %d message(s) of %s", len(msgs), pq.queue, exc_info=True
+                )
+                status = _LATER
+                raised = True
+            finally:
+                running.discard(req)
+            end = clock()
+            if status is None:
+                status = _SUCCESS
+            elif status is not _SUCCESS and status is not _LATER:
+                log.error("handler returned %r, not a ConsumeStatus: a failure", status)
+                status = _LATER
+            if hook_ctx is not None:
+                self._after_hooks(hook_ctx, status, raised, end - start)
+            if req.expired:
+                pass  # the clean-up already sent these back and moved the offset on
+            elif pq.dropped:
+                # ConsumeRequest.run: a dropped queue's results are not processed.
+                stats.consumed(pq.queue.topic, end - start, 0, 0)
+            elif status is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
+                stats.consumed(pq.queue.topic, end - start, len(msgs), 0)
+                offset = pq.remove(msgs, now=end)
+                if offset >= 0:
+                    update_offset(pq.queue, offset)
+            else:
+                await self._process_result(req, status, ctx, end - start)
+            streak += 1
+            if streak >= _FAIRNESS_BATCH:
+                streak = 0
+                await asyncio.sleep(0)
+
+    def _check_idle(self) -> None:
+        if not self._queue.items and not self._running and not self._later:
+            self._idle.set()
+
+    def _after_hooks(
+        self, hook_ctx: ConsumeHookContext, status: ConsumeStatus, raised: bool, rt: float
+    ) -> None:
+        hook_ctx.status = status
+        hook_ctx.success = status is _SUCCESS
+        if raised:
+            hook_ctx.return_type = "EXCEPTION"
+        elif rt >= self._settings.consume_timeout:
+            hook_ctx.return_type = "TIME_OUT"
+        else:
+            hook_ctx.return_type = "SUCCESS" if status is _SUCCESS else "FAILED"
+        run_after(self._hooks, hook_ctx)
+
+    async def _process_result(
+        self, req: _Request, status: ConsumeStatus, ctx: ConcurrentContext, rt: float
+    ) -> None:
+        pq = req.pq
+        msgs = req.msgs
+        n = len(msgs)
+        if status is _SUCCESS:
+            ack = min(ctx.ack_index, n - 1)
+            if ack < -1:
+                ack = -1
+        else:
+            ack = -1
+        self._stats.consumed(pq.queue.topic, rt, ack + 1, n - ack - 1)
+        done = msgs
+        if ack < n - 1:
+            failed = msgs[ack + 1 :]
+            if not self._clustering:
+                for m in failed:
+                    log.warning("broadcasting: dropping message %s after a failure", m)
+            else:
+                back_failed = [
+                    m
+                    for m in failed
+                    if not await self.send_back(m, ctx.delay_level, pq.queue.broker_name)
+                ]
+                if back_failed:
+                    self._stats.send_back_failures += len(back_failed)
+                    keep = {id(m) for m in back_failed}
+                    done = [m for m in msgs if id(m) not in keep]
+                    if not pq.dropped:
+                        self._submit_later(
+                            pq,
+                            [m._with_reconsume_times(m.reconsume_times + 1) for m in back_failed],
+                        )
+        offset = pq.remove(done, now=self._clock())
+        if offset >= 0 and not pq.dropped:
+            self._offsets.update(pq.queue, offset)
+
+    # -- send-back ----------------------------------------------------------------------------
+
+    async def send_back(self, msg: ReceivedMessage, delay_level: int, broker_name: str) -> bool:
+        """Return a failed message to the broker for a later retry; True when it got there.
+
+        CONSUMER_SEND_MSG_BACK first; if that fails, a resend into ``%RETRY%<group>`` with the
+        properties Java's fallback sets (REMOTING.md §6.6).
+        """
+        origin_topic = self._wire_topic(msg.topic)
+        addr = self._client.master_address(broker_name)
+        if addr is not None:
+            header = ConsumerSendMsgBackRequestHeader(
+                offset=msg.commit_log_offset,
+                group=self._group,
+                delay_level=delay_level,
+                origin_msg_id=msg.msg_id,
+                origin_topic=origin_topic,
+                unit_mode=False,
+                max_reconsume_times=self._max_reconsume,
+                broker_name=broker_name,
+            )
+            try:
+                await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
+                return True
+            except (BrokerError, TransportError) as exc:
+                log.warning("send-back of %s failed (%s); resending it", msg.msg_id, exc)
+        return await self._resend_to_retry_topic(msg, origin_topic, broker_name)
+
+    async def _resend_to_retry_topic(
+        self, msg: ReceivedMessage, origin_topic: str, broker_name: str
+    ) -> bool:
+        props = dict(msg.properties)
+        props[RETRY_TOPIC] = origin_topic
+        props[ORIGIN_MESSAGE_ID] = props.get(ORIGIN_MESSAGE_ID) or msg.msg_id
+        props[DELAY] = str(3 + msg.reconsume_times)
+        for key in (TRAN_MSG, RECONSUME_TIME, MAX_RECONSUME_TIMES):
+            # RECONSUME_TIME and MAX_RECONSUME_TIMES travel as header fields j and l.
+            props.pop(key, None)
+        route = self._client.route(self._retry_topic)
+        queues = route.publish_queues(self._retry_topic) if route is not None else []
+        mq = random.choice(queues) if queues else MessageQueue(self._retry_topic, broker_name, 0)
+        addr = self._client.master_address(mq.broker_name)
+        if addr is None:
+            return False
+        header = SendMessageRequestHeader(
+            producer_group=_INNER_PRODUCER,
+            topic=self._retry_topic,
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=mq.queue_id,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=msg.flag,
+            properties=encode_properties(props),
+            reconsume_times=msg.reconsume_times + 1,
+            unit_mode=False,
+            max_reconsume_times=self._max_reconsume,
+            batch=False,
+            broker_name=mq.broker_name,
+        )
+        try:
+            await self._client.send_message(
+                addr, header, msg.body, timeout=self._settings.send_back_timeout
+            )
+            return True
+        except (BrokerError, TransportError) as exc:
+            log.warning("resend of %s to %s failed: %s", msg.msg_id, self._retry_topic, exc)
+            return False
+
+    def _wire_topic(self, topic: str) -> str:
+        ns = self._settings.namespace
+        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
+            return f"{ns}%{topic}"
+        return topic
+
+    # -- consume timeout ----------------------------------------------------------------------
+
+    async def clean_expired(self) -> None:
+        """Send back and drop the messages of calls running longer than ``consume_timeout``
+        (``ConsumeMessageConcurrentlyService.cleanExpireMsg``)."""
+        now = self._clock()
+        timeout = self._settings.consume_timeout
+        for req in [r for r in self._running if now - r.started > timeout and not r.expired]:
+            pq = req.pq
+            if pq.dropped:
+                continue
+            req.expired = True
+            log.warning(
+                "%d message(s) of %s consumed for over %.0f s; sending them back",
+                len(req.msgs),
+                pq.queue,
+                timeout,
+            )
+            if self._clustering:
+                for m in req.msgs:
+                    # Java sends expired messages back with delay level 3.
+                    if not await self.send_back(m, 3, pq.queue.broker_name):
+                        log.warning("could not send back expired message %s", m.msg_id)
+            offset = pq.remove(req.msgs, now=self._clock())
+            if offset >= 0 and not pq.dropped:
+                self._offsets.update(pq.queue, offset)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """Handler calls in progress."""
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a worker."""
+        return len(self._queue.items)
+
+    async def drain(self, timeout: float) -> bool:
+        """Finish in-flight work of draining queues within ``timeout``; True if all finished.
+
+        Requests that never started are discarded: their messages stay cached, so the
+        committed offset stops before them and they are delivered after a restart, never
+        twice. Local retries waiting for their delay run now, since their messages were
+        delivered already and hold the offset back.
+        """
+        self._closing = True
+        items = self._queue.items
+        kept = [r for r in items if r.retry and not r.pq.dropped]
+        items.clear()
+        for req, handle in list(self._later.items()):
+            handle.cancel()
+            if not req.pq.dropped:
+                kept.append(req)
+        self._later.clear()
+        for req in kept:
+            self._queue.put(req)
+        self._check_idle()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            log.warning(
+                "shutdown grace of %.1f s over with %d handler call(s) still running",
+                timeout,
+                len(self._running),
+            )
+            return False
+        return True

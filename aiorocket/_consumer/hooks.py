@@ -1,0 +1,70 @@
+"""Consume hooks (Java ``ConsumeMessageHook``): called before and after every handler call.
+
+Hooks run inline on the consume path, so they must be quick and must not block; an exception
+from a hook is logged and ignored, as Java's ``executeHookBefore/After`` do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiorocket.models import ConsumeStatus, MessageQueue, ReceivedMessage
+
+__all__ = ["ConsumeHook", "ConsumeHookContext", "run_after", "run_before"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+
+@dataclass(slots=True)
+class ConsumeHookContext:
+    """What a hook sees (Java ``ConsumeMessageContext``).
+
+    Attributes:
+        group: the consumer group.
+        queue: the queue the messages came from.
+        messages: the batch handed to the handler.
+        status: the handler's outcome (set before ``consume_after``; ``None`` before).
+        success: whether the whole batch succeeded.
+        return_type: ``SUCCESS``, ``FAILED``, ``EXCEPTION`` or ``TIME_OUT`` (Java
+            ``ConsumeReturnType``), set before ``consume_after``.
+        props: free space for a hook to pass values from before to after.
+    """
+
+    group: str
+    queue: MessageQueue
+    messages: Sequence[ReceivedMessage]
+    status: ConsumeStatus | None = None
+    success: bool = False
+    return_type: str = ""
+    props: dict[str, object] = field(default_factory=dict)
+
+
+class ConsumeHook(Protocol):
+    """A pair of callbacks around each handler call."""
+
+    def consume_before(self, ctx: ConsumeHookContext) -> None:
+        """Called just before the handler."""
+
+    def consume_after(self, ctx: ConsumeHookContext) -> None:
+        """Called just after the handler, with the outcome filled in."""
+
+
+def run_before(hooks: Sequence[ConsumeHook], ctx: ConsumeHookContext) -> None:
+    """Call every hook's ``consume_before``; exceptions are logged and ignored."""
+    for hook in hooks:
+        try:
+            hook.consume_before(ctx)
+        except Exception:
+            log.warning("consume hook %r failed before consumption", hook, exc_info=True)
+
+
+def run_after(hooks: Sequence[ConsumeHook], ctx: ConsumeHookContext) -> None:
+    """Call every hook's ``consume_after``; exceptions are logged and ignored."""
+    for hook in hooks:
+        try:
+            hook.consume_after(ctx)
+        except Exception:
+            log.warning("consume hook %r failed after consumption", hook, exc_info=True)

@@ -1,0 +1,374 @@
+"""The local cache of one assigned queue (Java ``ProcessQueue``).
+
+Rules this state keeps:
+
+* Messages are kept by queue offset (a ``SortedDict`` of pulled runs) from the moment they
+  are pulled until their consumption finished; :meth:`ProcessQueue.remove` returns the
+  smallest offset still cached, or one past the largest ever cached when nothing is left.
+  That is the offset to commit: it never passes a message whose consumption has not
+  finished (seed 003, offset scenarios 1-3), at the price of redelivering what finished
+  above it after a crash.
+* A queue is *active*, *draining* (shutdown: no more pulls, finished consumption still
+  commits) or *dropped* (rebalance gave it away: nothing commits any more, because another
+  member may already own it). ``dropped`` is what a stale holder checks.
+* Flow control (count, size, span) is a pure check; a pull loop over the limits waits in
+  :meth:`ProcessQueue.wait_has_capacity` and is woken by the removal that frees capacity, not
+  by polling.
+
+No I/O and no clock: callers pass ``now`` (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+
+from sortedcontainers import SortedDict
+
+from aiorocket.models import MessageQueue, ReceivedMessage
+
+__all__ = ["FlowLimits", "ProcessQueue", "QueueSnapshot"]
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """When a queue must stop pulling (``DefaultMQPushConsumerImpl.pullMessage``).
+
+    Pulling pauses while the cache holds *more than* ``max_count`` messages or ``max_mib``
+    MiB of bodies, or (concurrent consumption only, ``max_span`` not ``None``) while its
+    offsets span more than ``max_span``. "More than", as in Java, so a cache may reach the
+    limit plus one pull batch.
+    """
+
+    max_count: int
+    max_mib: int
+    max_span: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """A point-in-time view of one queue's cache, for statistics and running info."""
+
+    queue: MessageQueue
+    cached_count: int
+    cached_bytes: int
+    min_offset: int
+    max_offset: int
+    span: int
+    dropped: bool
+    draining: bool
+    last_pull_time: float
+    last_consume_time: float
+
+
+class _Run:
+    """Messages cached by one put (ascending offsets) and which of them are still cached.
+
+    ``live[i]`` is 1 while ``msgs[i]`` is cached; ``head``/``tail`` are the first and last
+    live indexes, so the smallest and largest cached offsets are O(1) to read.
+    """
+
+    __slots__ = ("count", "head", "live", "msgs", "nbytes", "offsets", "tail")
+
+    def __init__(self, msgs: list[ReceivedMessage], offsets: list[int], nbytes: int) -> None:
+        self.msgs = msgs
+        self.offsets = offsets
+        self.live = bytearray(b"\x01") * len(msgs)
+        self.head = 0
+        self.tail = len(msgs) - 1
+        self.count = len(msgs)
+        #: body bytes of the live messages
+        self.nbytes = nbytes
+
+
+class ProcessQueue:
+    """Messages of one queue between pull and finished consumption.
+
+    The cache is a ``SortedDict`` keyed by queue offset: the first offset of each pulled run
+    of messages, whose runs never overlap, plus an index from every cached offset to its run.
+    A put is then one sorted insertion per pull rather than per message, and a removal marks
+    messages in their run and drops the run once it is empty, which keeps the per-message
+    cost of the consumer's hot path low.
+
+    Attributes:
+        queue: the queue.
+        dropped: the queue was taken away (rebalance, offset reset): stop and commit nothing.
+        draining: the consumer is shutting down: no more pulls, finished work still commits.
+        last_pull_time, last_consume_time: monotonic times of the last pull and removal.
+    """
+
+    __slots__ = (
+        "_capacity_waiter",
+        "_limits",
+        "_runs",
+        "_where",
+        "cached_bytes",
+        "cached_count",
+        "draining",
+        "dropped",
+        "last_consume_time",
+        "last_pull_time",
+        "max_offset_ever",
+        "queue",
+    )
+
+    def __init__(self, queue: MessageQueue, *, now: float = 0.0) -> None:
+        self.queue = queue
+        self._runs: SortedDict[int, _Run] = SortedDict()
+        self._where: dict[int, _Run] = {}
+        #: messages cached (pulled, consumption not finished)
+        self.cached_count = 0
+        self.cached_bytes = 0
+        #: the largest offset ever put (Java ``queueOffsetMax``); -1 before the first put
+        self.max_offset_ever = -1
+        self.dropped = False
+        self.draining = False
+        self.last_pull_time = now
+        self.last_consume_time = now
+        self._capacity_waiter: asyncio.Future[None] | None = None
+        self._limits: FlowLimits | None = None
+
+    # -- contents -----------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """The smallest cached offset, -1 when empty."""
+        if not self._runs:
+            return -1
+        run = self._runs.peekitem(0)[1]
+        return run.offsets[run.head]
+
+    @property
+    def max_offset(self) -> int:
+        """The largest cached offset, -1 when empty."""
+        if not self._runs:
+            return -1
+        run = self._runs.peekitem(-1)[1]
+        return run.offsets[run.tail]
+
+    @property
+    def span(self) -> int:
+        """Largest minus smallest cached offset (Java ``getMaxSpan``); 0 when empty."""
+        return self.max_offset - self.min_offset if self._runs else 0
+
+    def __contains__(self, offset: object) -> bool:
+        return offset in self._where
+
+    def messages(self) -> list[ReceivedMessage]:
+        """The cached messages in offset order (a copy)."""
+        out: list[ReceivedMessage] = []
+        for run in self._runs.values():
+            live = run.live
+            out.extend(m for i, m in enumerate(run.msgs) if live[i])
+        return out
+
+    def put(self, msgs: Sequence[ReceivedMessage]) -> int:
+        """Cache pulled messages (``putMessage``); returns how many were new.
+
+        An offset already cached is kept as it is (a duplicate pull changes nothing).
+        """
+        if not msgs:
+            return 0
+        runs = self._runs
+        # ``m._r`` is the record behind the read-only message; reading its fields directly
+        # skips property calls on the consumer's hot path.
+        offsets = [m._r.queue_offset for m in msgs]
+        ascending = sorted(set(offsets)) == offsets  # strictly ascending (C-speed check)
+        if ascending and (not runs or offsets[0] > self._last_run_offset()):
+            # The list itself is kept (not copied): removing that very list later takes the
+            # whole run at once (see remove).
+            self._add_run(msgs if type(msgs) is list else list(msgs), offsets)
+            added = len(msgs)
+        else:
+            # Rare (a pull overlapping the cache): dedupe, then rebuild one ordered run.
+            where = self._where
+            fresh = {m._r.queue_offset: m for m in msgs if m._r.queue_offset not in where}
+            if not fresh:
+                return 0
+            merged = dict(zip(where, (self._message_at(o) for o in where), strict=True))
+            merged.update(fresh)
+            runs.clear()
+            where.clear()
+            self.cached_count = 0
+            self.cached_bytes = 0
+            order = sorted(merged)
+            self._add_run([merged[o] for o in order], order)
+            added = len(fresh)
+        if offsets[-1] > self.max_offset_ever or not ascending:
+            self.max_offset_ever = max(self.max_offset_ever, max(offsets))
+        return added
+
+    def _last_run_offset(self) -> int:
+        run = self._runs.peekitem(-1)[1]
+        return run.offsets[-1]
+
+    def _message_at(self, offset: int) -> ReceivedMessage:
+        run = self._where[offset]
+        return run.msgs[bisect_left(run.offsets, offset)]
+
+    def _add_run(self, msgs: list[ReceivedMessage], offsets: list[int]) -> None:
+        size = 0
+        for m in msgs:
+            size += len(m._r.body)
+        run = _Run(msgs, offsets, size)
+        self._runs[offsets[0]] = run
+        self._where.update(zip(offsets, repeat(run)))
+        self.cached_count += len(msgs)
+        self.cached_bytes += size
+
+    def remove(self, msgs: Iterable[ReceivedMessage], *, now: float | None = None) -> int:
+        """Forget messages whose consumption finished (``removeMessage``).
+
+        Returns the offset to commit: the smallest offset still cached, or the largest offset
+        ever cached + 1 when the cache is now empty; -1 when the cache was already empty.
+        """
+        runs = self._runs
+        if not runs:
+            return -1
+        if now is not None:
+            self.last_consume_time = now
+        where = self._where
+        if type(msgs) is list and msgs:
+            run = where.get(msgs[0]._r.queue_offset)
+            if run is not None and run.msgs is msgs and run.count == len(msgs):
+                # The whole run as it was put, all of it still cached: drop it in one go.
+                del runs[run.offsets[0]]
+                deque(map(where.__delitem__, run.offsets), maxlen=0)
+                self.cached_count -= run.count
+                self.cached_bytes -= run.nbytes
+                return self._after_remove()
+        pop = where.pop
+        freed = count = 0
+        for m in msgs:
+            offset = m._r.queue_offset
+            run = pop(offset, None)
+            if run is None:
+                continue
+            offsets = run.offsets
+            i = offset - offsets[0]
+            if i >= len(offsets) or offsets[i] != offset:
+                i = bisect_left(offsets, offset)  # a run with gaps (tags filtered out)
+            live = run.live
+            live[i] = 0
+            count += 1
+            size = len(run.msgs[i]._r.body)  # the cached copy's size, whatever was passed
+            freed += size
+            run.nbytes -= size
+            run.count -= 1
+            if run.count == 0:
+                del runs[offsets[0]]
+            else:
+                if i == run.head:
+                    head = i + 1
+                    while not live[head]:
+                        head += 1
+                    run.head = head
+                if i == run.tail:
+                    tail = i - 1
+                    while not live[tail]:
+                        tail -= 1
+                    run.tail = tail
+        self.cached_count -= count
+        self.cached_bytes -= freed
+        return self._after_remove()
+
+    def _after_remove(self) -> int:
+        if self._capacity_waiter is not None:
+            self._wake_if_capacity()
+        runs = self._runs
+        if runs:
+            first = runs.peekitem(0)[1]
+            return first.offsets[first.head]
+        return self.max_offset_ever + 1
+
+    def clear(self) -> None:
+        """Drop every cached message (offset reset)."""
+        self._runs.clear()
+        self._where.clear()
+        self.cached_count = 0
+        self.cached_bytes = 0
+
+    # -- state --------------------------------------------------------------------------------
+
+    def mark_dropped(self) -> None:
+        """The queue was taken away: stop pulling, consuming and committing."""
+        self.dropped = True
+        self._release_waiter()
+
+    def mark_draining(self) -> None:
+        """Shutdown: stop pulling; finished consumption still commits."""
+        self.draining = True
+        self._release_waiter()
+
+    @property
+    def active(self) -> bool:
+        """Neither dropped nor draining."""
+        return not (self.dropped or self.draining)
+
+    # -- flow control -------------------------------------------------------------------------
+
+    def has_capacity(self, limits: FlowLimits) -> bool:
+        """Whether a pull may be sent now under ``limits``."""
+        if self.cached_count > limits.max_count:
+            return False
+        if self.cached_bytes // _MIB > limits.max_mib:
+            return False
+        return limits.max_span is None or self.span <= limits.max_span
+
+    async def wait_has_capacity(self, limits: FlowLimits) -> bool:
+        """Wait until :meth:`has_capacity` holds, or the queue stops being active.
+
+        Returns True if it had to wait. Woken by :meth:`remove`, never by polling.
+        """
+        waited = False
+        while self.active and not self.has_capacity(limits):
+            waited = True
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._capacity_waiter = fut
+            self._limits = limits
+            try:
+                await fut
+            finally:
+                if self._capacity_waiter is fut:
+                    self._capacity_waiter = None
+                    self._limits = None
+        return waited
+
+    def _wake_if_capacity(self) -> None:
+        limits = self._limits
+        if limits is None or self.has_capacity(limits):
+            self._release_waiter()
+
+    def _release_waiter(self) -> None:
+        fut, self._capacity_waiter = self._capacity_waiter, None
+        self._limits = None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -- views --------------------------------------------------------------------------------
+
+    def snapshot(self) -> QueueSnapshot:
+        """The current state, for statistics."""
+        lo, hi = self.min_offset, self.max_offset
+        return QueueSnapshot(
+            queue=self.queue,
+            cached_count=self.cached_count,
+            cached_bytes=self.cached_bytes,
+            min_offset=lo,
+            max_offset=hi,
+            span=hi - lo if self._runs else 0,
+            dropped=self.dropped,
+            draining=self.draining,
+            last_pull_time=self.last_pull_time,
+            last_consume_time=self.last_consume_time,
+        )
+
+    def __repr__(self) -> str:
+        state = "dropped" if self.dropped else "draining" if self.draining else "active"
+        return f"ProcessQueue({self.queue}, {state}, cached={self.cached_count})"

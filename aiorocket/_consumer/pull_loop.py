@@ -1,0 +1,325 @@
+"""One long-polling pull task per assigned queue (Java ``PullMessageService`` +
+``DefaultMQPushConsumerImpl.pullMessage`` + ``PullCallback``; seeds 001 and 004).
+
+Each iteration: wait for cache capacity (flow control, woken by consumption), send one
+PULL_MESSAGE that the broker may hold up to ``pull_suspend_timeout``, then act on the status
+(REMOTING.md §3.3):
+
+* FOUND (0): decode, re-check tags by string (§6.3), rewrite retry messages to their real
+  topic (§6.6), cache them and hand them to the consume service; pull again at once.
+* NO_NEW_MSG (19) / NO_MATCHED_MSG (20): move to ``nextBeginOffset``; with nothing cached,
+  that is also the consume offset (``correctTagsOffset``); pull again at once.
+* OFFSET_ILLEGAL (21): drop the queue, and after ``offset_illegal_delay`` store
+  ``nextBeginOffset`` as its offset and hand the queue back to the rebalancer.
+
+Connection losses and broker errors are expected: logged, counted, retried after a jittered,
+growing pause (at most ``pull_retry_max_delay``). The task ends when its queue stops being
+active (dropped or draining) or is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._concurrency import Backoff
+from aiorocket._consumer.offset_store import OffsetStore
+from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
+from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._protocol.bodies import SubscriptionData
+from aiorocket._protocol.codes import PullSysFlag
+from aiorocket._protocol.headers import PullMessageRequestHeader
+from aiorocket._protocol.message import MessageRecord, decode_messages
+from aiorocket._protocol.properties import RETRY_TOPIC, TAGS
+from aiorocket._protocol.tags import TagFilter, parse_tag_expression
+from aiorocket.errors import BrokerError, ClientClosedError, RemoteProtocolError, TransportError
+from aiorocket.models import ReceivedMessage
+from aiorocket.settings import ConsumerSettings
+
+__all__ = ["Dispatch", "PullLoop", "Subscription", "to_received"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+RETRY_PREFIX = "%RETRY%"
+
+_FOUND, _NO_NEW_MSG, _NO_MATCHED_MSG, _OFFSET_ILLEGAL = 0, 19, 20, 21
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """One subscribed topic (wire name, namespace applied) and its tag filter."""
+
+    topic: str
+    filter: TagFilter
+    sub_version: int
+
+    @classmethod
+    def create(cls, topic: str, expression: str | None) -> Subscription:
+        """Parse ``expression``; the version is the creation time in ms, as in Java."""
+        return cls(topic, parse_tag_expression(expression), int(time.time() * 1000))
+
+    @property
+    def expression(self) -> str:
+        """The ``subString`` sent to brokers."""
+        return self.filter.expression
+
+    def data(self) -> SubscriptionData:
+        """The heartbeat form (``SubscriptionData`` with sorted tags and their hashes)."""
+        tags = tuple(sorted(self.filter.tags))
+        return SubscriptionData(
+            topic=self.topic,
+            sub_string=self.filter.expression,
+            tags_set=tags,
+            code_set=tuple(sorted(self.filter.codes)),
+            sub_version=self.sub_version,
+        )
+
+
+class Dispatch(Protocol):
+    """The consume service as a pull loop sees it (concurrent or orderly)."""
+
+    #: whether the span limit applies (Java skips it for orderly consumption)
+    uses_span_limit: bool
+
+    def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        """Hand freshly cached messages of ``pq`` over for consumption (must not block)."""
+
+
+def _strip_namespace(topic: str, namespace: str | None) -> str:
+    if namespace and topic.startswith(namespace + "%"):
+        return topic[len(namespace) + 1 :]
+    return topic
+
+
+def to_received(
+    records: list[MessageRecord],
+    *,
+    broker_name: str,
+    tag_filter: TagFilter | None,
+    retry_queue: bool,
+    namespace: str | None,
+) -> list[ReceivedMessage]:
+    """Turn pulled records into handler messages (``PullAPIWrapper.processPullResult`` +
+    ``resetRetryAndNamespace``): drop those whose tag string does not match ``tag_filter``
+    (``None`` or match-all keeps everything), take a retried message's topic from its
+    ``RETRY_TOPIC`` property, and strip the client namespace from topics.
+
+    This is the per-message hot path: no per-message call besides object creation.
+    """
+    if tag_filter is not None and not tag_filter.match_all:
+        tags = tag_filter.tags
+        records = [r for r in records if r.properties.get(TAGS) in tags]
+    if not records:
+        return []
+    new = object.__new__
+    cls = ReceivedMessage
+    out: list[ReceivedMessage] = []
+    append = out.append
+    if retry_queue or namespace:
+        for r in records:
+            topic = r.properties.get(RETRY_TOPIC, r.topic) if retry_queue else r.topic
+            m = new(cls)
+            m._r = r
+            m._topic = _strip_namespace(topic, namespace)
+            m._broker_name = broker_name
+            m._reconsume_times = r.reconsume_times
+            append(m)
+    else:
+        for r in records:
+            m = new(cls)
+            m._r = r
+            m._topic = r.topic
+            m._broker_name = broker_name
+            m._reconsume_times = r.reconsume_times
+            append(m)
+    return out
+
+
+class PullLoop:
+    """The pull task of one queue; :meth:`run` is the task's coroutine.
+
+    Args:
+        pq: the queue's cache; the loop ends when it stops being active.
+        subscription: the queue's topic subscription.
+        limits: returns the current flow limits of the queue (they change with per-topic
+            thresholds as queues come and go).
+        on_offset_illegal: called (awaited) with the queue and the offset to restart from
+            after OFFSET_ILLEGAL and the delay; it re-seats the queue.
+    """
+
+    def __init__(
+        self,
+        *,
+        pq: ProcessQueue,
+        subscription: Subscription,
+        client: ClientInstance,
+        group: str,
+        settings: ConsumerSettings,
+        offsets: OffsetStore,
+        dispatch: Dispatch,
+        stats: StatsRecorder,
+        limits: Callable[[], FlowLimits],
+        on_offset_illegal: Callable[[ProcessQueue, int], Awaitable[None]],
+    ) -> None:
+        self.pq = pq
+        self._sub = subscription
+        self._client = client
+        self._group = group
+        self._settings = settings
+        self._offsets = offsets
+        self._dispatch = dispatch
+        self._stats = stats
+        self._limits = limits
+        self._on_offset_illegal = on_offset_illegal
+        self._retry_queue = pq.queue.topic.startswith(RETRY_PREFIX)
+        self._clustering = settings.message_model == "clustering"
+        #: the offset the next pull asks for
+        self.next_offset = 0
+
+    async def run(self, offset: int) -> None:
+        """Pull from ``offset`` until the queue stops being active.
+
+        Raises:
+            Nothing expected: broker and connection errors are retried; anything else is a
+            bug and propagates to the consumer's task group.
+        """
+        self.next_offset = offset
+        pq = self.pq
+        mq = pq.queue
+        s = self._settings
+        client = self._client
+        stats = self._stats
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(initial=0.05, maximum=s.pull_retry_max_delay)
+        broker_id = 0
+        suspend_ms = int(s.pull_suspend_timeout * 1000)
+        base_flag = PullSysFlag.SUSPEND | (PullSysFlag.SUBSCRIPTION if s.post_subscription else 0)
+        tag_filter = None if self._sub.filter.match_all else self._sub.filter
+        namespace = s.namespace
+        while pq.active:
+            limits = self._limits()
+            if not pq.has_capacity(limits):
+                await pq.wait_has_capacity(limits)
+                stats.flow_control_pauses += 1
+                continue  # re-check: the queue may have stopped meanwhile
+            addr = client.broker_address_for_pull(mq.broker_name, broker_id)
+            if addr is None:
+                addr = await self._refresh_address(backoff)
+                if addr is None:
+                    continue
+            sys_flag = int(base_flag)
+            commit = self._offsets.read(mq) if self._clustering else -1
+            if commit > 0:
+                sys_flag |= PullSysFlag.COMMIT_OFFSET
+            header = PullMessageRequestHeader(
+                consumer_group=self._group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=self.next_offset,
+                max_msg_nums=s.pull_batch_size,
+                sys_flag=sys_flag,
+                commit_offset=max(commit, 0),
+                suspend_timeout_millis=suspend_ms,
+                subscription=self._sub.expression if s.post_subscription else None,
+                sub_version=self._sub.sub_version,
+                expression_type="TAG",
+                broker_name=mq.broker_name,
+            )
+            started = loop.time()
+            pq.last_pull_time = started
+            try:
+                resp = await client.pull_message(addr, header, timeout=s.pull_timeout)
+            except ClientClosedError:
+                return
+            except (TransportError, BrokerError) as exc:
+                await self._failed(exc, backoff)
+                broker_id = 0
+                continue
+            if pq.dropped or pq.draining:
+                return
+            h = resp.header
+            broker_id = h.suggest_which_broker_id
+            code = resp.code
+            if code == _FOUND:
+                try:
+                    records = decode_messages(resp.body)
+                except RemoteProtocolError as exc:
+                    # Nothing of a bad body is delivered; the same offset is pulled again.
+                    await self._failed(exc, backoff)
+                    continue
+                backoff.reset()
+                stats.pulled(mq.topic, loop.time() - started, len(records))
+                prev = self.next_offset
+                self.next_offset = h.next_begin_offset
+                if h.next_begin_offset < prev or (records and records[0].queue_offset < prev):
+                    log.warning(
+                        "%s: pull result goes backwards (asked %d, next %d, first %d)",
+                        mq,
+                        prev,
+                        h.next_begin_offset,
+                        records[0].queue_offset if records else -1,
+                    )
+                msgs = to_received(
+                    records,
+                    broker_name=mq.broker_name,
+                    tag_filter=tag_filter,
+                    retry_queue=self._retry_queue,
+                    namespace=namespace,
+                )
+                if msgs:
+                    pq.put(msgs)
+                    self._dispatch.submit(pq, msgs)
+                elif pq.cached_count == 0:
+                    # Everything was filtered out by tag: the offset may move past it.
+                    self._offsets.update(mq, self.next_offset)
+                if s.pull_interval > 0:
+                    await asyncio.sleep(s.pull_interval)
+            elif code in (_NO_NEW_MSG, _NO_MATCHED_MSG):
+                backoff.reset()
+                stats.pulled(mq.topic, loop.time() - started, 0)
+                self.next_offset = h.next_begin_offset
+                if pq.cached_count == 0:
+                    # DefaultMQPushConsumerImpl.correctTagsOffset
+                    self._offsets.update(mq, self.next_offset)
+            elif code == _OFFSET_ILLEGAL:
+                log.warning(
+                    "%s: offset %d is illegal (queue holds %d..%d); restarting at %d in %.0f s",
+                    mq,
+                    self.next_offset,
+                    h.min_offset,
+                    h.max_offset,
+                    h.next_begin_offset,
+                    s.offset_illegal_delay,
+                )
+                self.next_offset = h.next_begin_offset
+                pq.mark_dropped()
+                await asyncio.sleep(s.offset_illegal_delay)
+                await self._on_offset_illegal(pq, self.next_offset)
+                return
+            else:  # pragma: no cover - pull_message raises for any other code
+                raise AssertionError(f"unexpected pull code {code}")
+
+    async def _failed(self, exc: Exception, backoff: Backoff) -> None:
+        self._stats.pull_errors += 1
+        delay = backoff.next_delay()
+        # A retry topic that does not exist yet fails every time; keep that quiet (Java does).
+        level = logging.DEBUG if self._retry_queue or backoff.attempts > 3 else logging.WARNING
+        log.log(level, "pull %s failed: %s; retry in %.2f s", self.pq.queue, exc, delay)
+        await asyncio.sleep(delay)
+
+    async def _refresh_address(self, backoff: Backoff) -> str | None:
+        mq = self.pq.queue
+        try:
+            await self._client.fetch_route(mq.topic)
+        except (TransportError, BrokerError) as exc:
+            await self._failed(exc, backoff)
+            return None
+        addr = self._client.broker_address_for_pull(mq.broker_name)
+        if addr is None:
+            await self._failed(TransportError(f"no address for broker {mq.broker_name}"), backoff)
+        return addr

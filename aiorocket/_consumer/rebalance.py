@@ -1,0 +1,273 @@
+"""Rebalance: which queues this member should hold (Java ``RebalanceImpl``; seed 003 §4).
+
+Plan first, then I/O. :func:`allocate_topic` and :func:`plan_rebalance` are pure: from the
+queues held now and each topic's freshly computed share they return the queues to add and to
+drop. :class:`Rebalancer` gathers the inputs (routes, GET_CONSUMER_LIST_BY_GROUP) and applies
+a plan through a :class:`QueueHost` (the consumer): drops first (mark dropped, stop pulling,
+persist the offset), then adds (start offset from the store or the consume-from policy, a new
+process queue and its pull task).
+
+A topic whose inputs could not be gathered this round (no route yet, the broker did not
+answer) keeps what it holds; the next round tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._consumer.allocation import AllocationStrategy, sort_client_ids, sort_queues
+from aiorocket._consumer.offset_store import OffsetStore
+from aiorocket._consumer.pull_loop import RETRY_PREFIX
+from aiorocket.errors import BrokerError, TransportError, broker_error
+from aiorocket.models import MessageQueue
+
+__all__ = [
+    "QueueHost",
+    "RebalancePlan",
+    "Rebalancer",
+    "StartPolicy",
+    "allocate_topic",
+    "plan_rebalance",
+    "start_policy",
+]
+
+log = logging.getLogger("aiorocket.consumer")
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancePlan:
+    """Queues to start and to stop holding, each sorted."""
+
+    add: tuple[MessageQueue, ...] = ()
+    drop: tuple[MessageQueue, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to do."""
+        return not self.add and not self.drop
+
+
+def allocate_topic(
+    *,
+    mq_all: Iterable[MessageQueue],
+    cid_all: Iterable[str],
+    client_id: str,
+    strategy: AllocationStrategy,
+    broadcasting: bool = False,
+) -> list[MessageQueue]:
+    """This member's share of one topic (``rebalanceByTopic``).
+
+    Broadcasting takes every queue. Clustering sorts both lists as Java does and applies
+    ``strategy``; a result that names queues outside ``mq_all`` (a faulty custom strategy) is
+    trimmed to the real ones.
+    """
+    queues = sort_queues(mq_all)
+    if broadcasting:
+        return queues
+    cids = sort_client_ids(cid_all)
+    if not queues or not cids:
+        return []
+    mine = strategy(queues, cids, client_id)
+    known = set(queues)
+    out = sort_queues(mq for mq in set(mine) if mq in known)
+    if len(out) != len(set(mine)):
+        log.warning("allocation strategy returned queues that are not in the topic's route")
+    return out
+
+
+def plan_rebalance(
+    held: Collection[MessageQueue],
+    allocated: Mapping[str, Iterable[MessageQueue]],
+    subscribed: Collection[str],
+) -> RebalancePlan:
+    """Compare what is held with this round's allocation.
+
+    Args:
+        held: the queues held now.
+        allocated: this member's share per topic, for the topics allocated this round.
+        subscribed: every subscribed topic; held queues of other topics are dropped
+            (``truncateMessageQueueNotMyTopic``).
+
+    Topics subscribed but missing from ``allocated`` keep their queues.
+    """
+    held_set = set(held)
+    add: list[MessageQueue] = []
+    drop: list[MessageQueue] = []
+    for topic, share in allocated.items():
+        target = set(share)
+        drop.extend(mq for mq in held_set if mq.topic == topic and mq not in target)
+        add.extend(mq for mq in target if mq not in held_set)
+    drop.extend(mq for mq in held_set if mq.topic not in subscribed)
+    return RebalancePlan(add=tuple(sort_queues(add)), drop=tuple(sort_queues(set(drop))))
+
+
+#: How to find a start offset when none is stored (REMOTING.md §6.5 table).
+StartPolicy = Literal["zero", "max", "search"]
+
+
+def start_policy(consume_from: Literal["last", "first"] | datetime, topic: str) -> StartPolicy:
+    """``computePullFromWhere`` for a queue with no stored offset.
+
+    ========== ============== ===========
+    policy     normal topic   %RETRY% topic
+    ========== ============== ===========
+    last       max offset     0
+    first      0              0
+    timestamp  search by time max offset
+    ========== ============== ===========
+    """
+    retry = topic.startswith(RETRY_PREFIX)
+    if consume_from == "first":
+        return "zero"
+    if consume_from == "last":
+        return "zero" if retry else "max"
+    return "max" if retry else "search"
+
+
+class QueueHost(Protocol):
+    """What the rebalancer needs from the consumer that holds the queues."""
+
+    def held(self) -> Collection[MessageQueue]:
+        """The queues held now."""
+
+    def start_queue(self, mq: MessageQueue, offset: int) -> None:
+        """Create the process queue and its pull task, pulling from ``offset``."""
+
+    async def stop_queue(self, mq: MessageQueue) -> None:
+        """Mark it dropped, stop its pull task, persist and forget its offset."""
+
+    def queues_changed(self, topic: str, count: int) -> None:
+        """``topic`` will hold ``count`` queues (per-topic flow limits follow)."""
+
+
+class Rebalancer:
+    """Gathers allocation inputs and applies plans (one round at a time; the caller
+    serialises rounds)."""
+
+    def __init__(
+        self,
+        *,
+        client: ClientInstance,
+        group: str,
+        host: QueueHost,
+        offsets: OffsetStore,
+        strategy: AllocationStrategy,
+        broadcasting: bool,
+        consume_from: Literal["last", "first"] | datetime,
+    ) -> None:
+        self._client = client
+        self._group = group
+        self._host = host
+        self._offsets = offsets
+        self._strategy = strategy
+        self._broadcasting = broadcasting
+        self._consume_from = consume_from
+
+    async def run_once(self, topics: Sequence[str]) -> RebalancePlan:
+        """One round over ``topics`` (the subscribed wire topics); returns the applied plan.
+
+        Raises:
+            Nothing expected: per-topic failures are logged and the topic is skipped.
+        """
+        allocated: dict[str, list[MessageQueue]] = {}
+        for topic in topics:
+            route = self._client.route(topic)
+            mq_all = route.subscribe_queues(topic) if route is not None else []
+            if not mq_all:
+                log.debug("rebalance: no route for %s yet", topic)
+                continue
+            if self._broadcasting:
+                allocated[topic] = allocate_topic(
+                    mq_all=mq_all,
+                    cid_all=(),
+                    client_id=self._client.client_id,
+                    strategy=self._strategy,
+                    broadcasting=True,
+                )
+                continue
+            try:
+                cids = await self._consumer_ids(topic)
+            except (TransportError, BrokerError) as exc:
+                log.info("rebalance of %s skipped: consumer list unavailable (%s)", topic, exc)
+                continue
+            if self._client.client_id not in cids:
+                log.info("rebalance of %s: this client is not registered yet", topic)
+            allocated[topic] = allocate_topic(
+                mq_all=mq_all,
+                cid_all=cids,
+                client_id=self._client.client_id,
+                strategy=self._strategy,
+            )
+        plan = plan_rebalance(self._host.held(), allocated, topics)
+        await self.apply(plan)
+        return plan
+
+    async def _consumer_ids(self, topic: str) -> list[str]:
+        # findConsumerIdList asks one broker hosting the topic, the master preferred.
+        route = self._client.route(topic)
+        names = sorted({bd.broker_name for bd in route.broker_datas}) if route else []
+        last: Exception | None = None
+        for name in names:
+            addr = self._client.broker_address_for_pull(name)
+            if addr is None:
+                continue
+            try:
+                return await self._client.get_consumer_list(addr, self._group)
+            except (TransportError, BrokerError) as exc:
+                last = exc
+        if last is not None:
+            raise last
+        raise broker_error(14, f"no broker address for topic {topic}")
+
+    async def apply(self, plan: RebalancePlan) -> None:
+        """Drop, then add; an add whose start offset cannot be found is retried next round."""
+        host = self._host
+        for mq in plan.drop:
+            await host.stop_queue(mq)
+            log.info("rebalance: dropped %s", mq)
+        # Limits first: a pull task started below must not fill up to the old share.
+        planned = Counter(mq.topic for mq in host.held())
+        planned.update(mq.topic for mq in plan.add)
+        changed = {mq.topic for mq in (*plan.drop, *plan.add)}
+        for topic in changed:
+            host.queues_changed(topic, planned[topic])
+        failed: Counter[str] = Counter()
+        for mq in plan.add:
+            try:
+                offset = await self.start_offset(mq)
+            except (TransportError, BrokerError) as exc:
+                log.warning("rebalance: cannot find the start offset of %s: %s", mq, exc)
+                failed[mq.topic] += 1
+                continue
+            host.start_queue(mq, offset)
+            log.info("rebalance: added %s at offset %d", mq, offset)
+        for topic, n in failed.items():
+            host.queues_changed(topic, planned[topic] - n)
+
+    async def start_offset(self, mq: MessageQueue) -> int:
+        """The stored offset, else the consume-from policy (REMOTING.md §6.5).
+
+        Raises:
+            TransportError, BrokerError: the offset could not be determined.
+        """
+        stored = await self._offsets.read_stored(mq)
+        if stored is not None and stored >= 0:
+            return stored
+        policy = start_policy(self._consume_from, mq.topic)
+        if policy == "zero":
+            return 0
+        addr = self._client.master_address(mq.broker_name)
+        if addr is None:
+            raise broker_error(14, f"no master address for broker {mq.broker_name}")
+        if policy == "max":
+            return await self._client.get_max_offset(addr, mq)
+        assert isinstance(self._consume_from, datetime)
+        return await self._client.search_offset(
+            addr, mq, int(self._consume_from.timestamp() * 1000)
+        )

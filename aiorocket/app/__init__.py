@@ -1,0 +1,14 @@
+"""The app layer: typed ``async def`` subscribers, a shared producer, FastAPI and worker glue."""
+
+from aiorocket.app.app import App, SubscriberStatistics
+from aiorocket.app.settings import AppSettings
+from aiorocket.app.signals import DeadLetter, ReconsumeLater, RetryPolicy
+
+__all__ = [
+    "App",
+    "AppSettings",
+    "DeadLetter",
+    "ReconsumeLater",
+    "RetryPolicy",
+    "SubscriberStatistics",
+]

@@ -1,0 +1,482 @@
+"""The app layer: typed ``async def`` subscribers and a shared producer over the public API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from pydantic import BaseModel
+
+from aiorocket._consumer import PushConsumer
+from aiorocket._producer.producer import Producer
+from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
+from aiorocket.app.settings import AppSettings, load_app_settings
+from aiorocket.app.signals import ReconsumeLater, RetryPolicy
+from aiorocket.errors import ClientClosedError, ConfigurationError, RocketError
+from aiorocket.models import (
+    ConcurrentContext,
+    ConsumeStatus,
+    Message,
+    ReceivedMessage,
+    SendResult,
+    validate_name,
+)
+
+__all__ = ["App", "SubscriberStatistics"]
+
+log = logging.getLogger("aiorocket.app")
+
+_F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
+
+#: Properties put on a message quarantined by the app (the 5.x names, where there are some).
+DLQ_REASON = "AIOROCKET_DLQ_REASON"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+_LATENCY_SAMPLES = 20_000
+
+
+@dataclass(slots=True)
+class SubscriberStatistics:
+    """Counters of one subscriber.
+
+    Attributes:
+        handled: messages whose handler returned.
+        failed: deliveries that failed and were handed back for a retry.
+        dead_lettered: messages sent to the dead-letter queue by the app (invalid bodies,
+            retry policy exhausted, ``DeadLetter``).
+        latencies_ms: recent store-to-handler latencies in milliseconds (bounded sample).
+    """
+
+    handled: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
+
+
+@dataclass(slots=True)
+class _Subscriber:
+    topic: str
+    group: str
+    tags: frozenset[str] | None  # None: every tag
+    orderly: bool
+    batch: bool
+    batch_size: int
+    concurrency: int | None
+    retry: RetryPolicy
+    fn: Callable[..., Awaitable[Any]]
+    sig: HandlerSignature
+    stats: SubscriberStatistics = field(default_factory=SubscriberStatistics)
+
+    @property
+    def expression(self) -> str:
+        return "*" if self.tags is None else " || ".join(sorted(self.tags))
+
+    def matches(self, msg: ReceivedMessage) -> bool:
+        return msg.topic == self.topic and (self.tags is None or msg.tags in self.tags)
+
+
+def _parse_tags(tags: str) -> frozenset[str] | None:
+    parts = {t.strip() for t in tags.split("||") if t.strip()}
+    return None if not parts or "*" in parts else frozenset(parts)
+
+
+class App:
+    """An application of typed subscribers sharing one producer.
+
+    ::
+
+        app = App(namesrv="127.0.0.1:9876")
+
+        @app.subscriber("orders", group="billing", tags="created")
+        async def bill(order: Order, msg: ReceivedMessage) -> None: ...
+
+        async with app:          # or FastAPI(lifespan=app.lifespan), or `aiorocket run`
+            await app.publish("orders", Order(id=1), tags="created")
+
+    Settings come from keyword arguments, then ``AIOROCKET_*`` environment variables
+    (:class:`~aiorocket.app.settings.AppSettings`).
+
+    Raises:
+        ConfigurationError: invalid settings.
+    """
+
+    def __init__(self, *, namesrv: str | Sequence[str] | None = None, **settings: Any) -> None:
+        self.settings: AppSettings = load_app_settings({"namesrv": namesrv, **settings})
+        self._subscribers: list[_Subscriber] = []
+        self._consumers: dict[str, PushConsumer] = {}
+        self._producer: Producer | None = None
+        self._started = False
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # -- declaring ----------------------------------------------------------------------------
+
+    def subscriber(
+        self,
+        topic: str,
+        *,
+        group: str,
+        tags: str = "*",
+        orderly: bool = False,
+        batch: bool = False,
+        batch_size: int = 32,
+        concurrency: int | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[_F], _F]:
+        """Register ``async def handler(body: T[, msg: ReceivedMessage])`` for ``topic``.
+
+        The first parameter's annotation chooses decoding: ``bytes``, ``str``, ``dict``/``list``
+        (JSON) or a pydantic model (validated from JSON). A body that fails to decode goes to
+        the dead-letter queue at once, with the error in the ``AIOROCKET_DLQ_REASON`` property.
+        Returning is success; raising :class:`ReconsumeLater` or any exception retries the
+        message through ``%RETRY%<group>``; :class:`DeadLetter` or ``retry`` rules send it to
+        the DLQ. With ``batch=True`` the handler takes ``list[T]`` (up to ``batch_size``).
+        Subscribers of one group share one consumer, so they must agree on ``orderly``.
+
+        Raises:
+            ConfigurationError: bad names, a non-async handler, an unsupported body type, or a
+                conflict with another subscriber of the same group.
+        """
+        validate_name(topic)
+        validate_name(group, "consumer group")
+        if self._started:
+            raise ConfigurationError("subscribers must be declared before the app starts")
+        if batch_size < 1:
+            raise ConfigurationError("batch_size must be at least 1")
+
+        def register(fn: _F) -> _F:
+            sig = inspect_handler(fn, batch=batch)
+            sub = _Subscriber(
+                topic=topic,
+                group=group,
+                tags=_parse_tags(tags),
+                orderly=orderly,
+                batch=batch,
+                batch_size=batch_size if batch else 1,
+                concurrency=concurrency,
+                retry=retry or RetryPolicy(),
+                fn=fn,
+                sig=sig,
+            )
+            for other in self._subscribers:
+                if other.group != group:
+                    continue
+                if other.orderly != orderly:
+                    raise ConfigurationError(
+                        f"group {group!r} mixes orderly and concurrent subscribers; use two groups"
+                    )
+                if other.topic == topic and (
+                    other.tags is None or sub.tags is None or other.tags & sub.tags
+                ):
+                    raise ConfigurationError(
+                        f"two subscribers of group {group!r} overlap on topic {topic!r}; "
+                        "give them distinct tags or groups"
+                    )
+            self._subscribers.append(sub)
+            return fn
+
+        return register
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def producer(self) -> Producer:
+        """The app's shared producer (available while the app runs).
+
+        Raises:
+            ClientClosedError: the app is not running.
+        """
+        if self._producer is None:
+            raise ClientClosedError("the app is not running")
+        return self._producer
+
+    async def start(self) -> None:
+        """Start the producer, then one consumer per group; returns once each consumer has
+        completed its first rebalance.
+
+        Raises:
+            ConfigurationError: invalid settings for a consumer or the producer.
+            RocketError: a client could not start (name server unreachable, …).
+        """
+        if self._started:
+            return
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            base = self.settings.client_settings()
+            self._producer = await stack.enter_async_context(
+                Producer(group=self.settings.producer_group, **base, **self.settings.producer)
+            )
+            for group, subs in self._groups().items():
+                consumer = self._build_consumer(group, subs, base)
+                await stack.enter_async_context(consumer)
+                self._consumers[group] = consumer
+        except BaseException:
+            await stack.aclose()
+            self._producer = None
+            self._consumers.clear()
+            raise
+        self._stack = stack
+        self._started = True
+
+    async def stop(self) -> None:
+        """Stop consumers (in-flight handlers drain within their grace period, offsets are
+        flushed), then the producer."""
+        stack, self._stack = self._stack, None
+        self._started = False
+        if stack is not None:
+            await stack.aclose()
+        self._producer = None
+        self._consumers.clear()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _asgi_app: object = None) -> AsyncIterator[None]:
+        """A lifespan for ``FastAPI(lifespan=app.lifespan)``: runs the app with the web app."""
+        async with self:
+            yield
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        topic: str,
+        body: bytes | str | BaseModel | Mapping[str, Any] | list[Any],
+        *,
+        tags: str | None = None,
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        sharding_key: str | None = None,
+        delay_level: int | None = None,
+    ) -> SendResult:
+        """Send one message through the shared producer; models and JSON values are encoded
+        as JSON.
+
+        Raises:
+            ClientClosedError: the app is not running.
+            RocketError: as :meth:`Producer.send`.
+        """
+        if isinstance(body, BaseModel):
+            data = body.model_dump_json().encode()
+        elif isinstance(body, Mapping | list):
+            data = json.dumps(body, separators=(",", ":")).encode()
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = body
+        msg = Message(
+            topic, data, tags=tags, keys=keys, properties=properties, delay_level=delay_level
+        )
+        return await self.producer.send(msg, sharding_key=sharding_key)
+
+    # -- health -------------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        """Started (connected, first rebalance done) and no queue stuck with cached messages
+        for longer than ``stuck_after`` seconds."""
+        return self._started and not self.stuck_queues()
+
+    def stuck_queues(self) -> list[str]:
+        """Queues holding messages that nothing consumed for ``stuck_after`` seconds."""
+        now = time.time()
+        out = []
+        for consumer in self._consumers.values():
+            for mq, q in consumer.statistics().queues.items():
+                if (
+                    q.cached_count
+                    and now - max(q.last_consume_time, q.last_pull_time) > self.settings.stuck_after
+                ):
+                    out.append(str(mq))
+        return out
+
+    def statistics(self) -> dict[str, SubscriberStatistics]:
+        """Counters per subscriber, keyed ``"<group>:<topic>:<handler name>"``."""
+        return {f"{s.group}:{s.topic}:{s.fn.__name__}": s.stats for s in self._subscribers}
+
+    def consumers(self) -> Mapping[str, PushConsumer]:
+        """The running consumers by group."""
+        return dict(self._consumers)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _groups(self) -> dict[str, list[_Subscriber]]:
+        groups: dict[str, list[_Subscriber]] = {}
+        for sub in self._subscribers:
+            groups.setdefault(sub.group, []).append(sub)
+        return groups
+
+    def _build_consumer(
+        self, group: str, subs: list[_Subscriber], base: dict[str, Any]
+    ) -> PushConsumer:
+        options: dict[str, Any] = {**base, **self.settings.consumer}
+        options["consume_batch_size"] = max(s.batch_size for s in subs)
+        limits = [s.concurrency for s in subs if s.concurrency is not None]
+        if limits:
+            options["concurrency"] = max(limits)
+        consumer = PushConsumer(group=group, orderly=subs[0].orderly, **options)
+        expressions: dict[str, set[str] | None] = {}
+        for s in subs:
+            if s.tags is None or expressions.get(s.topic, set()) is None:
+                expressions[s.topic] = None
+            else:
+                current = expressions.setdefault(s.topic, set())
+                assert current is not None
+                current.update(s.tags)
+        for topic, tags in expressions.items():
+            consumer.subscribe(topic, "*" if tags is None else " || ".join(sorted(tags)))
+
+        async def listener(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> ConsumeStatus:
+            return await self._dispatch(group, subs, msgs, ctx)
+
+        consumer.register_listener(listener)
+        return consumer
+
+    async def _dispatch(
+        self,
+        group: str,
+        subs: list[_Subscriber],
+        msgs: list[ReceivedMessage],
+        ctx: ConcurrentContext,
+    ) -> ConsumeStatus:
+        now_ms = time.time() * 1000
+        # A consume call carries messages of one queue, so of one topic; route by tag.
+        by_sub: dict[int, list[tuple[int, ReceivedMessage]]] = {}
+        for i, m in enumerate(msgs):
+            sub = next((s for s in subs if s.matches(m)), None)
+            if sub is None:
+                continue  # nothing subscribed to this tag any more: acknowledge
+            sub.stats.latencies_ms.append(max(0.0, now_ms - m.store_timestamp))
+            by_sub.setdefault(id(sub), []).append((i, m))
+        first_failure: int | None = None
+        delay: int | None = None
+        for sub in subs:
+            items = by_sub.get(id(sub))
+            if not items:
+                continue
+            failed_at, level = await (
+                self._run_batch(group, sub, items)
+                if sub.batch
+                else self._run_each(group, sub, items)
+            )
+            if failed_at is not None and (first_failure is None or failed_at < first_failure):
+                first_failure, delay = failed_at, level
+        if first_failure is None:
+            return ConsumeStatus.CONSUME_SUCCESS
+        # Java semantics: messages after ack_index are sent back for a retry.
+        ctx.ack_index = first_failure - 1
+        if delay is not None:
+            ctx.delay_level = delay
+        return ConsumeStatus.CONSUME_SUCCESS if first_failure > 0 else ConsumeStatus.RECONSUME_LATER
+
+    async def _run_each(
+        self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
+    ) -> tuple[int | None, int | None]:
+        for index, msg in items:
+            try:
+                body = sub.sig.decode(msg.body)
+            except BodyDecodeError as exc:
+                if not await self._dead_letter(group, sub, msg, f"invalid body: {exc}"):
+                    return index, -1
+                continue
+            try:
+                if sub.sig.wants_message:
+                    await sub.fn(body, msg)
+                else:
+                    await sub.fn(body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                outcome = await self._failure(group, sub, msg, exc)
+                if outcome is not None:
+                    return index, outcome
+                continue
+            sub.stats.handled += 1
+        return None, None
+
+    async def _run_batch(
+        self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
+    ) -> tuple[int | None, int | None]:
+        bodies: list[Any] = []
+        good: list[tuple[int, ReceivedMessage]] = []
+        for index, msg in items:
+            try:
+                bodies.append(sub.sig.decode(msg.body))
+                good.append((index, msg))
+            except BodyDecodeError as exc:
+                if not await self._dead_letter(group, sub, msg, f"invalid body: {exc}"):
+                    return index, -1
+        if not good:
+            return None, None
+        try:
+            if sub.sig.wants_message:
+                await sub.fn(bodies, [m for _, m in good])
+            else:
+                await sub.fn(bodies)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            outcomes = [await self._failure(group, sub, m, exc) for _, m in good]
+            retried = [(i, o) for (i, _), o in zip(good, outcomes, strict=True) if o is not None]
+            if retried:
+                return retried[0]
+            return None, None
+        sub.stats.handled += len(good)
+        return None, None
+
+    async def _failure(
+        self, group: str, sub: _Subscriber, msg: ReceivedMessage, exc: Exception
+    ) -> int | None:
+        """Decide a failed message's fate: ``None`` when it was dead-lettered, else the retry
+        delay level to hand back (0: the broker's schedule, -1: the broker's DLQ)."""
+        if sub.retry.gives_up(exc, msg.reconsume_times):
+            reason = f"{type(exc).__name__}: {exc}"
+            if await self._dead_letter(group, sub, msg, reason):
+                return None
+            return -1
+        sub.stats.failed += 1
+        if not isinstance(exc, ReconsumeLater):
+            log.warning(
+                "handler %s failed on %s (attempt %d): %r",
+                sub.fn.__name__,
+                msg.msg_id,
+                msg.reconsume_times + 1,
+                exc,
+            )
+        level = exc.delay_level if isinstance(exc, ReconsumeLater) else sub.retry.delay_level
+        return level or 0
+
+    async def _dead_letter(
+        self, group: str, sub: _Subscriber, msg: ReceivedMessage, reason: str
+    ) -> bool:
+        """Publish a copy of ``msg`` to ``%DLQ%<group>`` with ``reason``; False if that failed
+        (the caller then lets the broker dead-letter it with delay level -1)."""
+        props = {k: v for k, v in msg.properties.items() if k not in ("DELAY", "UNIQ_KEY", "WAIT")}
+        props[DLQ_REASON] = reason.replace("\x01", " ").replace("\x02", " ")[:2000] or "error"
+        props[DLQ_ORIGIN_TOPIC] = msg.topic
+        props[DLQ_ORIGIN_MESSAGE_ID] = msg.msg_id
+        try:
+            await self.producer.send(Message(f"%DLQ%{group}", msg.body, properties=props))
+        except RocketError as exc:
+            log.warning("could not publish %s to the dead-letter queue: %s", msg.msg_id, exc)
+            return False
+        sub.stats.dead_lettered += 1
+        log.warning("message %s of %s sent to %%DLQ%%%s: %s", msg.msg_id, msg.topic, group, reason)
+        return True

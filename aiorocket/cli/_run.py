@@ -1,0 +1,212 @@
+"""``aiorocket run pkg.module:app``: run an :class:`~aiorocket.App` as a worker process.
+
+SIGINT/SIGTERM start a graceful drain (handlers finish within the consumers' grace period,
+offsets are flushed, clients unregister); a second signal stops at once. A status line shows
+consumed/s, failures and backlog per topic: live on a terminal, as periodic log lines otherwise.
+Start-up failures (a bad ``module:app``, an unreachable name server) exit non-zero with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from aiorocket.app import App
+from aiorocket.errors import RocketError
+
+__all__ = ["add_run_parser", "load_app", "run_worker"]
+
+log = logging.getLogger("aiorocket.worker")
+
+
+class StartupError(Exception):
+    """Why the worker could not start (printed as one line)."""
+
+
+def add_run_parser(sub: Any) -> None:
+    """Add the ``run`` subcommand to an ``argparse`` subparsers object."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        help="run an App (pkg.module:app) as a worker",
+        description="Run the subscribers of an aiorocket App until SIGINT or SIGTERM.",
+    )
+    p.add_argument("target", help="the App to run, as pkg.module:attribute")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop"
+    )
+    p.add_argument(
+        "--status-interval", type=float, default=None, help="seconds between status lines"
+    )
+
+
+def load_app(target: str) -> App:
+    """Import ``pkg.module:attribute`` and return the App it names (or builds, if callable).
+
+    Raises:
+        StartupError: the target is malformed, cannot be imported, or is not an App.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise StartupError(f"expected pkg.module:attribute, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StartupError(f"cannot import {module_name!r}: {exc}") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise StartupError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, App):
+        try:
+            obj = obj()  # an app factory
+        except Exception as exc:
+            raise StartupError(f"{target} is not an App, and calling it failed: {exc}") from None
+    if not isinstance(obj, App):
+        raise StartupError(f"{target} is a {type(obj).__name__}, not an aiorocket.App")
+    return obj
+
+
+class _Status:
+    """Consumed/s, failures and backlog per topic, computed from the app's counters."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.last_time = time.monotonic()
+        self.last_handled = 0
+
+    def line(self) -> str:
+        stats = self.app.statistics().values()
+        handled = sum(s.handled for s in stats)
+        failed = sum(s.failed for s in stats)
+        dead = sum(s.dead_lettered for s in stats)
+        now = time.monotonic()
+        rate = (handled - self.last_handled) / max(now - self.last_time, 1e-6)
+        self.last_time, self.last_handled = now, handled
+        backlog: dict[str, int] = {}
+        for consumer in self.app.consumers().values():
+            for mq, q in consumer.statistics().queues.items():
+                backlog[mq.topic] = backlog.get(mq.topic, 0) + q.cached_count
+        topics = " ".join(f"{t}={n}" for t, n in sorted(backlog.items()))
+        return (
+            f"consumed {handled} ({rate:,.0f}/s) failed {failed} dead-lettered {dead}"
+            f" | cached {topics or '-'}"
+        )
+
+
+async def _status_loop(status: _Status, interval: float, tty: bool) -> None:
+    while True:
+        await asyncio.sleep(1.0 if tty else interval)
+        if tty:
+            sys.stderr.write("\r\x1b[2K" + status.line())
+            sys.stderr.flush()
+        else:
+            log.info("%s", status.line())
+
+
+async def _serve(app: App, status_interval: float | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            print("aiorocket worker draining (signal again to stop at once)", file=sys.stderr)
+            stop.set()
+        else:
+            print("aiorocket worker stopping at once", file=sys.stderr)
+            os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await app.start()
+    except (RocketError, OSError) as exc:
+        print(f"aiorocket worker could not start: {exc}", file=sys.stderr)
+        return 1
+    print(f"aiorocket worker started (pid {os.getpid()})", file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()
+    status = _Status(app)
+    status_task = asyncio.create_task(
+        _status_loop(status, status_interval or app.settings.status_interval, tty)
+    )
+    try:
+        await stop.wait()
+    finally:
+        status_task.cancel()
+        await app.stop()
+    if tty:
+        sys.stderr.write("\n")
+    print(f"aiorocket worker stopped: {status.line()}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _run_one(args: argparse.Namespace) -> int:
+    try:
+        app = load_app(args.target)
+    except StartupError as exc:
+        print(f"aiorocket run: {exc}", file=sys.stderr)
+        return 2
+    if args.loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if args.loop == "uvloop":
+                print(
+                    'aiorocket run: uvloop is not installed (pip install "aiorocket[uvloop]")',
+                    file=sys.stderr,
+                )
+                return 2
+        else:
+            return int(uvloop.run(_serve(app, args.status_interval)))
+    return asyncio.run(_serve(app, args.status_interval))
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """Run ``--workers`` copies of this command and forward signals to them."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "aiorocket",
+        "run",
+        args.target,
+        "--workers",
+        "1",
+        "--loop",
+        args.loop,
+    ]
+    if args.status_interval:
+        cmd += ["--status-interval", str(args.status_interval)]
+    children = [subprocess.Popen(cmd) for _ in range(args.workers)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    return max(child.wait() for child in children)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Entry point of ``aiorocket run``; returns the exit code."""
+    if args.workers < 1:
+        print("aiorocket run: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        return _supervise(args)
+    return _run_one(args)

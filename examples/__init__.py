@@ -1,0 +1,1 @@
+"""Runnable examples (``python -m examples.<name>`` or ``aiorocket run examples.worker:app``)."""
