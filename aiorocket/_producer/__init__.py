@@ -1,2 +1,3 @@
 """The producer."""
+
 __all__: list[str] = []
