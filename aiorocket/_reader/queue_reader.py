@@ -1,0 +1,848 @@
+"""Reading queues by offset: :class:`QueueReader` (async) and :class:`SyncQueueReader`.
+
+A consumer group decides *which* member reads a queue and *where* it starts; a queue reader
+decides nothing. It reads exactly the offsets it is asked for, with one PULL_MESSAGE per call
+and no long polling (the SUSPEND bit is never set, REMOTING.md §6.4), so the same range always
+gives the same messages. Offsets of a consumer group can be read and written explicitly.
+
+This is what engines that keep their own checkpoints need (Spark's micro-batches, backfills,
+audits). Nothing is registered on the brokers: no heartbeat, no subscription; every pull
+carries its tag expression (sysFlag SUBSCRIPTION) so the broker needs none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import logging
+import queue
+import threading
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._consumer.pull_loop import to_received
+from aiorocket._protocol.codes import PullSysFlag, ResponseCode
+from aiorocket._protocol.headers import PullMessageRequestHeader
+from aiorocket._protocol.message import decode_messages
+from aiorocket._protocol.tags import TagFilter, parse_tag_expression
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    TransportError,
+    broker_error,
+)
+from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
+from aiorocket.settings import ClientSettings, build_settings
+
+__all__ = ["DEFAULT_PULL_GROUP", "QueueReader", "ReadBatch", "ReadStatus", "SyncQueueReader"]
+
+log = logging.getLogger("aiorocket.reader")
+
+_T = TypeVar("_T")
+
+#: The consumer group named in pull requests when none is given. Brokers require a group on
+#: PULL_MESSAGE; a queue reader never commits or registers anything under it.
+DEFAULT_PULL_GROUP: Final = "AIOROCKET_QUEUE_READER"
+
+#: Messages asked for per pull; brokers serve at most 32 (``maxTransferCountOnMessageInMemory``).
+_PULL_BATCH: Final = 32
+_MAX_PULL_BATCH: Final = 1024
+
+_FOUND: Final = int(ResponseCode.SUCCESS)
+_NO_NEW: Final = int(ResponseCode.PULL_NOT_FOUND)
+_NO_MATCHED: Final = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
+_OFFSET_MOVED: Final = int(ResponseCode.PULL_OFFSET_MOVED)
+
+
+class ReadStatus(enum.Enum):
+    """The outcome of one read (the pull statuses of REMOTING.md §3.3)."""
+
+    #: messages were found from the offset on (after the tag re-check the list may still be
+    #: empty when a tag hash collided).
+    FOUND = "FOUND"
+    #: the offset is the queue's end (or the queue is empty): nothing to read yet.
+    NO_NEW = "NO_NEW"
+    #: entries exist but none matched the tag expression (or their data was removed);
+    #: ``next_offset`` skips them.
+    NO_MATCHED = "NO_MATCHED"
+    #: the offset is outside ``[min_offset, max_offset]``; ``next_offset`` is the nearest
+    #: legal one (the queue's min when the offset was too small, its max when too large).
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_STATUS_BY_CODE: Final = {
+    _FOUND: ReadStatus.FOUND,
+    _NO_NEW: ReadStatus.NO_NEW,
+    _NO_MATCHED: ReadStatus.NO_MATCHED,
+    _OFFSET_MOVED: ReadStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBatch:
+    """The answer to one :meth:`QueueReader.read`.
+
+    Attributes:
+        status: see :class:`ReadStatus`.
+        messages: the messages read, in offset order, tag-checked by string.
+        next_offset: where the next read of this queue continues.
+        min_offset: the queue's smallest stored offset, as the broker reported it.
+        max_offset: the queue's next offset to be written (one past the last message).
+    """
+
+    status: ReadStatus
+    messages: list[ReceivedMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class QueueReader:
+    """Reads queues by offset and reads/writes consumer-group offsets; asyncio.
+
+    ::
+
+        async with QueueReader(namesrv="127.0.0.1:9876") as reader:
+            for mq in await reader.queues("orders"):
+                start = await reader.committed_offset("billing", mq) or 0
+                async for msg in reader.read_range(mq, start, await reader.max_offset(mq)):
+                    ...
+
+    Keyword arguments are the settings of :class:`~aiorocket.settings.ClientSettings`
+    (``namesrv`` required; ``request_timeout`` bounds every call). Topics and groups get the
+    ``namespace`` prefix on the wire and lose it in what is returned.
+
+    Args:
+        pull_group: the consumer group named in pull requests (brokers require one; nothing
+            is stored under it).
+
+    Raises:
+        ConfigurationError: invalid settings (at construction).
+    """
+
+    def __init__(
+        self,
+        *,
+        namesrv: str | Sequence[str],
+        pull_group: str = DEFAULT_PULL_GROUP,
+        **settings: Any,
+    ) -> None:
+        self.settings: ClientSettings = build_settings(
+            ClientSettings, {"namesrv": namesrv, **settings}
+        )
+        self._ns = self.settings.namespace
+        self._pull_group = self._wire(validate_name(pull_group, "consumer group"))
+        validate_name(self._pull_group, "consumer group")
+        self._client: ClientInstance | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._filters: dict[str, TagFilter] = {}
+        # Brokers whose last call failed on the transport: their route is fetched again
+        # before the next call, in case the broker moved.
+        self._stale: set[str] = set()
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the client (connections open on first use). Prefer ``async with``.
+
+        Raises:
+            ClientClosedError: the reader was closed before.
+        """
+        if self._closed:
+            raise ClientClosedError("the queue reader is closed")
+        if self._client is None:
+            self._client = ClientInstance(self.settings)
+            self._client.start(self._spawn)
+
+    async def close(self) -> None:
+        """Close every connection; later calls raise :class:`ClientClosedError`."""
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], /) -> object:
+        # The reader serves no broker requests; the pool asks for a spawner all the same.
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _require(self) -> ClientInstance:
+        if self._client is None:
+            raise ClientClosedError("the queue reader is closed" if self._closed else "not started")
+        return self._client
+
+    # -- names --------------------------------------------------------------------------------
+
+    def _wire(self, name: str) -> str:
+        ns = self._ns
+        if ns and not name.startswith(ns + "%"):
+            return f"{ns}%{name}"
+        return name
+
+    def _wire_mq(self, mq: MessageQueue) -> MessageQueue:
+        return MessageQueue(self._wire(mq.topic), mq.broker_name, mq.queue_id) if self._ns else mq
+
+    def _user_topic(self, topic: str) -> str:
+        ns = self._ns
+        if ns and topic.startswith(ns + "%"):
+            return topic[len(ns) + 1 :]
+        return topic
+
+    async def _address(self, mq: MessageQueue) -> str:
+        client = self._require()
+        name = mq.broker_name
+        addr = None if name in self._stale else client.broker_address_for_pull(name)
+        if addr is None:
+            await client.fetch_route(self._wire(mq.topic))
+            self._stale.discard(name)
+            addr = client.broker_address_for_pull(name)
+            if addr is None:
+                raise broker_error(
+                    ResponseCode.SERVICE_NOT_AVAILABLE,
+                    f"no address for broker {name} in the route of {mq.topic}",
+                )
+        return addr
+
+    async def _call(
+        self, mq: MessageQueue, rpc: Callable[[str, MessageQueue], Awaitable[_T]]
+    ) -> _T:
+        addr = await self._address(mq)
+        try:
+            return await rpc(addr, self._wire_mq(mq))
+        except TransportError:
+            self._stale.add(mq.broker_name)
+            raise
+
+    # -- queries ------------------------------------------------------------------------------
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic``, by broker name then queue id (asks the name
+        server each time).
+
+        Raises:
+            InvalidNameError: a bad topic name.
+            TopicNotExistError: the name server knows no route for it.
+            BrokerError, TransportError: the name server failed or could not be reached.
+            ClientClosedError: the reader is closed or not started.
+        """
+        validate_name(topic)
+        wire = self._wire(topic)
+        route = await self._require().fetch_route(wire)
+        return [
+            MessageQueue(topic, q.broker_name, q.queue_id) for q in route.subscribe_queues(wire)
+        ]
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        """The smallest offset ``mq`` still stores (GET_MIN_OFFSET).
+
+        Raises:
+            BrokerError, TransportError, ClientClosedError.
+        """
+        return await self._call(mq, self._require().get_min_offset)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """One past the last message of ``mq``: the offset the next message gets
+        (GET_MAX_OFFSET).
+
+        Raises:
+            BrokerError, TransportError, ClientClosedError.
+        """
+        return await self._call(mq, self._require().get_max_offset)
+
+    async def min_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """:meth:`min_offset` of several queues, asked concurrently.
+
+        Raises:
+            BrokerError, TransportError, ClientClosedError: the first failure.
+        """
+        mqs = list(mqs)
+        values = await asyncio.gather(*(self.min_offset(mq) for mq in mqs))
+        return dict(zip(mqs, values, strict=True))
+
+    async def max_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """:meth:`max_offset` of several queues, asked concurrently.
+
+        Raises:
+            BrokerError, TransportError, ClientClosedError: the first failure.
+        """
+        mqs = list(mqs)
+        values = await asyncio.gather(*(self.max_offset(mq) for mq in mqs))
+        return dict(zip(mqs, values, strict=True))
+
+    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of the first message of ``mq`` stored at or after ``timestamp_ms``
+        (epoch ms); :meth:`max_offset` when every stored message is older.
+
+        SEARCH_OFFSET_BY_TIMESTAMP answers the message stored *closest* to the time (§6.5),
+        which may be just before it or in the middle of messages stored in the same
+        millisecond; that answer is refined by reading single messages around it (a few
+        pulls, exponential then binary search). Store times are assumed not to decrease
+        along a queue, which holds for messages appended by one broker.
+
+        Raises:
+            BrokerError, TransportError, ClientClosedError.
+        """
+        client = self._require()
+        lo = await self.min_offset(mq)
+        hi = await self.max_offset(mq)
+        if lo >= hi:
+            return hi
+        guess = await self._call(mq, lambda a, w: client.search_offset(a, w, timestamp_ms))
+        guess = min(max(guess, lo), hi - 1)
+        # Invariant: every offset below lo is older than the time; hi is stored at or after
+        # it (or is the end of the queue). The answer lies in [lo, hi].
+        if await self._stored_at(mq, guess) >= timestamp_ms:
+            hi = guess
+            step = 1
+            while guess - step >= lo:
+                probe = guess - step
+                if await self._stored_at(mq, probe) >= timestamp_ms:
+                    hi = probe
+                    step *= 2
+                else:
+                    lo = probe + 1
+                    break
+        else:
+            lo = guess + 1
+            step = 1
+            while guess + step < hi:
+                probe = guess + step
+                if await self._stored_at(mq, probe) >= timestamp_ms:
+                    hi = probe
+                    break
+                lo = probe + 1
+                step *= 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if await self._stored_at(mq, mid) >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    async def _stored_at(self, mq: MessageQueue, offset: int) -> float:
+        """The store time of the message at ``offset``; -inf / +inf when it is gone (below
+        the queue's min / beyond its end)."""
+        batch = await self.read(mq, offset, 1)
+        if batch.messages and batch.messages[0].queue_offset == offset:
+            return batch.messages[0].store_timestamp
+        return float("-inf") if offset < batch.min_offset else float("inf")
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _filter(self, expression: str) -> TagFilter:
+        f = self._filters.get(expression)
+        if f is None:
+            f = self._filters[expression] = parse_tag_expression(expression)
+        return f
+
+    async def read(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_messages: int = _PULL_BATCH,
+        *,
+        expression: str = "*",
+    ) -> ReadBatch:
+        """One PULL_MESSAGE from ``offset`` without long polling.
+
+        Brokers answer at most 32 messages (and 256 KiB) per pull whatever ``max_messages``
+        asks. With a tag ``expression`` (``"A || B"``) the broker skips other messages by tag
+        hash and the reader re-checks tag strings, so offsets of the result may have gaps.
+
+        Raises:
+            ConfigurationError: ``offset`` < 0 or ``max_messages`` outside 1..1024.
+            RemoteProtocolError: the response body is malformed.
+            BrokerError: any other error answer (e.g. TopicNotExistError, NoPermissionError).
+            TransportError: the broker could not be reached or did not answer in time.
+            ClientClosedError: the reader is closed or not started.
+        """
+        if offset < 0:
+            raise ConfigurationError(f"offset {offset} is negative")
+        if not 1 <= max_messages <= _MAX_PULL_BATCH:
+            raise ConfigurationError(f"max_messages must be in 1..{_MAX_PULL_BATCH}")
+        tag_filter = self._filter(expression)
+        client = self._require()
+        header = PullMessageRequestHeader(
+            consumer_group=self._pull_group,
+            topic=self._wire(mq.topic),
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_messages,
+            # No SUSPEND (answer at once), no COMMIT_OFFSET (a reader commits nothing).
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            subscription=tag_filter.expression,
+            sub_version=0,
+            expression_type="TAG",
+            broker_name=mq.broker_name,
+        )
+        timeout = self.settings.request_timeout
+        resp = await self._call(mq, lambda a, _w: client.pull_message(a, header, timeout=timeout))
+        h = resp.header
+        status = _STATUS_BY_CODE[resp.code]
+        msgs: list[ReceivedMessage] = []
+        if status is ReadStatus.FOUND:
+            msgs = to_received(
+                decode_messages(resp.body),
+                broker_name=mq.broker_name,
+                tag_filter=None if tag_filter.match_all else tag_filter,
+                retry_queue=False,
+                namespace=self._ns,
+            )
+        return ReadBatch(status, msgs, h.next_begin_offset, h.min_offset, h.max_offset)
+
+    async def read_range_batches(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        *,
+        expression: str = "*",
+        tolerate_loss: bool = False,
+        pipeline: int = 8,
+    ) -> AsyncIterator[list[ReceivedMessage]]:
+        """The messages with ``start <= queue_offset < end``, in order, one list per 32
+        offsets (a list may be empty when a tag expression skipped all of them).
+
+        The range is read in chunks of 32 offsets (what a broker serves per pull), up to
+        ``pipeline`` chunks at once: a pull's round trip, not the broker, is what limits one
+        pull after another.
+
+        Args:
+            tolerate_loss: skip what is gone instead of raising: offsets below the queue's min
+                (removed by retention) are jumped over, and the range stops early where the
+                queue ends. Each kind of skip is logged once as a warning.
+            pipeline: chunks read concurrently (1..64).
+
+        Raises:
+            PullOffsetMovedError: (without ``tolerate_loss``) part of the range is no longer
+                stored (below the queue's min offset).
+            PullNotFoundError: (without ``tolerate_loss``) the queue ends before ``end``.
+            ConfigurationError: ``start`` < 0 or ``pipeline`` outside 1..64.
+            BrokerError, TransportError, RemoteProtocolError, ClientClosedError: as
+                :meth:`read`.
+        """
+        if start < 0:
+            raise ConfigurationError(f"offset {start} is negative")
+        if not 1 <= pipeline <= 64:
+            raise ConfigurationError("pipeline must be in 1..64")
+        starts = iter(range(start, end, _PULL_BATCH))
+        pending: collections.deque[asyncio.Future[_Chunk]] = collections.deque()
+        warned_removed = False
+        try:
+            while True:
+                while len(pending) < pipeline:
+                    lo = next(starts, None)
+                    if lo is None:
+                        break
+                    hi = min(lo + _PULL_BATCH, end)
+                    pending.append(asyncio.ensure_future(self._read_chunk(mq, lo, hi, expression)))
+                if not pending:
+                    return
+                chunk = await pending.popleft()
+                if chunk.removed_below is not None:
+                    what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
+                    if not tolerate_loss:
+                        raise broker_error(_OFFSET_MOVED, f"{what} (range {start}..{end})")
+                    if not warned_removed:
+                        log.warning("%s; skipping them", what)
+                        warned_removed = True
+                if chunk.ended_at is not None:
+                    what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {end}"
+                    if not tolerate_loss:
+                        raise broker_error(_NO_NEW, what)
+                    log.warning("%s; stopping there", what)
+                    if chunk.msgs:
+                        yield chunk.msgs
+                    return
+                yield chunk.msgs
+        finally:
+            for fut in pending:
+                fut.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _read_chunk(self, mq: MessageQueue, lo: int, hi: int, expression: str) -> _Chunk:
+        """The messages of ``[lo, hi)``; several pulls when the broker serves fewer (its byte
+        cap) or a part is gone."""
+        offset = lo
+        out: list[ReceivedMessage] = []
+        removed: int | None = None
+        while offset < hi:
+            batch = await self.read(
+                mq, offset, min(_PULL_BATCH, hi - offset), expression=expression
+            )
+            status = batch.status
+            if status is ReadStatus.FOUND or status is ReadStatus.NO_MATCHED:
+                msgs = batch.messages
+                if msgs and msgs[-1].queue_offset >= hi:
+                    # A tag filter scans past the requested count: keep the chunk exact.
+                    msgs = [m for m in msgs if m.queue_offset < hi]
+                if out:
+                    out.extend(msgs)
+                else:
+                    out = msgs
+                if batch.next_offset <= offset:
+                    raise broker_error(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"{mq}: the broker did not advance past offset {offset}",
+                    )
+                offset = batch.next_offset
+            elif status is ReadStatus.OFFSET_ILLEGAL and offset < batch.min_offset:
+                removed = batch.min_offset
+                offset = batch.min_offset
+            else:
+                # NO_NEW, or OFFSET_ILLEGAL past the end: the queue ends before `hi`.
+                return _Chunk(out, removed, batch.max_offset)
+        return _Chunk(out, removed, None)
+
+    async def read_range(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        *,
+        expression: str = "*",
+        tolerate_loss: bool = False,
+        pipeline: int = 8,
+    ) -> AsyncIterator[ReceivedMessage]:
+        """The messages with ``start <= queue_offset < end``, one by one (see
+        :meth:`read_range_batches`).
+
+        Raises:
+            As :meth:`read_range_batches`.
+        """
+        async for msgs in self.read_range_batches(
+            mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
+        ):
+            for m in msgs:
+                yield m
+
+    # -- consumer-group offsets ---------------------------------------------------------------
+
+    async def committed_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The offset ``group`` has committed for ``mq`` (the next one it would consume), or
+        ``None`` when the broker has none.
+
+        A young broker (REMOTING.md §6.5) answers 0 for a group that never committed while
+        the queue still starts at offset 0.
+
+        Raises:
+            InvalidNameError: a bad group name.
+            TransportError, BrokerError, ClientClosedError.
+        """
+        validate_name(group, "consumer group")
+        client = self._require()
+        wire_group = self._wire(group)
+        return await self._call(mq, lambda a, w: client.query_consumer_offset(a, wire_group, w))
+
+    async def commit(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` as ``group``'s next offset for ``mq`` (UPDATE_CONSUMER_OFFSET,
+        answered). The broker stores any value, backwards too, without checking it.
+
+        Raises:
+            InvalidNameError: a bad group name.
+            ConfigurationError: a negative offset.
+            BrokerError, TransportError, ClientClosedError.
+        """
+        validate_name(group, "consumer group")
+        if offset < 0:
+            raise ConfigurationError(f"offset {offset} is negative")
+        client = self._require()
+        wire_group = self._wire(group)
+        await self._call(
+            mq,
+            lambda a, w: client.update_consumer_offset(a, wire_group, w, offset, oneway=False),
+        )
+
+    async def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
+        """:meth:`commit` for several queues, concurrently.
+
+        Raises:
+            As :meth:`commit` (the first failure; the other commits may have been stored).
+        """
+        await asyncio.gather(*(self.commit(group, mq, off) for mq, off in offsets.items()))
+
+
+_END: Final = object()
+
+
+class SyncQueueReader:
+    """A :class:`QueueReader` for plain (blocking) code: the async reader runs on a private
+    event loop in a daemon thread, and each method waits for its result.
+
+    ::
+
+        with SyncQueueReader(namesrv="127.0.0.1:9876") as reader:
+            mq = reader.queues("orders")[0]
+            for msgs in reader.read_range_batches(mq, 0, reader.max_offset(mq)):
+                ...
+
+    Methods are those of :class:`QueueReader`, blocking, with the same errors; they may be
+    called from any thread except the reader's own. Arguments are those of
+    :class:`QueueReader`, plus:
+
+    Args:
+        prefetch: lists :meth:`read_range_batches` keeps ready ahead of its caller, so the
+            network overlaps with the caller's work.
+
+    Raises:
+        ConfigurationError: invalid settings (at construction).
+    """
+
+    def __init__(
+        self,
+        *,
+        namesrv: str | Sequence[str],
+        pull_group: str = DEFAULT_PULL_GROUP,
+        prefetch: int = 8,
+        **settings: Any,
+    ) -> None:
+        self._reader = QueueReader(namesrv=namesrv, pull_group=pull_group, **settings)
+        if prefetch < 1:
+            raise ConfigurationError("prefetch must be at least 1")
+        self._prefetch = prefetch
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def settings(self) -> ClientSettings:
+        """The reader's settings."""
+        return self._reader.settings
+
+    def start(self) -> None:
+        """Start the loop thread and the reader. Prefer ``with``.
+
+        Raises:
+            ClientClosedError: the reader was closed before.
+        """
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the queue reader is closed")
+            if self._loop is not None:
+                return
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=run, name="aiorocket-queue-reader", daemon=True)
+            thread.start()
+            ready.wait()
+            self._loop, self._thread = loop, thread
+        self._run(self._reader.start())
+
+    def close(self) -> None:
+        """Close the reader and stop its thread; safe to call more than once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._reader.close(), loop).result()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
+        loop = self._loop
+        if loop is None or self._closed:
+            coro.close()
+            raise ClientClosedError("the queue reader is closed" if self._closed else "not started")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a SyncQueueReader cannot be called from its own loop thread")
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return self._submit(coro).result()
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """See :meth:`QueueReader.queues`."""
+        return self._run(self._reader.queues(topic))
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        """See :meth:`QueueReader.min_offset`."""
+        return self._run(self._reader.min_offset(mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """See :meth:`QueueReader.max_offset`."""
+        return self._run(self._reader.max_offset(mq))
+
+    def min_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """See :meth:`QueueReader.min_offsets`."""
+        return self._run(self._reader.min_offsets(mqs))
+
+    def max_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """See :meth:`QueueReader.max_offsets`."""
+        return self._run(self._reader.max_offsets(mqs))
+
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """See :meth:`QueueReader.offset_for_timestamp`."""
+        return self._run(self._reader.offset_for_timestamp(mq, timestamp_ms))
+
+    def read(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_messages: int = _PULL_BATCH,
+        *,
+        expression: str = "*",
+    ) -> ReadBatch:
+        """See :meth:`QueueReader.read`."""
+        return self._run(self._reader.read(mq, offset, max_messages, expression=expression))
+
+    def read_range_batches(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        *,
+        expression: str = "*",
+        tolerate_loss: bool = False,
+        pipeline: int = 8,
+    ) -> Iterator[list[ReceivedMessage]]:
+        """See :meth:`QueueReader.read_range_batches`; up to ``prefetch`` lists are read
+        ahead of the caller."""
+        buf: queue.Queue[Any] = queue.Queue()
+        slots: list[asyncio.Semaphore] = []
+
+        async def produce() -> None:
+            # Runs on the loop: pulls ahead while at most `prefetch` lists wait in `buf`.
+            sem = asyncio.Semaphore(self._prefetch)
+            slots.append(sem)
+            try:
+                async for msgs in self._reader.read_range_batches(
+                    mq,
+                    start,
+                    end,
+                    expression=expression,
+                    tolerate_loss=tolerate_loss,
+                    pipeline=pipeline,
+                ):
+                    await sem.acquire()
+                    buf.put(msgs)
+            except BaseException as exc:
+                # Whatever ends the producer must wake the consumer (cancellation too).
+                buf.put(_Failed(exc))
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                buf.put(_END)
+
+        future = self._submit(produce())
+        loop = self._loop
+        assert loop is not None
+        try:
+            while True:
+                item = buf.get()
+                if item is _END:
+                    return
+                if isinstance(item, _Failed):
+                    if isinstance(item.exc, Exception):
+                        raise item.exc
+                    raise ClientClosedError("the queue reader was closed during the read")
+                loop.call_soon_threadsafe(slots[0].release)
+                yield item
+        finally:
+            if not future.done():
+                future.cancel()
+
+    def read_range(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        *,
+        expression: str = "*",
+        tolerate_loss: bool = False,
+        pipeline: int = 8,
+    ) -> Iterator[ReceivedMessage]:
+        """See :meth:`QueueReader.read_range`."""
+        for msgs in self.read_range_batches(
+            mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
+        ):
+            yield from msgs
+
+    def committed_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """See :meth:`QueueReader.committed_offset`."""
+        return self._run(self._reader.committed_offset(group, mq))
+
+    def commit(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """See :meth:`QueueReader.commit`."""
+        self._run(self._reader.commit(group, mq, offset))
+
+    def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
+        """See :meth:`QueueReader.commit_many`."""
+        self._run(self._reader.commit_many(group, offsets))
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """What :meth:`QueueReader._read_chunk` found: the messages, the queue's min offset if
+    part of the chunk was below it, and the queue's end if it ends inside the chunk."""
+
+    msgs: list[ReceivedMessage]
+    removed_below: int | None
+    ended_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """An error raised by the producing side of :meth:`SyncQueueReader.read_range_batches`."""
+
+    exc: BaseException
