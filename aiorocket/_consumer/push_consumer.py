@@ -498,7 +498,9 @@ class PushConsumer:
                 )
                 continue
             except (TransportError, BrokerError) as exc:
-                log.warning("route of %s not refreshed: %s", topic, exc)
+                # At start the caller gets the error itself; later, the log is all there is.
+                level = logging.DEBUG if at_start else logging.WARNING
+                log.log(level, "route of %s not refreshed: %s", topic, exc)
                 if isinstance(exc, TransportError):
                     unreachable.append(exc)
                 continue
