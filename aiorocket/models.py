@@ -17,6 +17,8 @@ __all__ = [
     "ConsumeStatus",
     "Message",
     "MessageQueue",
+    "OrderlyContext",
+    "OrderlyStatus",
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
@@ -184,6 +186,55 @@ class ConcurrentContext:
         return (
             f"ConcurrentContext(queue={self.queue}, ack_index={self.ack_index}, "
             f"delay_level={self.delay_level})"
+        )
+
+
+class OrderlyStatus(enum.Enum):
+    """What an orderly handler reports (Java ``ConsumeOrderlyStatus``).
+
+    Returning ``None`` means ``SUCCESS``; raising an exception means
+    ``SUSPEND_CURRENT_QUEUE_A_MOMENT``. ``COMMIT`` and ``ROLLBACK`` only mean something with
+    ``ctx.auto_commit = False``; with auto-commit on they count as ``SUCCESS`` (as in Java).
+    """
+
+    #: the messages are done; with auto-commit the queue's offset moves past them.
+    SUCCESS = "SUCCESS"
+    #: deliver the same messages again after :attr:`OrderlyContext.suspend_millis`; nothing
+    #: later in the queue is delivered meanwhile.
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+    #: (auto-commit off) commit every message consumed since the last commit.
+    COMMIT = "COMMIT"
+    #: (auto-commit off) put back every message consumed since the last commit and deliver
+    #: them again after :attr:`OrderlyContext.suspend_millis`.
+    ROLLBACK = "ROLLBACK"
+
+
+class OrderlyContext:
+    """Per-call context of an orderly handler (Java ``ConsumeOrderlyContext``).
+
+    Attributes:
+        queue: the queue the messages came from (all messages of a call share it).
+        auto_commit: with ``True`` (the default) a successful call commits its messages;
+            set it to ``False`` in the handler to commit only on ``COMMIT`` (and undo on
+            ``ROLLBACK``), the messages of successful calls staying uncommitted until then.
+        suspend_millis: how long the queue pauses after ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or
+            ``ROLLBACK``, in milliseconds; starts at the consumer's ``suspend_delay`` and is
+            kept within 10 ms .. 30 s (Java clamps it the same way).
+    """
+
+    __slots__ = ("auto_commit", "queue", "suspend_millis")
+
+    def __init__(
+        self, queue: MessageQueue, *, auto_commit: bool = True, suspend_millis: int = 1000
+    ) -> None:
+        self.queue = queue
+        self.auto_commit = auto_commit
+        self.suspend_millis = suspend_millis
+
+    def __repr__(self) -> str:
+        return (
+            f"OrderlyContext(queue={self.queue}, auto_commit={self.auto_commit}, "
+            f"suspend_millis={self.suspend_millis})"
         )
 
 

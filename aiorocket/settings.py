@@ -118,7 +118,9 @@ class ConsumerSettings(ClientSettings):
             Java CONSUME_FROM_LAST_OFFSET), ``"first"`` (offset 0) or a ``datetime`` (the
             message stored closest to it, CONSUME_FROM_TIMESTAMP). REMOTING.md §6.5: a young
             broker answers offset 0 for a new group, so "last" may still start at 0.
-        orderly: consume each queue in order (not available yet; must be False).
+        orderly: consume each queue in order, one handler call at a time per queue (Java
+            ``MessageListenerOrderly``); in clustering mode a queue is consumed only while this
+            member holds the broker's lock on it (see the ``lock_*`` settings).
         allocation: how queues are shared in a group: ``"averagely"`` (default), ``"by_circle"``,
             ``"consistent_hash"``, ``"by_config"`` (takes :attr:`allocation_queues`), or a
             callable ``(queues, consumer_ids, my_id) -> queues`` (every member must use the same).
@@ -138,7 +140,9 @@ class ConsumerSettings(ClientSettings):
             ever-growing cache.
         pull_interval: pause between a successful pull and the next one (0).
         max_reconsume_times: deliveries after the first before a message goes to
-            ``%DLQ%group``; ``None`` is Java's -1: 16 for concurrent consumption.
+            ``%DLQ%group``; ``None`` is Java's -1: 16 for concurrent consumption, unlimited
+            for orderly consumption (a suspended message is retried until it succeeds, since
+            skipping it would break the order; set a limit to dead-letter it instead).
         consume_timeout: a handler call running longer than this has its messages sent back
             for a later retry (15 min, Java ``consumeTimeout``).
         reconsume_later_delay: a failed message that could not be sent back is consumed again
@@ -158,6 +162,22 @@ class ConsumerSettings(ClientSettings):
             C++ client does) rather than relying on the subscription of the last heartbeat.
         offset_store_dir: where broadcasting consumers keep their offsets
             (``<dir>/<ip>@<instance_name or DEFAULT>/<group>/offsets.json``).
+        lock_renew_interval: orderly, clustering: how often the locks of held queues are
+            renewed with LOCK_BATCH_MQ (20 s, Java ``rocketmq.client.rebalance.lockInterval``).
+        lock_expiry: orderly, clustering: a queue lock not renewed for this long is no longer
+            trusted and its queue is neither pulled nor consumed (30 s, Java
+            ``rocketmq.client.rebalance.lockMaxLiveTime``). Keep it below the broker's lease
+            (60 s) so a member stops before the broker can give its queue to another one.
+        max_continuous_consume_time: orderly: a queue's consume task hands control back after
+            working this long and is resubmitted, so one busy queue cannot hold a
+            concurrency slot forever (60 s, Java ``MAX_TIME_CONSUME_CONTINUOUSLY``).
+        suspend_delay: orderly: the pause after ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or
+            ``ROLLBACK`` unless the handler sets ``ctx.suspend_millis`` (1 s, Java
+            ``suspendCurrentQueueTimeMillis``); 0.01 .. 30 s.
+        unlock_delay: orderly, clustering: a queue taken away by rebalance is unlocked once its
+            running handler call ended; when it still had pulled messages (it was still being
+            consumed) the unlock waits this much longer (20 s, Java
+            ``rocketmq.client.unlockDelayTimeMills``).
 
     Raises:
         ConfigurationError: through :func:`build_settings`, for any invalid value.
@@ -192,6 +212,11 @@ class ConsumerSettings(ClientSettings):
     shutdown_grace: float = Field(default=10.0, ge=0)
     post_subscription: bool = True
     offset_store_dir: Path = Field(default_factory=lambda: Path.home() / ".aiorocket_offsets")
+    lock_renew_interval: float = Field(default=20.0, gt=0)
+    lock_expiry: float = Field(default=30.0, gt=0)
+    max_continuous_consume_time: float = Field(default=60.0, gt=0)
+    suspend_delay: float = Field(default=1.0, ge=0.01, le=30.0)
+    unlock_delay: float = Field(default=20.0, ge=0)
 
     @field_validator("allocation")
     @classmethod
@@ -206,12 +231,19 @@ class ConsumerSettings(ClientSettings):
             raise ValueError("pull_timeout must exceed pull_suspend_timeout")
         if self.allocation == "by_config" and not self.allocation_queues:
             raise ValueError('allocation "by_config" needs allocation_queues')
+        if self.lock_renew_interval >= self.lock_expiry:
+            # Renewals must come before the trusted lifetime runs out, or every queue would
+            # stop between two renewals.
+            raise ValueError("lock_renew_interval must be shorter than lock_expiry")
         return self
 
     @property
     def effective_max_reconsume_times(self) -> int:
-        """``max_reconsume_times`` with Java's default applied (16 for concurrent consumers)."""
-        return 16 if self.max_reconsume_times is None else self.max_reconsume_times
+        """``max_reconsume_times`` with Java's default applied: 16 for concurrent consumers,
+        ``2**31 - 1`` (Java ``Integer.MAX_VALUE``, in effect unlimited) for orderly ones."""
+        if self.max_reconsume_times is not None:
+            return self.max_reconsume_times
+        return 2**31 - 1 if self.orderly else 16
 
 
 _S = TypeVar("_S", bound=BaseModel)

@@ -5,6 +5,8 @@ a topic (8 queues, 128 B bodies) and drains it, in one run, with:
 
 * (a) ``PushConsumer`` with a no-op **batch** handler (``consume_batch_size`` 32);
 * (b) ``PushConsumer`` with a per-message ``async def`` handler (``consume_batch_size`` 1);
+* (a) and (b) again with ``orderly=True`` (broker queue locks, one handler call per queue at a
+  time, 8 queues in parallel), printed beside the concurrent figures;
 * the pure decode loop (``decode_messages``) over the very bytes the broker serves;
 * (a) and (b) again against a broker serving 256 messages per pull instead of 32;
 * the Apache C++ client's ``PushConsumer`` (PyPI ``rocketmq`` 0.4.4) with a Python callback,
@@ -169,7 +171,7 @@ def decode_loop(bodies: list[bytes]) -> tuple[float, float, int]:
 
 
 async def drain(
-    addr: str, n: int, group: str, *, batch: bool, pull_batch: int = 32
+    addr: str, n: int, group: str, *, batch: bool, pull_batch: int = 32, orderly: bool = False
 ) -> tuple[float, float]:
     """Consume the whole topic with a fresh group; (seconds, CPU seconds) from start to the
     last message."""
@@ -181,10 +183,20 @@ async def drain(
         consume_from="first",
         pull_batch_size=pull_batch,
         consume_batch_size=pull_batch if batch else 1,
+        orderly=orderly,
     )
     consumer.subscribe(TOPIC)
 
-    if batch:
+    if orderly:
+
+        async def ordered(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
+            nonlocal count
+            count += len(msgs)
+            if count >= n:
+                done.set()
+
+        consumer.register_listener(ordered)
+    elif batch:
 
         async def handler(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
             nonlocal count
@@ -200,7 +212,8 @@ async def drain(
             if count >= n:
                 done.set()
 
-    consumer.register_listener(handler)
+    if not orderly:
+        consumer.register_listener(handler)
     t0, c0 = time.perf_counter(), _cpu()
     async with consumer:
         await asyncio.wait_for(done.wait(), 600)
@@ -336,12 +349,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         results["decode_loop"] = _summary(decode_runs, n)
         print(f"decode loop: {results['decode_loop']}", flush=True)
         del bodies
-        for name, batch in (("batch_handler", True), ("per_message_handler", False)):
+        for name, batch, orderly in (
+            ("batch_handler", True, False),
+            ("per_message_handler", False, False),
+            ("orderly_batch_handler", True, True),
+            ("orderly_per_message_handler", False, True),
+        ):
             runs = []
             for i in range(args.repeat):
-                runs.append(
-                    await drain(addr, n, f"bench-{name}-{i}".replace("_", "-"), batch=batch)
-                )
+                group = f"bench-{name}-{i}".replace("_", "-")
+                runs.append(await drain(addr, n, group, batch=batch, orderly=orderly))
             results[name] = _summary(runs, n)
             print(f"{name}: {results[name]}", flush=True)
         if not args.no_cpp:
@@ -401,7 +418,9 @@ def main() -> int:
     for key in (
         "decode_loop",
         "batch_handler",
+        "orderly_batch_handler",
         "per_message_handler",
+        "orderly_per_message_handler",
         "batch_handler_256",
         "per_message_handler_256",
         "cpp_push_consumer",

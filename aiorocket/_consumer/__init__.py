@@ -1,5 +1,6 @@
-"""The push consumer: rebalance, per-queue pull tasks, process queues, concurrent consumption,
-offset stores (Java ``DefaultMQPushConsumer``, rebuilt on coroutines)."""
+"""The push consumer: rebalance, per-queue pull tasks, process queues, concurrent and orderly
+consumption, broker queue locks, offset stores (Java ``DefaultMQPushConsumer``, rebuilt on
+coroutines)."""
 
 from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext
 from aiorocket._consumer.push_consumer import PushConsumer

@@ -14,6 +14,14 @@ Rules this state keeps:
 * Flow control (count, size, span) is a pure check; a pull loop over the limits waits in
   :meth:`ProcessQueue.wait_has_capacity` and is woken by the removal that frees capacity, not
   by polling.
+* Orderly consumption (Java ``consumingMsgOrderlyTreeMap``): :meth:`ProcessQueue.take` hands
+  out the next messages in offset order and keeps them as the *consuming* subset, still
+  cached; :meth:`~ProcessQueue.commit` forgets that subset and returns the offset after it,
+  :meth:`~ProcessQueue.rollback` and :meth:`~ProcessQueue.make_again` put it (or its tail)
+  back to be taken again. Orderly consumption only ever takes from the front, so the
+  consuming subset is always a prefix of the cache and "where to take next" is one offset.
+* Broker lock state of an orderly queue (``locked``, ``last_lock_time``): only stored here;
+  waiters (the pull loop, the consume task) are woken whenever it changes.
 
 No I/O and no clock: callers pass ``now`` (monotonic seconds).
 """
@@ -105,15 +113,21 @@ class ProcessQueue:
 
     __slots__ = (
         "_capacity_waiter",
+        "_consuming",
         "_limits",
+        "_lock_waiters",
+        "_reconsume",
         "_runs",
+        "_take_from",
         "_where",
         "cached_bytes",
         "cached_count",
         "draining",
         "dropped",
         "last_consume_time",
+        "last_lock_time",
         "last_pull_time",
+        "locked",
         "max_offset_ever",
         "queue",
     )
@@ -133,6 +147,18 @@ class ProcessQueue:
         self.last_consume_time = now
         self._capacity_waiter: asyncio.Future[None] | None = None
         self._limits: FlowLimits | None = None
+        #: orderly: the taken, uncommitted messages in offset order (a prefix of the cache)
+        self._consuming: list[ReceivedMessage] = []
+        #: orderly: take() continues at the first cached offset >= this (-1: the front)
+        self._take_from = -1
+        #: orderly: reconsume counts of messages put back after a failure, by offset
+        self._reconsume: dict[int, int] = {}
+        #: orderly, clustering: whether the broker granted this member the queue's lock
+        self.locked = False
+        #: monotonic time the last granted lock request was *sent* (a lower bound of the
+        #: broker's own grant time, so the lease is never overestimated)
+        self.last_lock_time = 0.0
+        self._lock_waiters: list[asyncio.Future[None]] = []
 
     # -- contents -----------------------------------------------------------------------------
 
@@ -293,6 +319,144 @@ class ProcessQueue:
         self._where.clear()
         self.cached_count = 0
         self.cached_bytes = 0
+        self._consuming = []
+        self._take_from = -1
+        self._reconsume.clear()
+
+    # -- orderly consumption ------------------------------------------------------------------
+
+    @property
+    def consuming_count(self) -> int:
+        """Messages taken and not yet committed (orderly)."""
+        return len(self._consuming)
+
+    def take(self, n: int) -> list[ReceivedMessage]:
+        """Take up to ``n`` messages in offset order after those taken already
+        (``takeMessages``): they stay cached, as the consuming subset, until
+        :meth:`commit`, :meth:`rollback` or :meth:`make_again`."""
+        runs = self._runs
+        if not runs or n <= 0:
+            return []
+        start = self._take_from
+        # The common case, one offset after the last taken one still cached: O(1).
+        run = self._where.get(start) if start >= 0 else None
+        if run is not None:
+            offsets = run.offsets
+            i = start - offsets[0]
+            if i >= len(offsets) or offsets[i] != start:
+                i = bisect_left(offsets, start)
+        else:
+            found = self._run_from(start)
+            if found is None:
+                return []
+            run, i = found
+        out: list[ReceivedMessage] = []
+        while True:
+            live = run.live
+            msgs = run.msgs
+            tail = run.tail
+            while i <= tail and len(out) < n:
+                if live[i]:
+                    out.append(msgs[i])
+                i += 1
+            if len(out) >= n:
+                break
+            pos = runs.bisect_right(run.offsets[0])
+            if pos >= len(runs):
+                break
+            run = runs.peekitem(pos)[1]
+            i = run.head
+        if not out:
+            return out
+        self._take_from = out[-1]._r.queue_offset + 1
+        self._consuming.extend(out)
+        if self._reconsume:
+            again = self._reconsume
+            out = [
+                m._with_reconsume_times(again[m._r.queue_offset])
+                if m._r.queue_offset in again
+                else m
+                for m in out
+            ]
+        return out
+
+    def _run_from(self, start: int) -> tuple[_Run, int] | None:
+        """The run and index of the first cached offset >= ``start`` (-1: the front)."""
+        runs = self._runs
+        if start < 0:
+            run = runs.peekitem(0)[1]
+            return run, run.head
+        pos = max(runs.bisect_right(start) - 1, 0)
+        while pos < len(runs):
+            run = runs.peekitem(pos)[1]
+            offsets = run.offsets
+            if offsets[run.tail] >= start:
+                return run, max(run.head, bisect_left(offsets, start, run.head, run.tail + 1))
+            pos += 1
+        return None
+
+    def commit(self, *, now: float | None = None) -> int:
+        """Forget the consuming subset, whose consumption is final (``commit``); returns the
+        offset to commit (see :meth:`remove`), -1 if nothing was being consumed."""
+        consuming = self._consuming
+        if not consuming:
+            return -1
+        self._consuming = []
+        if self._reconsume:
+            for m in consuming:
+                self._reconsume.pop(m._r.queue_offset, None)
+        return self.remove(consuming, now=now)
+
+    def rollback(self) -> None:
+        """Put the whole consuming subset back, to be taken again from the front
+        (``rollback``)."""
+        self._consuming = []
+        self._take_from = -1
+
+    def make_again(self, msgs: Sequence[ReceivedMessage]) -> None:
+        """Put the tail of the consuming subset starting at ``msgs[0]`` back, to be taken
+        again with the reconsume counts ``msgs`` carry (``makeMessageToConsumeAgain``)."""
+        if not msgs:
+            return
+        first = min(m._r.queue_offset for m in msgs)
+        self._consuming = [m for m in self._consuming if m._r.queue_offset < first]
+        self._take_from = first if self._consuming else -1
+        for m in msgs:
+            self._reconsume[m._r.queue_offset] = m.reconsume_times
+
+    # -- broker lock (orderly, clustering) ----------------------------------------------------
+
+    def set_locked(self, locked: bool, at: float | None = None) -> None:
+        """Record the outcome of a lock request sent at ``at`` and wake lock waiters."""
+        self.locked = locked
+        if locked and at is not None:
+            self.last_lock_time = max(self.last_lock_time, at)
+        self._wake_lock_waiters()
+
+    def lock_valid(self, now: float, expiry: float) -> bool:
+        """Locked, and the lock younger than ``expiry`` (Java ``isLocked() &&
+        !isLockExpired()``)."""
+        return self.locked and now - self.last_lock_time <= expiry
+
+    async def wait_lock_change(self) -> None:
+        """Wait for the next :meth:`set_locked`, or until the queue stops being active."""
+        if not self.active:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._lock_waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                fut.cancel()
+            if fut in self._lock_waiters:
+                self._lock_waiters.remove(fut)
+
+    def _wake_lock_waiters(self) -> None:
+        waiters, self._lock_waiters = self._lock_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     # -- state --------------------------------------------------------------------------------
 
@@ -300,11 +464,13 @@ class ProcessQueue:
         """The queue was taken away: stop pulling, consuming and committing."""
         self.dropped = True
         self._release_waiter()
+        self._wake_lock_waiters()
 
     def mark_draining(self) -> None:
         """Shutdown: stop pulling; finished consumption still commits."""
         self.draining = True
         self._release_waiter()
+        self._wake_lock_waiters()
 
     @property
     def active(self) -> bool:

@@ -15,6 +15,11 @@ PULL_MESSAGE that the broker may hold up to ``pull_suspend_timeout``, then act o
 Connection losses and broker errors are expected: logged, counted, retried after a jittered,
 growing pause (at most ``pull_retry_max_delay``). The task ends when its queue stops being
 active (dropped or draining) or is cancelled.
+
+Orderly consumption in clustering mode passes a :class:`PullGate`: the queue is pulled only
+while this member holds a live broker lock on it (the loop waits for the lock otherwise), and
+the first pull after the lock re-reads the start offset from the broker (Java
+``PullRequest.lockedFirst``), so pulling starts where the previous owner's last commit left it.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from aiorocket.errors import BrokerError, ClientClosedError, RemoteProtocolError
 from aiorocket.models import ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
-__all__ = ["Dispatch", "PullLoop", "Subscription", "to_received"]
+__all__ = ["Dispatch", "PullGate", "PullLoop", "Subscription", "to_received"]
 
 log = logging.getLogger("aiorocket.consumer")
 
@@ -88,6 +93,23 @@ class Dispatch(Protocol):
 
     def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         """Hand freshly cached messages of ``pq`` over for consumption (must not block)."""
+
+
+class PullGate(Protocol):
+    """What an orderly pull loop asks before pulling (clustering only)."""
+
+    def pullable(self, pq: ProcessQueue) -> bool:
+        """Whether ``pq`` is locked by this member and the lock has not expired."""
+
+    async def wait_pullable(self, pq: ProcessQueue) -> None:
+        """Wait for a change of ``pq``'s lock state (or for it to stop being active)."""
+
+    async def locked_first_offset(self, pq: ProcessQueue) -> int:
+        """The offset to pull from after the queue was locked (``computePullFromWhere``).
+
+        Raises:
+            TransportError, BrokerError: the broker could not be asked (retried).
+        """
 
 
 def _strip_namespace(topic: str, namespace: str | None) -> str:
@@ -150,6 +172,8 @@ class PullLoop:
             thresholds as queues come and go).
         on_offset_illegal: called (awaited) with the queue and the offset to restart from
             after OFFSET_ILLEGAL and the delay; it re-seats the queue.
+        gate: orderly clustering consumption: pull only while the queue is locked, and
+            re-read the start offset at the first pull after locking.
     """
 
     def __init__(
@@ -165,6 +189,7 @@ class PullLoop:
         stats: StatsRecorder,
         limits: Callable[[], FlowLimits],
         on_offset_illegal: Callable[[ProcessQueue, int], Awaitable[None]],
+        gate: PullGate | None = None,
     ) -> None:
         self.pq = pq
         self._sub = subscription
@@ -176,6 +201,7 @@ class PullLoop:
         self._stats = stats
         self._limits = limits
         self._on_offset_illegal = on_offset_illegal
+        self._gate = gate
         self._retry_queue = pq.queue.topic.startswith(RETRY_PREFIX)
         self._clustering = settings.message_model == "clustering"
         #: the offset the next pull asks for
@@ -201,7 +227,32 @@ class PullLoop:
         base_flag = PullSysFlag.SUSPEND | (PullSysFlag.SUBSCRIPTION if s.post_subscription else 0)
         tag_filter = None if self._sub.filter.match_all else self._sub.filter
         namespace = s.namespace
+        gate = self._gate
+        locked_first = False
         while pq.active:
+            if gate is not None:
+                # DefaultMQPushConsumerImpl.pullMessage (orderly): an unlocked queue is not
+                # pulled; the first pull once locked starts from the broker's offset.
+                if not gate.pullable(pq):
+                    await gate.wait_pullable(pq)
+                    continue
+                if not locked_first:
+                    try:
+                        offset = await gate.locked_first_offset(pq)
+                    except (TransportError, BrokerError) as exc:
+                        await self._failed(exc, backoff)
+                        continue
+                    if pq.dropped or pq.draining:
+                        return
+                    if offset != self.next_offset:
+                        log.info(
+                            "%s: first pull after locking starts at %d (was %d)",
+                            mq,
+                            offset,
+                            self.next_offset,
+                        )
+                    self.next_offset = offset
+                    locked_first = True
             limits = self._limits()
             if not pq.has_capacity(limits):
                 await pq.wait_has_capacity(limits)

@@ -8,9 +8,17 @@ with``) returns once routes are known, the first heartbeat went out and the firs
 ran, so start-up errors reach the caller. A bug in any task crashes the group; the error is
 logged and re-raised by :meth:`PushConsumer.wait_closed` and by leaving ``async with``.
 
-Shutdown (ARCHITECTURE.md): stop rebalancing; cancel pulls and put queues in *draining*; wait
-up to ``shutdown_grace`` for running handlers; flush offsets and unregister (shielded,
-bounded); close connections.
+Shutdown (ARCHITECTURE.md): stop rebalancing (and lock renewal); cancel pulls and put queues
+in *draining*; wait up to ``shutdown_grace`` for running handlers; flush offsets, unlock
+orderly queues and unregister (shielded, bounded); close connections.
+
+Orderly consumption (``orderly=True``) swaps the consume service for
+:class:`~aiorocket._consumer.consume_orderly.OrderlyConsumeService`. In clustering mode it also
+runs the ``lock renewal`` task (:mod:`~aiorocket._consumer.lock_renewer`), locks queues before
+adding them, pulls and consumes a queue only under a live lock, writes a queue's offset to the
+broker only while it holds that lock (a member that was stopped past its lease must not move
+the new owner's offset back), and unlocks a dropped queue once its running handler call ended
+(later by ``unlock_delay`` if messages were still cached, Java ``unlockDelay``).
 """
 
 from __future__ import annotations
@@ -24,16 +32,24 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, cast
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic, bounded_cleanup
 from aiorocket._consumer.allocation import AllocationStrategy, strategy_named
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService, Handler
+from aiorocket._consumer.consume_orderly import OrderlyConsumeService, OrderlyHandler
 from aiorocket._consumer.hooks import ConsumeHook
+from aiorocket._consumer.lock_renewer import BrokerLocks
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
-from aiorocket._consumer.pull_loop import RETRY_PREFIX, PullLoop, Subscription, to_received
+from aiorocket._consumer.pull_loop import (
+    RETRY_PREFIX,
+    PullGate,
+    PullLoop,
+    Subscription,
+    to_received,
+)
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.stats import ConsumerStatistics, QueueStatistics, StatsRecorder
 from aiorocket._protocol.bodies import (
@@ -62,16 +78,31 @@ from aiorocket.errors import (
     TopicNotExistError,
     TransportError,
 )
-from aiorocket.models import ConcurrentContext, ConsumeStatus, MessageQueue, validate_name
+from aiorocket.models import (
+    ConcurrentContext,
+    ConsumeStatus,
+    MessageQueue,
+    OrderlyContext,
+    OrderlyStatus,
+    validate_name,
+)
 from aiorocket.settings import ConsumerSettings, build_settings
 
 __all__ = ["PushConsumer"]
 
 log = logging.getLogger("aiorocket.consumer")
 
-_H = TypeVar("_H", bound=Handler)
+_H = TypeVar("_H", bound=Handler | OrderlyHandler)
 _MIB = 1024 * 1024
 _CLIENT_VERSION = "V4_9_8"
+#: CONSUME_MESSAGE_DIRECTLY results of an orderly handler (Java ``CMResult``)
+_DIRECT_ORDERLY: dict[OrderlyStatus | None, str] = {
+    None: "CR_SUCCESS",
+    OrderlyStatus.SUCCESS: "CR_SUCCESS",
+    OrderlyStatus.COMMIT: "CR_COMMIT",
+    OrderlyStatus.ROLLBACK: "CR_ROLLBACK",
+    OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER",
+}
 
 
 @dataclass(slots=True)
@@ -80,6 +111,34 @@ class _Held:
 
     pq: ProcessQueue
     task: asyncio.Task[None]
+
+
+@dataclass(slots=True)
+class _Release:
+    """An orderly queue dropped by rebalance whose broker lock is not released yet."""
+
+    pq: ProcessQueue
+    task: asyncio.Task[None]
+
+
+class _LockGate:
+    """The pull gate of an orderly clustering consumer (see :class:`PullGate`)."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: PushConsumer) -> None:
+        self._consumer = consumer
+
+    def pullable(self, pq: ProcessQueue) -> bool:
+        return pq.lock_valid(asyncio.get_running_loop().time(), self._consumer.settings.lock_expiry)
+
+    async def wait_pullable(self, pq: ProcessQueue) -> None:
+        self._consumer._on_lock_expired()
+        await pq.wait_lock_change()
+
+    async def locked_first_offset(self, pq: ProcessQueue) -> int:
+        # computePullFromWhere: the stored offset, else the consume-from policy.
+        return await self._consumer._rebalancer.start_offset(pq.queue)
 
 
 class PushConsumer:
@@ -96,12 +155,15 @@ class PushConsumer:
         async with consumer:
             await consumer.wait_closed()
 
+    With ``orderly=True`` the same :meth:`listener` takes an orderly handler, ``async def
+    (msgs, ctx: OrderlyContext) -> OrderlyStatus | None``, called for one queue at a time in
+    offset order (see :class:`~aiorocket.OrderlyStatus`).
+
     Keyword arguments are the settings of :class:`~aiorocket.settings.ConsumerSettings`
     (``group`` and ``namesrv`` required).
 
     Raises:
-        ConfigurationError: invalid settings or group name (at construction);
-            ``orderly=True`` (ordered consumption is not available yet).
+        ConfigurationError: invalid settings or group name (at construction).
     """
 
     def __init__(
@@ -125,18 +187,20 @@ class PushConsumer:
                 **settings,
             },
         )
-        if self.settings.orderly:
-            raise ConfigurationError("orderly consumption is not available yet")
         s = self.settings
         self._group = f"{s.namespace}%{group}" if s.namespace else group
         validate_name(self._group, "consumer group")
         self._clustering = s.message_model == "clustering"
+        self._orderly = s.orderly
+        #: orderly clustering: queues are locked on their brokers
+        self._locking = s.orderly and self._clustering
         self._retry_topic = f"{RETRY_PREFIX}{self._group}"
         self._subscriptions: dict[str, Subscription] = {}
-        self._handler: Handler | None = None
+        self._handler: Handler | OrderlyHandler | None = None
         self._hooks: list[ConsumeHook] = []
         self._runner: asyncio.Task[None] | None = None
         self._held: dict[MessageQueue, _Held] = {}
+        self._releasing: dict[MessageQueue, _Release] = {}
         self._limits: dict[str, FlowLimits] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._tg: asyncio.TaskGroup | None = None
@@ -151,15 +215,18 @@ class PushConsumer:
         self._table_lock: asyncio.Lock
         self._stats: StatsRecorder
         self._offsets: OffsetStore
-        self._service: ConcurrentConsumeService
+        self._service: ConcurrentConsumeService | OrderlyConsumeService
+        self._locks: BrokerLocks | None = None
         self._rebalancer: Rebalancer
         self._rebalance_timer: Periodic
         self._heartbeat_timer: Periodic
         self._route_timer: Periodic
         self._persist_timer: Periodic
-        self._clean_timer: Periodic
+        self._clean_timer: Periodic | None = None
+        self._lock_timer: Periodic | None = None
         self._rebalance_task: asyncio.Task[Any]
         self._heartbeat_task: asyncio.Task[Any]
+        self._lock_task: asyncio.Task[Any] | None = None
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -186,12 +253,19 @@ class PushConsumer:
         wire = self._wire_topic(topic)
         self._subscriptions[wire] = Subscription.create(wire, expression)
 
-    def register_listener(self, handler: Handler) -> None:
+    def register_listener(self, handler: Handler | OrderlyHandler) -> None:
         """Set the handler: ``async def (msgs, ctx) -> ConsumeStatus | None``.
 
         ``None`` or ``CONSUME_SUCCESS`` is success; ``RECONSUME_LATER`` or an exception is a
         failure (retried through ``%RETRY%<group>``); ``ctx.ack_index`` marks partial success
         of a batch and ``ctx.delay_level`` picks the retry delay.
+
+        An orderly consumer (``orderly=True``) takes ``async def (msgs, ctx: OrderlyContext)
+        -> OrderlyStatus | None`` instead: ``None`` or ``SUCCESS`` is success; an exception or
+        ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` delivers the same messages again after
+        ``ctx.suspend_millis`` with nothing later in their queue delivered meanwhile; with
+        ``ctx.auto_commit = False``, ``COMMIT`` and ``ROLLBACK`` settle everything consumed
+        since the last commit.
 
         Raises:
             ConfigurationError: not an ``async def``, a handler is set already, or the
@@ -293,15 +367,30 @@ class PushConsumer:
             instance = s.instance_name or "DEFAULT"
             path = s.offset_store_dir / f"{client.ip}@{instance}" / self._group / "offsets.json"
             self._offsets = LocalFileOffsetStore(path)
-        self._service = ConcurrentConsumeService(
-            handler=self._handler,
-            group=self._group,
-            settings=s,
-            client=client,
-            offsets=self._offsets,
-            stats=self._stats,
-            hooks=self._hooks,
-        )
+        if self._orderly:
+            self._service = OrderlyConsumeService(
+                handler=cast(OrderlyHandler, self._handler),
+                group=self._group,
+                settings=s,
+                client=client,
+                offsets=self._offsets,
+                stats=self._stats,
+                spawn=self._spawn,
+                hooks=self._hooks,
+                on_lock_expired=self._on_lock_expired,
+            )
+        else:
+            self._service = ConcurrentConsumeService(
+                handler=cast(Handler, self._handler),
+                group=self._group,
+                settings=s,
+                client=client,
+                offsets=self._offsets,
+                stats=self._stats,
+                hooks=self._hooks,
+            )
+        if self._locking:
+            self._locks = BrokerLocks(client=client, group=self._group)
         strategy: AllocationStrategy
         if callable(s.allocation):
             strategy = s.allocation
@@ -322,6 +411,7 @@ class PushConsumer:
             strategy=strategy,
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
+            locker=self._locks,
         )
         for topic in self._subscriptions:
             self._limits[topic] = self._flow_limits(topic, 1)
@@ -337,9 +427,16 @@ class PushConsumer:
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
         )
-        self._clean_timer = Periodic(
-            self._service.clean_expired, s.consume_timeout, name="clean-up", run_first=False
-        )
+        if isinstance(self._service, ConcurrentConsumeService):
+            # Java's orderly service has no cleanExpireMsg: a running orderly batch is never
+            # sent back behind its handler's back (that would break the order).
+            self._clean_timer = Periodic(
+                self._service.clean_expired, s.consume_timeout, name="clean-up", run_first=False
+            )
+        if self._locking:
+            self._lock_timer = Periodic(
+                self._renew_locks, s.lock_renew_interval, name="lock renewal", run_first=False
+            )
 
     async def close(self) -> None:
         """Shut down gracefully (see the module docs); safe to call more than once.
@@ -448,11 +545,8 @@ class PushConsumer:
         # The group died or start-up failed: keep what finished, leave the group, disconnect.
         timeout = self._cleanup_timeout()
         if flush:
-            await bounded_cleanup(
-                self._offsets.persist_all(list(self._held), sync=True),
-                timeout=timeout,
-                what="flush offsets",
-            )
+            await bounded_cleanup(self._flush_offsets(), timeout=timeout, what="flush offsets")
+        await self._unlock_all()
         await bounded_cleanup(self._unregister(), timeout=timeout, what="unregister consumer")
         await self._client.close()
 
@@ -466,14 +560,18 @@ class PushConsumer:
         if any(self._client.route(t) is None for t in self._subscriptions):
             # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
             await self._refresh_routes()
-        for i in range(self.settings.concurrency):
-            self._spawn(self._service.worker(), name=f"consume worker {i}")
+        if isinstance(self._service, ConcurrentConsumeService):
+            for i in range(self.settings.concurrency):
+                self._spawn(self._service.worker(), name=f"consume worker {i}")
         await self._rebalance()
         self._rebalance_task = self._spawn(self._rebalance_timer.run(), name="rebalance")
+        if self._lock_timer is not None:
+            self._lock_task = self._spawn(self._lock_timer.run(), name="lock renewal")
         self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
         self._spawn(self._route_timer.run(), name="route refresh")
         self._spawn(self._persist_timer.run(), name="persist offsets")
-        self._spawn(self._clean_timer.run(), name="consume clean-up")
+        if self._clean_timer is not None:
+            self._spawn(self._clean_timer.run(), name="consume clean-up")
         self._client.on_new_brokers = self._on_new_brokers
 
     def _on_new_brokers(self, names: set[str]) -> None:
@@ -551,7 +649,105 @@ class PushConsumer:
 
     async def _persist_offsets(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
-        await self._offsets.persist_all(list(self._held))
+        if self._locking:
+            for mq in self._lock_holding():
+                await self._offsets.persist(mq)
+        else:
+            await self._offsets.persist_all(list(self._held))
+
+    def _lock_holding(self) -> list[MessageQueue]:
+        """Orderly clustering: the held queues whose lock is live, the only ones whose offset
+        this member may write (after a long stop, another member may have moved on)."""
+        now = asyncio.get_running_loop().time()
+        expiry = self.settings.lock_expiry
+        return [mq for mq, h in self._held.items() if h.pq.lock_valid(now, expiry)]
+
+    async def _flush_offsets(self) -> None:
+        if self._locking:
+            holding = self._lock_holding()
+            await asyncio.gather(*(self._offsets.persist(mq, sync=True) for mq in holding))
+        else:
+            await self._offsets.persist_all(list(self._held), sync=True)
+
+    # -- orderly locks ------------------------------------------------------------------------
+
+    async def _renew_locks(self) -> None:
+        """``lockAll``: renew the locks of held queues, and of dropped ones still waiting for
+        their handler (their lease must not run out under it).
+
+        A queue whose lock went to another member is dropped (rebalance re-adds it once the
+        lock is free again); one whose lock had expired here before it was granted again is
+        re-seated: a fresh process queue whose first pull re-reads the broker's offset, as
+        after any other lock (``lockedFirst``), since another member may have consumed it
+        meanwhile.
+        """
+        if self._closing or self._locks is None:
+            return
+        queues = {mq: r.pq for mq, r in self._releasing.items()}
+        queues.update((mq, h.pq) for mq, h in self._held.items())
+        lost, regained = await self._locks.renew(queues, expiry=self.settings.lock_expiry)
+        lost = [pq for pq in lost if not pq.dropped]
+        regained = [pq for pq in regained if not pq.dropped]
+        if (not lost and not regained) or self._closing:
+            return
+        async with self._table_lock:
+            for pq in lost:
+                held = self._held.get(pq.queue)
+                if held is not None and held.pq is pq:
+                    await self.stop_queue(pq.queue)
+            for pq in regained:
+                held = self._held.get(pq.queue)
+                if held is None or held.pq is not pq or not pq.locked:
+                    continue
+                del self._held[pq.queue]
+                pq.mark_dropped()
+                held.task.cancel()
+                self._offsets.remove(pq.queue)
+                # The offset given here is replaced by the broker's before the first pull.
+                self.start_queue(pq.queue, 0, locked_at=pq.last_lock_time)
+        if lost:
+            self._rebalance_timer.wake()
+
+    def _on_lock_expired(self) -> None:
+        # tryLockLaterAndReconsume: a queue waits for its lock; try to renew it now.
+        if self._lock_timer is not None and not self._closing:
+            self._lock_timer.wake()
+
+    async def _release(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Unlock a dropped orderly queue once no handler runs on it (the consume lock of
+        seed 003 §6.2; ``removeUnnecessaryMessageQueue`` + ``unlockDelay``)."""
+        assert isinstance(self._service, OrderlyConsumeService)
+        assert self._locks is not None
+        # Cancelled (re-added, or shutdown): the entry stays for start_queue or _unlock_all.
+        async with self._service.queue_lock(mq):
+            pass  # the last handler call of the dropped queue has ended
+        if pq.locked:
+            if pq.cached_count:
+                # unlockDelay: it was still being consumed; give the offset time to land
+                # before the next owner reads it.
+                await asyncio.sleep(self.settings.unlock_delay)
+            await self._locks.unlock([mq])
+        release = self._releasing.get(mq)
+        if release is not None and release.pq is pq:
+            del self._releasing[mq]
+
+    async def _unlock_all(self) -> None:
+        """``unlockAll`` at shutdown: every held queue and every dropped one not released
+        yet (their handlers have ended or were cancelled by now)."""
+        if self._locks is None:
+            return
+        mqs = set(self._held)
+        for mq, release in list(self._releasing.items()):
+            release.task.cancel()
+            if release.pq.locked:
+                mqs.add(mq)
+        self._releasing.clear()
+        if mqs:
+            await bounded_cleanup(
+                self._locks.unlock(sorted(mqs)),
+                timeout=self._cleanup_timeout(),
+                what="unlock orderly queues",
+            )
 
     async def _unregister(self) -> None:
         client = self._client
@@ -567,10 +763,21 @@ class PushConsumer:
         """The queues this member holds now."""
         return list(self._held)
 
-    def start_queue(self, mq: MessageQueue, offset: int) -> None:
-        """Start holding ``mq`` (rebalancer callback)."""
+    def start_queue(self, mq: MessageQueue, offset: int, *, locked_at: float | None = None) -> None:
+        """Start holding ``mq`` (rebalancer callback); ``locked_at``: when its granted lock
+        request was sent (orderly clustering)."""
         pq = ProcessQueue(mq, now=asyncio.get_running_loop().time())
         topic = mq.topic
+        gate: PullGate | None = None
+        if self._locking:
+            gate = _LockGate(self)
+            release = self._releasing.pop(mq, None)
+            if release is not None:
+                # Dropped and re-added before its unlock: keep the lock (just renewed by the
+                # add); its old handler still holds the queue lock, so the new task waits.
+                release.task.cancel()
+            if locked_at is not None:
+                pq.set_locked(True, locked_at)
         loop_ = PullLoop(
             pq=pq,
             subscription=self._subscriptions[topic],
@@ -582,20 +789,31 @@ class PushConsumer:
             stats=self._stats,
             limits=lambda: self._limits[topic],
             on_offset_illegal=self._on_offset_illegal,
+            gate=gate,
         )
         task = self._spawn(loop_.run(offset), name=f"pull {mq}")
         self._held[mq] = _Held(pq, task)
 
     async def stop_queue(self, mq: MessageQueue) -> None:
         """Stop holding ``mq``: dropped, pull cancelled, offset persisted and forgotten
-        (``removeUnnecessaryMessageQueue``)."""
+        (``removeUnnecessaryMessageQueue``); an orderly queue is unlocked once its running
+        handler call (if any) has ended."""
         held = self._held.pop(mq, None)
         if held is None:
             return
-        held.pq.mark_dropped()
+        pq = held.pq
+        pq.mark_dropped()
         held.task.cancel()
-        await self._offsets.persist(mq)
+        if not self._locking:
+            await self._offsets.persist(mq)
+            self._offsets.remove(mq)
+            return
+        if pq.lock_valid(asyncio.get_running_loop().time(), self.settings.lock_expiry):
+            # Awaited, so the broker has it before the unlock lets the next owner read it.
+            await self._offsets.persist(mq, sync=True)
         self._offsets.remove(mq)
+        task = self._spawn(self._release(mq, pq), name=f"release {mq}")
+        self._releasing[mq] = _Release(pq, task)
 
     def queues_changed(self, topic: str, count: int) -> None:
         """Recompute ``topic``'s flow limits (per-topic thresholds split over its queues)."""
@@ -632,8 +850,10 @@ class PushConsumer:
     async def _shutdown(self) -> None:
         s = self.settings
         client = self._client
-        # 1. No more rebalancing: the held set is final.
+        # 1. No more rebalancing or lock renewal: the held set is final.
         self._rebalance_task.cancel()
+        if self._lock_task is not None:
+            self._lock_task.cancel()
         async with self._table_lock:
             # 2. Pulls stop; queues drain (finished work still commits).
             for held in self._held.values():
@@ -644,12 +864,12 @@ class PushConsumer:
         for task in list(self._tasks):
             if task is not self._heartbeat_task:
                 task.cancel()
-        # 4. Offsets flushed, client unregistered: shielded and bounded.
+        # 4. Offsets flushed, orderly queues unlocked (after the flush, so the next owner
+        #    reads the final offsets), client unregistered: shielded and bounded.
         await bounded_cleanup(
-            self._offsets.persist_all(list(self._held), sync=True),
-            timeout=self._cleanup_timeout(),
-            what="flush offsets",
+            self._flush_offsets(), timeout=self._cleanup_timeout(), what="flush offsets"
         )
+        await self._unlock_all()
         self._heartbeat_task.cancel()
         await bounded_cleanup(
             self._unregister(), timeout=self._cleanup_timeout(), what="unregister consumer"
@@ -684,7 +904,7 @@ class PushConsumer:
             {
                 "PROP_NAMESERVER_ADDR": ";".join(s.namesrv),
                 "PROP_THREADPOOL_CORE_SIZE": str(s.concurrency),
-                "PROP_CONSUMEORDERLY": "false",
+                "PROP_CONSUMEORDERLY": "true" if self._orderly else "false",
                 "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
                 "PROP_CLIENT_VERSION": _CLIENT_VERSION,
                 "PROP_CONSUMER_START_TIMESTAMP": str(self._start_wall),
@@ -701,6 +921,10 @@ class PushConsumer:
                 cached_msg_count=snap.cached_count,
                 cached_msg_size_in_mib=snap.cached_bytes // _MIB,
                 dropped=snap.dropped,
+                locked=held.pq.locked,
+                last_lock_timestamp=(
+                    int((held.pq.last_lock_time + offset) * 1000) if held.pq.locked else 0
+                ),
                 last_pull_timestamp=int((snap.last_pull_time + offset) * 1000),
                 last_consume_timestamp=int((snap.last_consume_time + offset) * 1000),
             )
@@ -759,18 +983,28 @@ class PushConsumer:
             retry_queue=rec.topic.startswith(RETRY_PREFIX),
             namespace=self.settings.namespace,
         )
-        ctx = ConcurrentContext(MessageQueue(rec.topic, broker_name, rec.queue_id))
+        mq = MessageQueue(rec.topic, broker_name, rec.queue_id)
         started = time.monotonic()
         remark = None
+        auto_commit = True
         try:
-            status = await self._handler(msgs, ctx)
-            result = "CR_SUCCESS" if status in (None, ConsumeStatus.CONSUME_SUCCESS) else "CR_LATER"
+            if self._orderly:
+                # ConsumeMessageOrderlyService.consumeMessageDirectly
+                octx = OrderlyContext(mq, suspend_millis=round(self.settings.suspend_delay * 1000))
+                ostatus = await cast(OrderlyHandler, self._handler)(msgs, octx)
+                auto_commit = octx.auto_commit
+                result = _DIRECT_ORDERLY.get(ostatus, "CR_LATER")
+            else:
+                ctx = ConcurrentContext(mq)
+                status = await cast(Handler, self._handler)(msgs, ctx)
+                ok = status in (None, ConsumeStatus.CONSUME_SUCCESS)
+                result = "CR_SUCCESS" if ok else "CR_LATER"
         except Exception as exc:
             result = "CR_THROW_EXCEPTION"
             remark = f"{type(exc).__name__}: {exc}"
         body = ConsumeMessageDirectlyResult(
-            order=False,
-            auto_commit=True,
+            order=self._orderly,
+            auto_commit=auto_commit,
             consume_result=result,
             remark=remark,
             spent_time_mills=int((time.monotonic() - started) * 1000),
@@ -800,6 +1034,8 @@ class PushConsumer:
                 committed_offset=self._offsets.read(mq),
                 last_pull_time=snap.last_pull_time + offset,
                 last_consume_time=snap.last_consume_time + offset,
+                locked=self._locking and held.pq.lock_valid(loop_now, self.settings.lock_expiry),
+                last_lock_time=held.pq.last_lock_time + offset if held.pq.last_lock_time else 0.0,
             )
         st = self._stats
         return ConsumerStatistics(

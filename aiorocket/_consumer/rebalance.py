@@ -9,6 +9,12 @@ process queue and its pull task).
 
 A topic whose inputs could not be gathered this round (no route yet, the broker did not
 answer) keeps what it holds; the next round tries again.
+
+Orderly consumption in clustering mode passes a :class:`QueueLocker`: the queues to add are
+locked on their brokers (LOCK_BATCH_MQ) before anything else happens to them, and a queue
+whose lock is refused (another member still holds it) is not added this round
+(``RebalanceImpl.updateProcessQueueTableInRebalance``: "add a new mq failed ... because lock
+failed"); the next round tries again.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from aiorocket.models import MessageQueue
 
 __all__ = [
     "QueueHost",
+    "QueueLocker",
     "RebalancePlan",
     "Rebalancer",
     "StartPolicy",
@@ -136,14 +143,23 @@ class QueueHost(Protocol):
     def held(self) -> Collection[MessageQueue]:
         """The queues held now."""
 
-    def start_queue(self, mq: MessageQueue, offset: int) -> None:
-        """Create the process queue and its pull task, pulling from ``offset``."""
+    def start_queue(self, mq: MessageQueue, offset: int, *, locked_at: float | None = None) -> None:
+        """Create the process queue and its pull task, pulling from ``offset``; ``locked_at``
+        is when the granted lock request was sent (orderly clustering only)."""
 
     async def stop_queue(self, mq: MessageQueue) -> None:
         """Mark it dropped, stop its pull task, persist and forget its offset."""
 
     def queues_changed(self, topic: str, count: int) -> None:
         """``topic`` will hold ``count`` queues (per-topic flow limits follow)."""
+
+
+class QueueLocker(Protocol):
+    """Takes broker queue locks for an orderly consumer."""
+
+    async def lock(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, float]:
+        """Lock ``mqs`` on their brokers; the queues granted, each with the (monotonic) time
+        its request was sent. Failures are logged and count as refusals."""
 
 
 class Rebalancer:
@@ -160,8 +176,10 @@ class Rebalancer:
         strategy: AllocationStrategy,
         broadcasting: bool,
         consume_from: Literal["last", "first"] | datetime,
+        locker: QueueLocker | None = None,
     ) -> None:
         self._client = client
+        self._locker = locker
         self._group = group
         self._host = host
         self._offsets = offsets
@@ -238,14 +256,25 @@ class Rebalancer:
         for topic in changed:
             host.queues_changed(topic, planned[topic])
         failed: Counter[str] = Counter()
+        locks: dict[MessageQueue, float] = {}
+        if self._locker is not None and plan.add:
+            locks = await self._locker.lock(plan.add)
         for mq in plan.add:
+            locked_at = locks.get(mq)
+            if self._locker is not None and locked_at is None:
+                log.info("rebalance: %s not added: its lock is held by another member", mq)
+                failed[mq.topic] += 1
+                continue
             try:
                 offset = await self.start_offset(mq)
             except (TransportError, BrokerError) as exc:
                 log.warning("rebalance: cannot find the start offset of %s: %s", mq, exc)
                 failed[mq.topic] += 1
                 continue
-            host.start_queue(mq, offset)
+            if locked_at is None:
+                host.start_queue(mq, offset)
+            else:
+                host.start_queue(mq, offset, locked_at=locked_at)
             log.info("rebalance: added %s at offset %d", mq, offset)
         for topic, n in failed.items():
             host.queues_changed(topic, planned[topic] - n)

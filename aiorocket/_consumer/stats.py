@@ -53,6 +53,10 @@ class QueueStatistics:
         span: largest minus smallest cached offset.
         committed_offset: the offset to commit next (-1 if none yet).
         last_pull_time, last_consume_time: epoch seconds of the last pull / finished batch.
+        locked: orderly, clustering: the broker granted this member the queue's lock and it
+            has not expired (``lock_expiry``); always False otherwise.
+        last_lock_time: orderly, clustering: epoch seconds at which the last granted lock
+            request was sent (0.0 if never).
     """
 
     queue: MessageQueue
@@ -62,6 +66,8 @@ class QueueStatistics:
     committed_offset: int
     last_pull_time: float
     last_consume_time: float
+    locked: bool = False
+    last_lock_time: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

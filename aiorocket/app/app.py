@@ -25,6 +25,8 @@ from aiorocket.models import (
     ConcurrentContext,
     ConsumeStatus,
     Message,
+    OrderlyContext,
+    OrderlyStatus,
     ReceivedMessage,
     SendResult,
     validate_name,
@@ -41,6 +43,10 @@ DLQ_REASON = "AIOROCKET_DLQ_REASON"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 _LATENCY_SAMPLES = 20_000
+#: delay levels 1-4 of the broker's default table in seconds (``messageDelayLevel``): an
+#: orderly subscriber's ``ReconsumeLater(delay_level=...)`` suspends its queue this long;
+#: higher levels are past the 30 s a suspension may last and get 30 s
+_DELAY_LEVEL_SECONDS = (1, 5, 10, 30)
 
 
 @dataclass(slots=True)
@@ -139,6 +145,13 @@ class App:
         message through ``%RETRY%<group>``; :class:`DeadLetter` or ``retry`` rules send it to
         the DLQ. With ``batch=True`` the handler takes ``list[T]`` (up to ``batch_size``).
         Subscribers of one group share one consumer, so they must agree on ``orderly``.
+
+        With ``orderly=True`` each queue's messages reach the handler one call at a time, in
+        order: a failure suspends the queue and the same message comes again (after the
+        ``ReconsumeLater`` delay level, within 30 s, else after the consumer's
+        ``suspend_delay``) with nothing after it delivered meanwhile; retries are unlimited
+        unless ``retry`` sets ``max_attempts``. Invalid bodies and failures the retry policy
+        gives up on go to the dead-letter queue as above, and the queue moves on.
 
         Raises:
             ConfigurationError: bad names, a non-async handler, an unsupported body type, or a
@@ -343,6 +356,14 @@ class App:
         for topic, tags in expressions.items():
             consumer.subscribe(topic, "*" if tags is None else " || ".join(sorted(tags)))
 
+        if subs[0].orderly:
+
+            async def orderly(msgs: list[ReceivedMessage], ctx: OrderlyContext) -> OrderlyStatus:
+                return await self._dispatch_orderly(group, subs, msgs, ctx)
+
+            consumer.register_listener(orderly)
+            return consumer
+
         async def listener(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> ConsumeStatus:
             return await self._dispatch(group, subs, msgs, ctx)
 
@@ -356,6 +377,36 @@ class App:
         msgs: list[ReceivedMessage],
         ctx: ConcurrentContext,
     ) -> ConsumeStatus:
+        first_failure, delay = await self._run_subscribers(group, subs, msgs)
+        if first_failure is None:
+            return ConsumeStatus.CONSUME_SUCCESS
+        # Java semantics: messages after ack_index are sent back for a retry.
+        ctx.ack_index = first_failure - 1
+        if delay is not None:
+            ctx.delay_level = delay
+        return ConsumeStatus.CONSUME_SUCCESS if first_failure > 0 else ConsumeStatus.RECONSUME_LATER
+
+    async def _dispatch_orderly(
+        self,
+        group: str,
+        subs: list[_Subscriber],
+        msgs: list[ReceivedMessage],
+        ctx: OrderlyContext,
+    ) -> OrderlyStatus:
+        first_failure, delay = await self._run_subscribers(group, subs, msgs)
+        if first_failure is None:
+            # Dead-lettered messages count as done too: the queue moves on.
+            return OrderlyStatus.SUCCESS
+        if delay is not None and delay > 0:
+            level = min(delay, len(_DELAY_LEVEL_SECONDS))
+            ctx.suspend_millis = _DELAY_LEVEL_SECONDS[level - 1] * 1000
+        return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    async def _run_subscribers(
+        self, group: str, subs: list[_Subscriber], msgs: list[ReceivedMessage]
+    ) -> tuple[int | None, int | None]:
+        """Run each subscriber over its messages of the call; returns the index of the first
+        message to retry (``None``: all done) and the retry delay level asked for."""
         now_ms = time.time() * 1000
         # A consume call carries messages of one queue, so of one topic; route by tag.
         by_sub: dict[int, list[tuple[int, ReceivedMessage]]] = {}
@@ -378,13 +429,7 @@ class App:
             )
             if failed_at is not None and (first_failure is None or failed_at < first_failure):
                 first_failure, delay = failed_at, level
-        if first_failure is None:
-            return ConsumeStatus.CONSUME_SUCCESS
-        # Java semantics: messages after ack_index are sent back for a retry.
-        ctx.ack_index = first_failure - 1
-        if delay is not None:
-            ctx.delay_level = delay
-        return ConsumeStatus.CONSUME_SUCCESS if first_failure > 0 else ConsumeStatus.RECONSUME_LATER
+        return first_failure, delay
 
     async def _run_each(
         self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]

@@ -96,14 +96,17 @@ async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
                         )
                         produced += 1
 
+                tty = sys.stdout.isatty()
+
                 async def progress() -> None:
+                    # A live line on a terminal; a plain line every 2 s in a log.
                     while True:
-                        await asyncio.sleep(0.5)
-                        print(
-                            "\r\x1b[2K" + _progress(app, ledger, produced, messages, t0),
-                            end="",
-                            flush=True,
-                        )
+                        await asyncio.sleep(0.5 if tty else 2.0)
+                        line = _progress(app, ledger, produced, messages, t0)
+                        if tty:
+                            print("\r\x1b[2K" + line, end="", flush=True)
+                        else:
+                            print(line, flush=True)
 
                 ticker = asyncio.create_task(progress())
                 try:
@@ -122,7 +125,8 @@ async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
                 finally:
                     ticker.cancel()
                 elapsed = time.perf_counter() - t0
-                print("\r\x1b[2K" + _progress(app, ledger, produced, messages, t0))
+                final = _progress(app, ledger, produced, messages, t0)
+                print(("\r\x1b[2K" if tty else "") + final)
                 stats = app.statistics()
                 latencies = [x for s in stats.values() for x in s.latencies_ms]
                 handled = sum(s.handled for s in stats.values())

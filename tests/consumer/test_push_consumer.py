@@ -234,7 +234,7 @@ async def test_start_errors_reach_the_caller(broker: EmbeddedBroker) -> None:
     with pytest.raises(ConfigurationError):
         await consumer.start()  # no subscription
     with pytest.raises(ConfigurationError):
-        rmq.PushConsumer(group="x", namesrv=broker.address, orderly=True)
+        rmq.PushConsumer(group="x", namesrv=broker.address, orderly=True, lock_expiry=20.0)
     with pytest.raises(ConfigurationError):
         rmq.PushConsumer(group="x", namesrv=broker.address, pull_batch_size=0)
 

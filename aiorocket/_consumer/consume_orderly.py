@@ -1,0 +1,440 @@
+"""Orderly consumption (Java ``ConsumeMessageOrderlyService``; seeds 000, 001, 002, 003 §6.2).
+
+Each queue is consumed by at most one task at a time, in offset order; different queues run in
+parallel, at most ``concurrency`` of them at once (a task holds its slot for its slice, as a
+Java consume thread does).
+
+* **Requests.** Pulled messages wake the queue's consume task if it is not scheduled already
+  (Java ``dispatchToConsume``). The task holds the queue's :class:`asyncio.Lock` (Java
+  ``MessageQueueLock``, one per queue, outliving its process queues) while it works, takes up
+  to ``consume_batch_size`` messages from the front of the cache (the consuming subset,
+  ``consumingMsgOrderlyTreeMap``), runs the handler and acts on the outcome, and repeats until
+  the cache is empty, the outcome says wait, or ``max_continuous_consume_time`` has passed;
+  then it ends and, where needed, a new task is scheduled (``submitConsumeRequestLater``).
+* **Locks (clustering).** A batch is only taken while the queue's broker lock is held and
+  younger than ``lock_expiry``; otherwise the task waits for the lock to be renewed. The
+  queue's lock doubles as the *consume lock* of seed 003 §6.2: a rebalance that takes the queue
+  away waits for it before unlocking the queue on the broker, so no other member can start on
+  the queue while a handler of this member still runs on it.
+* **Outcome** (``processConsumeResult``). With ``ctx.auto_commit`` (the default): SUCCESS
+  commits the consuming subset (COMMIT and ROLLBACK count as SUCCESS, as in Java); SUSPEND
+  (also an exception) puts the messages back with their reconsume count raised and
+  resubmits the queue after ``ctx.suspend_millis``, nothing after them being delivered
+  meanwhile. Without auto-commit: SUCCESS keeps the subset uncommitted, COMMIT commits it,
+  ROLLBACK puts all of it back and suspends, SUSPEND as above without committing.
+* **Retry limit** (``checkReconsumeTimes``). Unlimited unless ``max_reconsume_times`` is set;
+  a message that reached it is sent to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK, delay level
+  -1) and the queue moves past it; if that send fails it is retried like any other.
+
+A result is committed to the offset store unless the queue was dropped meanwhile: another
+member may already own it. Broadcasting consumers take no locks: per-queue sequencing only.
+Hooks see ``CONSUME_SUCCESS`` for SUCCESS and COMMIT, ``RECONSUME_LATER`` otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
+from aiorocket._consumer.offset_store import OffsetStore
+from aiorocket._consumer.process_queue import ProcessQueue
+from aiorocket._consumer.pull_loop import RETRY_PREFIX
+from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._protocol.headers import ConsumerSendMsgBackRequestHeader
+from aiorocket.errors import BrokerError, TransportError
+from aiorocket.models import (
+    ConsumeStatus,
+    MessageQueue,
+    OrderlyContext,
+    OrderlyStatus,
+    ReceivedMessage,
+)
+from aiorocket.settings import ConsumerSettings
+
+__all__ = ["OrderlyConsumeService", "OrderlyHandler"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+#: ``async def handler(msgs, ctx) -> OrderlyStatus | None``
+OrderlyHandler = Callable[[list[ReceivedMessage], OrderlyContext], Awaitable[OrderlyStatus | None]]
+
+_SUCCESS = OrderlyStatus.SUCCESS
+_SUSPEND = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+_COMMIT = OrderlyStatus.COMMIT
+_ROLLBACK = OrderlyStatus.ROLLBACK
+#: a task that used up its time slice is resubmitted this much later (Java: 10 ms)
+_RESUBMIT_DELAY = 0.01
+#: Java clamps suspendCurrentQueueTimeMillis to 10 ms .. 30 s
+_MIN_SUSPEND_MS, _MAX_SUSPEND_MS = 10, 30_000
+#: batches a task runs back to back before it lets other tasks in
+_FAIRNESS_BATCH = 64
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[Any]"]
+
+
+class OrderlyConsumeService:
+    """Runs the handler over each queue's messages in order, one call per queue at a time.
+
+    Args:
+        handler: the user's ``async def (msgs, ctx)``.
+        group: the wire consumer group (namespace applied).
+        client: for sending messages past the retry limit to the DLQ.
+        spawn: starts a task in the consumer's task group (``(coroutine, name) -> task``).
+        on_lock_expired: called when a queue waits because its lock expired (clustering), so
+            the consumer can renew locks early (Java ``tryLockLaterAndReconsume``).
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    uses_span_limit = False
+
+    def __init__(
+        self,
+        *,
+        handler: OrderlyHandler,
+        group: str,
+        settings: ConsumerSettings,
+        client: ClientInstance,
+        offsets: OffsetStore,
+        stats: StatsRecorder,
+        spawn: Spawn,
+        hooks: Sequence[ConsumeHook] = (),
+        on_lock_expired: Callable[[], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._handler = handler
+        self._group = group
+        self._settings = settings
+        self._client = client
+        self._offsets = offsets
+        self._stats = stats
+        self._spawn = spawn
+        self._hooks = tuple(hooks)
+        self._on_lock_expired = on_lock_expired
+        self._clock = clock or asyncio.get_running_loop().time
+        self._clustering = settings.message_model == "clustering"
+        self._batch = settings.consume_batch_size
+        self._expiry = settings.lock_expiry
+        self._slice = settings.max_continuous_consume_time
+        self._default_suspend_ms = round(settings.suspend_delay * 1000)
+        self._max_reconsume = settings.effective_max_reconsume_times
+        self._semaphore = asyncio.Semaphore(settings.concurrency)
+        self._queue_locks: dict[MessageQueue, asyncio.Lock] = {}
+        #: process queues with a consume task running, parked or due (Java ``consuming``)
+        self._scheduled: set[ProcessQueue] = set()
+        self._timers: dict[ProcessQueue, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._running = 0
+        self._closing = False
+
+    # -- state --------------------------------------------------------------------------------
+
+    def queue_lock(self, mq: MessageQueue) -> asyncio.Lock:
+        """The lock a consume task of ``mq`` holds while it works (Java
+        ``MessageQueueLock.fetchLockObject``); holding it means no handler runs on ``mq``."""
+        lock = self._queue_locks.get(mq)
+        if lock is None:
+            lock = self._queue_locks[mq] = asyncio.Lock()
+        return lock
+
+    def lock_valid(self, pq: ProcessQueue) -> bool:
+        """Whether ``pq`` may be consumed now: always in broadcasting mode, else only while
+        its broker lock is held and younger than ``lock_expiry``."""
+        return not self._clustering or pq.lock_valid(self._clock(), self._expiry)
+
+    @property
+    def running(self) -> int:
+        """Handler calls in progress."""
+        return self._running
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        """Messages were cached in ``pq``: make sure a consume task will take them."""
+        if pq not in self._scheduled and not self._closing:
+            self._scheduled.add(pq)
+            self._start(pq)
+
+    def _start(self, pq: ProcessQueue) -> None:
+        task = self._spawn(self._consume(pq), f"consume {pq.queue}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _resubmit_later(self, pq: ProcessQueue, delay: float) -> None:
+        # submitConsumeRequestLater: the queue stays scheduled, so fresh pulls do not start a
+        # task before the delay is over.
+        loop = asyncio.get_running_loop()
+        self._timers[pq] = loop.call_later(delay, self._fire, pq)
+
+    def _fire(self, pq: ProcessQueue) -> None:
+        self._timers.pop(pq, None)
+        if self._closing or not pq.active:
+            self._scheduled.discard(pq)
+            return
+        self._start(pq)
+
+    def _suspend_delay(self, ctx: OrderlyContext) -> float:
+        ms = ctx.suspend_millis
+        if not isinstance(ms, int | float) or ms < 0:
+            ms = self._default_suspend_ms
+        return min(max(ms, _MIN_SUSPEND_MS), _MAX_SUSPEND_MS) / 1000
+
+    # -- the consume task ---------------------------------------------------------------------
+
+    async def _consume(self, pq: ProcessQueue) -> None:
+        """One request of ``pq`` (Java ``ConsumeRequest.run``)."""
+        while True:
+            if self._closing or not pq.active:
+                self._scheduled.discard(pq)
+                return
+            if not self.lock_valid(pq):
+                # Not locked, or the lock was not renewed in time: wait for the renewal
+                # (and ask for it now) instead of consuming on a lock we cannot trust.
+                if self._on_lock_expired is not None:
+                    self._on_lock_expired()
+                await pq.wait_lock_change()
+                continue
+            async with self.queue_lock(pq.queue):
+                wait_for_lock = await self._run_slice(pq)
+            if not wait_for_lock:
+                return
+
+    async def _run_slice(self, pq: ProcessQueue) -> bool:
+        """Consume batches until done; True when the lock became untrusted meanwhile (the
+        caller waits for it), False when this request is over.
+
+        The task holds a concurrency slot for its whole slice, as a Java consume thread
+        does, and the common outcome (success with auto-commit) is handled inline, so a
+        batch costs no coroutine besides the handler's own.
+        """
+        clock = self._clock
+        mq = pq.queue
+        topic = mq.topic
+        handler = self._handler
+        hooks = self._hooks
+        stats = self._stats
+        update_offset = self._offsets.update
+        clustering = self._clustering
+        expiry = self._expiry
+        batch = self._batch
+        suspend_ms = self._default_suspend_ms
+        streak = 0
+        async with self._semaphore:
+            begin = clock()
+            while True:
+                if self._closing or pq.dropped or pq.draining:
+                    self._scheduled.discard(pq)
+                    return False
+                now = clock()
+                if clustering and not (pq.locked and now - pq.last_lock_time <= expiry):
+                    return True
+                if now - begin > self._slice:
+                    # MAX_TIME_CONSUME_CONTINUOUSLY: hand the slot over, carry on shortly.
+                    self._resubmit_later(pq, _RESUBMIT_DELAY)
+                    return False
+                msgs = pq.take(batch)
+                if not msgs:
+                    self._scheduled.discard(pq)
+                    return False
+                ctx = OrderlyContext(mq, suspend_millis=suspend_ms)
+                hook_ctx = None
+                if hooks:
+                    hook_ctx = ConsumeHookContext(self._group, mq, msgs)
+                    run_before(hooks, hook_ctx)
+                raised = False
+                self._running += 1
+                try:
+                    result = await handler(msgs[:], ctx)
+                except Exception:
+                    log.warning(
+                        "orderly handler failed on %d message(s) of %s; suspending the queue",
+                        len(msgs),
+                        mq,
+                        exc_info=True,
+                    )
+                    result = _SUSPEND
+                    raised = True
+                finally:
+                    self._running -= 1
+                end = clock()
+                ok = result is None or result is _SUCCESS
+                if ok and hook_ctx is None and ctx.auto_commit and not pq.dropped:
+                    stats.consumed(topic, end - now, len(msgs), 0)
+                    offset = pq.commit(now=end)
+                    if offset >= 0:
+                        update_offset(mq, offset, increase_only=False)
+                else:
+                    status = self._status(result)
+                    if hook_ctx is not None:
+                        self._after_hooks(hook_ctx, status, raised, end - now)
+                    if not await self._process_result(pq, msgs, status, ctx, end - now):
+                        return False
+                streak += 1
+                if streak >= _FAIRNESS_BATCH:
+                    streak = 0
+                    await asyncio.sleep(0)
+
+    @staticmethod
+    def _status(result: object) -> OrderlyStatus:
+        if result is None:
+            return _SUCCESS
+        if isinstance(result, OrderlyStatus):
+            return result
+        log.error("orderly handler returned %r, not an OrderlyStatus: suspending", result)
+        return _SUSPEND
+
+    def _after_hooks(
+        self, hook_ctx: ConsumeHookContext, status: OrderlyStatus, raised: bool, rt: float
+    ) -> None:
+        ok = status is _SUCCESS or status is _COMMIT
+        hook_ctx.status = ConsumeStatus.CONSUME_SUCCESS if ok else ConsumeStatus.RECONSUME_LATER
+        hook_ctx.success = ok
+        if raised:
+            hook_ctx.return_type = "EXCEPTION"
+        elif rt >= self._settings.consume_timeout:
+            hook_ctx.return_type = "TIME_OUT"
+        else:
+            hook_ctx.return_type = "SUCCESS" if ok else "FAILED"
+        run_after(self._hooks, hook_ctx)
+
+    # -- outcome ------------------------------------------------------------------------------
+
+    async def _process_result(
+        self,
+        pq: ProcessQueue,
+        msgs: list[ReceivedMessage],
+        status: OrderlyStatus,
+        ctx: OrderlyContext,
+        rt: float,
+    ) -> bool:
+        """``processConsumeResult``; True when the task may take the next batch."""
+        topic = pq.queue.topic
+        n = len(msgs)
+        offset = -1
+        if pq.dropped:
+            # The queue is gone (rebalance): nothing of it commits; the next owner consumes
+            # these messages again from the last committed offset.
+            self._stats.consumed(topic, rt, 0, 0)
+            self._scheduled.discard(pq)
+            return False
+        if ctx.auto_commit:
+            if status is _SUSPEND:
+                self._stats.consumed(topic, rt, 0, n)
+                if await self._suspend(pq, msgs, ctx):
+                    return False
+            else:
+                if status is not _SUCCESS:
+                    log.warning("%s returned with auto_commit on: treated as SUCCESS", status.name)
+                self._stats.consumed(topic, rt, n, 0)
+            offset = pq.commit(now=self._clock())
+        elif status is _SUCCESS:
+            self._stats.consumed(topic, rt, n, 0)
+        elif status is _COMMIT:
+            self._stats.consumed(topic, rt, n, 0)
+            offset = pq.commit(now=self._clock())
+        elif status is _ROLLBACK:
+            self._stats.consumed(topic, rt, 0, n)
+            pq.rollback()
+            self._resubmit_later(pq, self._suspend_delay(ctx))
+            return False
+        else:
+            self._stats.consumed(topic, rt, 0, n)
+            if await self._suspend(pq, msgs, ctx):
+                return False
+        if offset >= 0 and not pq.dropped:
+            # updateOffset(mq, offset, false): the consuming subset always ends where the next
+            # commit starts, so no "increase only" guard is needed (or wanted after a reset).
+            self._offsets.update(pq.queue, offset, increase_only=False)
+        return True
+
+    async def _suspend(
+        self, pq: ProcessQueue, msgs: list[ReceivedMessage], ctx: OrderlyContext
+    ) -> bool:
+        """A failed batch (``checkReconsumeTimes``): True when the queue is suspended and the
+        messages will come again; False when all of them went to the DLQ (the caller commits
+        as for a success).
+
+        Messages at the retry limit are dead-lettered from the front of the batch; the first
+        one that is retried (under the limit, or its send-back failed) and all after it are
+        put back, so the queue never skips a message it did not settle.
+        """
+        retry_from = len(msgs)
+        for i, m in enumerate(msgs):
+            if m.reconsume_times >= self._max_reconsume and await self._send_to_dlq(pq, m):
+                continue
+            retry_from = i
+            break
+        if retry_from == len(msgs):
+            return False
+        pq.make_again([m._with_reconsume_times(m.reconsume_times + 1) for m in msgs[retry_from:]])
+        if retry_from > 0 and ctx.auto_commit and not pq.dropped:
+            offset = pq.commit(now=self._clock())  # the dead-lettered front is settled
+            if offset >= 0:
+                self._offsets.update(pq.queue, offset, increase_only=False)
+        self._resubmit_later(pq, self._suspend_delay(ctx))
+        return True
+
+    async def _send_to_dlq(self, pq: ProcessQueue, msg: ReceivedMessage) -> bool:
+        # ConsumeMessageOrderlyService.sendMessageBack past maxReconsumeTimes: the broker
+        # stores the message in %DLQ%<group> (delay level -1), never to be delivered again.
+        broker_name = pq.queue.broker_name
+        addr = self._client.master_address(broker_name)
+        if addr is None:
+            return False
+        ns = self._settings.namespace
+        topic = msg.topic
+        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
+            topic = f"{ns}%{topic}"
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=msg.commit_log_offset,
+            group=self._group,
+            delay_level=-1,
+            origin_msg_id=msg.msg_id,
+            origin_topic=topic,
+            unit_mode=False,
+            max_reconsume_times=self._max_reconsume,
+            broker_name=broker_name,
+        )
+        try:
+            await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
+        except (BrokerError, TransportError) as exc:
+            log.warning("could not dead-letter %s (%s); retrying it", msg.msg_id, exc)
+            self._stats.send_back_failures += 1
+            return False
+        log.warning(
+            "message %s of %s reached %d reconsumes: sent to %%DLQ%%%s",
+            msg.msg_id,
+            pq.queue,
+            msg.reconsume_times,
+            self._group,
+        )
+        return True
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop taking batches and wait up to ``timeout`` for running handler calls; True if
+        they all finished.
+
+        Queues suspended for a later retry are not retried: their messages stay uncommitted
+        and are delivered again after a restart, in order.
+        """
+        self._closing = True
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        tasks = [t for t in self._tasks if not t.done()]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        if pending:
+            log.warning(
+                "shutdown grace of %.1f s over with %d orderly handler call(s) still running",
+                timeout,
+                self._running,
+            )
+            return False
+        return True

@@ -1,0 +1,108 @@
+"""An orderly consumer process for multi-process tests: records every handler call.
+
+    python orderly_proc.py --namesrv HOST:PORT --group G --topic T --out FILE --name NAME
+
+Message bodies are ``"<key>:<n>"``. Lines written to ``--out`` (each flushed to the OS at
+once, so a SIGKILL loses nothing already written):
+
+* ``{"k": "s", "c": name, "q": queue_id, "t": time, "lk": lock_time, "ids": [bodies],
+  "r": [reconsume_times]}`` when a handler call starts (``lk``: epoch seconds of the last
+  granted lock request of the queue, as the consumer's statistics report it);
+* ``{"k": "e", "c": name, "q": queue_id, "t": time}`` when it ends;
+* ``{"k": "a", "c": name, "t": time, "locks": {queue_id: lock_time}}`` every 100 ms, the
+  queues of the topic held under a live lock.
+
+Prints ``READY`` once started. SIGTERM or SIGINT closes the consumer gracefully (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+import aiorocket as rmq
+
+
+async def main(args: argparse.Namespace) -> int:
+    out: TextIO = open(args.out, "a", encoding="utf-8")  # noqa: SIM115
+    consumer = rmq.PushConsumer(
+        group=args.group,
+        namesrv=args.namesrv,
+        orderly=True,
+        consume_from="first",
+        rebalance_interval=args.rebalance_interval,
+        offset_persist_interval=args.persist_interval,
+        heartbeat_interval=args.heartbeat_interval,
+        lock_renew_interval=args.lock_renew_interval,
+        lock_expiry=args.lock_expiry,
+        unlock_delay=args.unlock_delay,
+        pull_suspend_timeout=1.0,
+        shutdown_grace=5.0,
+    )
+    consumer.subscribe(args.topic)
+
+    def write(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        out.flush()
+
+    @consumer.listener
+    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
+        q = ctx.queue
+        lock = consumer.statistics().queues.get(q)
+        write(
+            {
+                "k": "s",
+                "c": args.name,
+                "q": q.queue_id,
+                "t": time.time(),
+                "lk": lock.last_lock_time if lock else 0.0,
+                "ids": [m.body.decode() for m in msgs],
+                "r": [m.reconsume_times for m in msgs],
+            }
+        )
+        if args.sleep:
+            await asyncio.sleep(args.sleep * len(msgs))
+        write({"k": "e", "c": args.name, "q": q.queue_id, "t": time.time()})
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with consumer:
+        print("READY", flush=True)
+        while not stop.is_set():
+            queues = consumer.statistics().queues
+            locks = {
+                mq.queue_id: q.last_lock_time
+                for mq, q in queues.items()
+                if mq.topic == args.topic and q.locked
+            }
+            write({"k": "a", "c": args.name, "t": time.time(), "locks": locks})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+    write({"k": "a", "c": args.name, "t": time.time(), "locks": {}, "closed": True})
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--namesrv", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds per message")
+    parser.add_argument("--rebalance-interval", type=float, default=0.5)
+    parser.add_argument("--persist-interval", type=float, default=0.5)
+    parser.add_argument("--heartbeat-interval", type=float, default=1.0)
+    parser.add_argument("--lock-renew-interval", type=float, default=0.5)
+    parser.add_argument("--lock-expiry", type=float, default=2.0)
+    parser.add_argument("--unlock-delay", type=float, default=0.3)
+    sys.exit(asyncio.run(main(parser.parse_args())))
