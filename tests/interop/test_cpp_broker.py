@@ -400,8 +400,9 @@ async def test_cpp_consumer_refusals_come_back_through_retry_topic(tmp_path: Pat
         assert got[-1]["accepted"], f"{mid}: never accepted"
         times = [d["reconsume_times"] for d in got]
         # Without a rebalance, a message comes back only through the retry topic, each time
-        # with reconsumeTimes raised by one.
-        assert times == list(range(times[0], times[0] + len(times))), f"{mid}: {times}"
+        # with reconsumeTimes raised by one. A redelivery the C API sent back without showing
+        # it to the callback is not observed, so observed counts rise strictly, maybe by more.
+        assert times == sorted(set(times)), f"{mid}: {times}"
         for earlier, later in itertools.pairwise(got):
             # The C++ client restores the original topic from RETRY_TOPIC.
             assert later["properties"].get("RETRY_TOPIC") == topic, f"{mid}: {later}"
