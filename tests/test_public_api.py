@@ -30,7 +30,14 @@ def test_every_module_declares_all_and_documents_its_public_names() -> None:
     for info in pkgutil.walk_packages(aiorocket.__path__, "aiorocket."):
         if info.name.endswith("__main__"):
             continue
-        module = importlib.import_module(info.name)
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError as exc:
+            # Integrations of optional extras must say which extra to install.
+            message = str(exc)
+            if "pip install" in message:
+                continue
+            raise
         assert inspect.getdoc(module), f"{info.name} has no module docstring"
         exported = getattr(module, "__all__", None)
         assert exported is not None, f"{info.name} has no __all__"

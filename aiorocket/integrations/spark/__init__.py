@@ -1,0 +1,44 @@
+"""Spark integration: the ``rocketmq`` data source and a consumer-to-Spark forwarder.
+
+::
+
+    from aiorocket.integrations.spark import register
+
+    register(spark)
+    df = (
+        spark.readStream.format("rocketmq")
+        .option("namesrv", "127.0.0.1:9876")
+        .option("topic", "orders")
+        .load()
+    )
+
+Needs pyspark >= 4.0 (Python Data Source API) and pyarrow: ``pip install "aiorocket[spark]"``.
+"""
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark.sql.datasource  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "aiorocket.integrations.spark needs pyspark >= 4.0 and pyarrow: "
+        'pip install "aiorocket[spark]"'
+    ) from exc
+
+from aiorocket.integrations.spark.forwarder import ForwarderStatistics, SparkForwarder
+from aiorocket.integrations.spark.source import (
+    ARROW_SCHEMA,
+    SCHEMA,
+    RocketMQDataSource,
+    arrow_table,
+    register,
+)
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "SCHEMA",
+    "ForwarderStatistics",
+    "RocketMQDataSource",
+    "SparkForwarder",
+    "arrow_table",
+    "register",
+]

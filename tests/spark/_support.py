@@ -1,0 +1,168 @@
+"""Helpers of the Spark tests: availability check, a broker on its own thread, a producer
+helper and the shared SparkSession settings.
+
+Spark calls block the calling thread (py4j), so the embedded broker runs on an event loop in
+a thread of its own; executors (Python worker processes) reach it over TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiorocket import Message, MessageQueue, Producer
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Every delay level at 100 ms, so redeliveries through %RETRY% come back fast.
+FAST_DELAYS = parse_delay_levels(" ".join(["100ms"] * 18))
+
+_T = TypeVar("_T")
+
+
+def spark_missing() -> str | None:
+    """Why the Spark tests cannot run here, or ``None`` when they can."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark.sql.datasource  # noqa: F401
+    except ImportError as exc:
+        return f'pyspark >= 4.0 and pyarrow are needed ({exc}): pip install "aiorocket[spark]"'
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and Path(java_home, "bin", "java").exists()):
+        return "no Java runtime (java on PATH or JAVA_HOME) for Spark"
+    return None
+
+
+class BrokerThread:
+    """An :class:`EmbeddedBroker` served by an event loop on a daemon thread."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._broker = EmbeddedBroker(data_dir=data_dir, config=config)
+        started = threading.Event()
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._loop.run_until_complete(self._broker.start())
+            except BaseException as exc:
+                self._error = exc
+                started.set()
+                return
+            started.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="embedded-broker", daemon=True)
+        self._thread.start()
+        started.wait(30)
+        if self._error is not None:
+            raise self._error
+        self.address = self._broker.address
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float = 60) -> _T:
+        """Run ``coro`` on the broker's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def close(self) -> None:
+        """Stop the broker and its thread."""
+        self.run(self._broker.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+async def aproduce(
+    addr: str,
+    topic: str,
+    n: int,
+    *,
+    start: int = 0,
+    tags: Sequence[str] = ("a", "b"),
+    queue: MessageQueue | None = None,
+    chunk: int = 500,
+) -> list[str]:
+    """Send messages ``start .. start+n-1`` (body ``"<topic>-<i>"``, tag ``tags[i % len]``,
+    key ``k<i>``, property ``seq``) in batches; returns their message ids in order."""
+    ids: list[str] = []
+    async with Producer(namesrv=addr, group="spark-test-producer") as p:
+        for lo in range(start, start + n, chunk):
+            hi = min(lo + chunk, start + n)
+            msgs = [
+                Message(
+                    topic,
+                    f"{topic}-{i}".encode(),
+                    tags=tags[i % len(tags)],
+                    keys=[f"k{i}"],
+                    properties={"seq": str(i)},
+                )
+                for i in range(lo, hi)
+            ]
+            for result in await p.send_batch(msgs, queue=queue):
+                ids.extend(result.msg_id.split(","))
+    return ids
+
+
+def produce(
+    addr: str,
+    topic: str,
+    n: int,
+    *,
+    start: int = 0,
+    tags: Sequence[str] = ("a", "b"),
+    queue: MessageQueue | None = None,
+    chunk: int = 500,
+) -> list[str]:
+    """:func:`aproduce` on an event loop of its own (call it where no loop runs)."""
+    return asyncio.run(aproduce(addr, topic, n, start=start, tags=tags, queue=queue, chunk=chunk))
+
+
+def spark_session(app: str) -> Any:
+    """A ``local[2]`` SparkSession for one test module, with the ``rocketmq`` source.
+
+    Small shuffle partitions, no UI, loopback networking; Python workers run this
+    interpreter and can import aiorocket from the source tree.
+    """
+    from pyspark.sql import SparkSession
+
+    from aiorocket.integrations.spark import register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    path = os.environ.get("PYTHONPATH", "")
+    if str(ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def wait_until(cond: Any, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll ``cond()`` every 50 ms.
+
+    Raises:
+        AssertionError: not true within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
