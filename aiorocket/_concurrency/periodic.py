@@ -37,6 +37,7 @@ class Periodic:
         self.name = name
         self._run_first = run_first
         self._wake = asyncio.Event()
+        self._stopped = False
         self.runs = 0
         self.failures = 0
 
@@ -44,12 +45,22 @@ class Periodic:
         """Run the function as soon as the current run (if any) ends."""
         self._wake.set()
 
+    def stop(self) -> None:
+        """Make :meth:`run` return after the current run, even if a cancellation was lost.
+
+        Owners call this before cancelling the task: Python 3.11's ``wait_for`` can swallow a
+        cancellation that races with its inner future, and a loop that survived its cancel
+        would keep an owner's task group from ever closing.
+        """
+        self._stopped = True
+        self._wake.set()
+
     async def run(self) -> None:
         """Loop forever (until cancelled)."""
         loop = asyncio.get_running_loop()
         if not self._run_first:
             await self._sleep(self.interval)
-        while True:
+        while not self._stopped:
             started = loop.time()
             self._wake.clear()
             try:
@@ -61,7 +72,9 @@ class Periodic:
             await self._sleep(max(0.0, self.interval - (loop.time() - started)))
 
     async def _sleep(self, delay: float) -> None:
+        # stop() sets the event too, so a stopped loop never waits here.
         if self._wake.is_set():
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+            async with asyncio.timeout(delay):
+                await self._wake.wait()

@@ -850,9 +850,13 @@ class PushConsumer:
     async def _shutdown(self) -> None:
         s = self.settings
         client = self._client
-        # 1. No more rebalancing or lock renewal: the held set is final.
+        # 1. No more rebalancing or lock renewal: the held set is final. (stop() as well as
+        #    cancel(): a cancellation lost inside 3.11's wait_for must not keep a loop alive.)
+        self._rebalance_timer.stop()
         self._rebalance_task.cancel()
         if self._lock_task is not None:
+            if self._lock_timer is not None:
+                self._lock_timer.stop()
             self._lock_task.cancel()
         async with self._table_lock:
             # 2. Pulls stop; queues drain (finished work still commits).
@@ -861,6 +865,9 @@ class PushConsumer:
                 held.task.cancel()
         # 3. Running handlers finish within the grace period.
         await self._service.drain(s.shutdown_grace)
+        for timer in (self._route_timer, self._persist_timer, self._clean_timer):
+            if timer is not None:
+                timer.stop()
         for task in list(self._tasks):
             if task is not self._heartbeat_task:
                 task.cancel()
@@ -870,6 +877,7 @@ class PushConsumer:
             self._flush_offsets(), timeout=self._cleanup_timeout(), what="flush offsets"
         )
         await self._unlock_all()
+        self._heartbeat_timer.stop()
         self._heartbeat_task.cancel()
         await bounded_cleanup(
             self._unregister(), timeout=self._cleanup_timeout(), what="unregister consumer"

@@ -116,6 +116,8 @@ class Producer:
         self._closed = True
         if not self._started:
             return
+        self._refresh.stop()
+        self._heartbeat.stop()
         for t in self._tasks:
             t.cancel()
         await bounded_cleanup(self._unregister(), timeout=3.0, what="unregister producer")

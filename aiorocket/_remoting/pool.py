@@ -101,7 +101,8 @@ class ConnectionPool:
             name=address,
         )
         try:
-            await asyncio.wait_for(self._connector(host, port, conn), self._connect_timeout)
+            async with asyncio.timeout(self._connect_timeout):
+                await self._connector(host, port, conn)
         except (OSError, TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {address}: {exc or 'timed out'}") from exc
         if self._closed:

@@ -84,3 +84,18 @@ async def test_bounded_cleanup_finishes_under_cancellation_and_is_bounded() -> N
         raise ConnectError("x")
 
     assert await bounded_cleanup(fail(), timeout=1, what="fail") is False
+
+
+async def test_stop_ends_the_loop_even_without_a_cancellation() -> None:
+    runs = 0
+
+    async def tick() -> None:
+        nonlocal runs
+        runs += 1
+
+    p = Periodic(tick, 30.0, name="tick")
+    task = asyncio.create_task(p.run())
+    await asyncio.sleep(0.02)
+    p.stop()
+    await asyncio.wait_for(task, 1)
+    assert runs in (1, 2)
