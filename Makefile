@@ -35,7 +35,8 @@ unit: $(STAMP)
 test: lint typecheck importlint unit
 
 bench: $(STAMP)
-	$(PY) benchmarks/codec.py
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
+	$(PY) benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -62,6 +62,10 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _LANG_BY_ORDINAL: Final = {m.value: m.name for m in LanguageCode}
 _ORDINAL_BY_LANG: Final = {m.name: m.value for m in LanguageCode}
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# What _COMPACT quotes text with (ensure_ascii=False), and json.loads's decoder.
+_json_str: Final = json.encoder.encode_basestring
+_JSON_DECODER: Final = json.JSONDecoder()
+_JSON_RAW_DECODE: Final = _JSON_DECODER.raw_decode
 
 
 class FrameDecoder:
@@ -101,25 +105,44 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
         buf, pos = self._buf, self._pos
-        avail = len(buf) - pos
-        if avail < 4:
+        n = len(buf)
+        avail = n - pos
+        if avail < 8:
+            # No frame (at least 4 + 4 bytes) is whole yet, but a bad prefix fails at once.
+            if avail >= 4:
+                (length,) = _INT32.unpack_from(buf, pos)
+                if length < 4 or length > self._max:
+                    self._error = FrameTooLargeError(length, self._max)
+                    raise self._error
             self._compact()
             return NEED_DATA
-        (length,) = _INT32.unpack_from(buf, pos)
+        # The length prefix and the header word in one unpack: the per-frame hot path.
+        length, word = _PREFIX.unpack_from(buf, pos)
         if length < 4 or length > self._max:
             self._error = FrameTooLargeError(length, self._max)
             raise self._error
-        if avail < 4 + length:
+        end = pos + 4 + length
+        if end > n:
             self._compact()
             return NEED_DATA
-        start = pos + 4
-        self._pos = start + length
+        self._pos = end
+        hlen = word & _HEADER_LEN_MASK
         try:
-            cmd = _decode_payload(buf, start, length)
+            if hlen > length - 4:
+                raise RemoteProtocolError(f"header length {hlen} exceeds frame length {length}")
+            hend = pos + 8 + hlen
+            body = bytes(buf[hend:end]) if hend < end else b""
+            stype = word >> 24
+            if stype == 1:
+                cmd = _decode_binary_header(bytes(buf[pos + 8 : hend]), body)
+            elif stype == 0:
+                cmd = _decode_json_header(bytes(buf[pos + 8 : hend]), body)
+            else:
+                raise RemoteProtocolError(f"unknown serialize type {stype}")
         except RemoteProtocolError as exc:
             self._error = exc
             raise
-        if self._pos == len(buf):
+        if end == n:
             buf.clear()
             self._pos = 0
         return cmd
@@ -143,26 +166,6 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     cmd = decoder.next_command()
     if cmd is NEED_DATA or decoder.buffered:
         raise RemoteProtocolError("not exactly one whole frame")
-    return cmd
-
-
-def _decode_payload(buf: bytearray, start: int, length: int) -> RemotingCommand:
-    (word,) = _I32.unpack_from(buf, start)
-    word &= 0xFFFFFFFF
-    stype = word >> 24
-    hlen = word & _HEADER_LEN_MASK
-    if hlen > length - 4:
-        raise RemoteProtocolError(f"header length {hlen} exceeds frame length {length}")
-    hstart = start + 4
-    hend = hstart + hlen
-    body = bytes(buf[hend : start + length])
-    if stype == 0:
-        cmd = _decode_json_header(bytes(buf[hstart:hend]))
-    elif stype == 1:
-        cmd = _decode_binary_header(bytes(buf[hstart:hend]))
-    else:
-        raise RemoteProtocolError(f"unknown serialize type {stype}")
-    cmd.body = body
     return cmd
 
 
@@ -194,22 +197,40 @@ def _ext_value(value: Any) -> str | None:
     raise RemoteProtocolError("extFields values must be scalars")
 
 
-def _decode_json_header(raw: bytes) -> RemotingCommand:
+def _load_json(raw: bytes) -> Any:
+    """``json.loads(raw)``, without its detours for the usual header.
+
+    ``json.loads`` on bytes first guesses the encoding (``json.detect_encoding``): bytes that
+    start with ``{`` and a non-zero byte are UTF-8 to it, decoded with ``surrogatepass``. Such a
+    header is decoded the same way here and scanned directly when nothing follows the object;
+    anything else takes the ``json.loads`` path, so results and errors are the same.
+    """
+    if raw[:1] == b"{" and raw[1:2] != b"\x00":
+        text = raw.decode("utf-8", "surrogatepass")
+        obj, end = _JSON_RAW_DECODE(text)
+        if end == len(text):
+            return obj
+        return _JSON_DECODER.decode(text)  # trailing whitespace, or "Extra data"
+    return json.loads(raw)
+
+
+def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(raw)
+        obj = _load_json(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
         raise RemoteProtocolError(f"invalid JSON header: {exc}") from None
     if not isinstance(obj, dict):
         raise RemoteProtocolError("JSON header is not an object")
     if "code" not in obj:
         raise RemoteProtocolError("JSON header has no code")
-    language = obj.get("language", "JAVA")
+    get = obj.get
+    language = get("language", "JAVA")
     if not isinstance(language, str):
         language = _LANG_BY_ORDINAL.get(_as_int(language, "language"), "OTHER")
-    remark = obj.get("remark")
+    remark = get("remark")
     if remark is not None and not isinstance(remark, str):
         raise RemoteProtocolError("header field 'remark' is not a string")
-    raw_ext = obj.get("extFields")
+    raw_ext = get("extFields")
     ext: dict[str, str] = {}
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
@@ -218,19 +239,26 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
             sv = v if type(v) is str else _ext_value(v)
             if sv is not None:
                 ext[k] = sv
+    # Plain ints in range pass as they are; anything else goes through _as_int (which
+    # converts numeric text and raises for the rest), in the order code, opaque, flag, version.
+    code = obj["code"]
+    if type(code) is not int or not _INT32_MIN <= code <= _INT32_MAX:
+        code = _as_int(code, "code")
+    opaque = get("opaque", 0)
+    if type(opaque) is not int or not _INT32_MIN <= opaque <= _INT32_MAX:
+        opaque = _as_int(opaque, "opaque")
+    flag = get("flag", 0)
+    if type(flag) is not int or not _INT32_MIN <= flag <= _INT32_MAX:
+        flag = _as_int(flag, "flag")
+    version = get("version", 0)
+    if type(version) is not int or not _INT32_MIN <= version <= _INT32_MAX:
+        version = _as_int(version, "version")
     return RemotingCommand(
-        code=_as_int(obj["code"], "code"),
-        opaque=_as_int(obj.get("opaque", 0), "opaque"),
-        flag=_as_int(obj.get("flag", 0), "flag"),
-        language=language,
-        version=_as_int(obj.get("version", 0), "version"),
-        remark=remark,
-        ext_fields=ext,
-        serialize_type=SerializeType.JSON,
+        code, opaque, flag, language, version, remark, ext, body, SerializeType.JSON
     )
 
 
-def _decode_binary_header(raw: bytes) -> RemotingCommand:
+def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
     n = len(raw)
     if n < 21:
         raise RemoteProtocolError("binary header shorter than 21 bytes")
@@ -240,7 +268,7 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
     # are re-decoded as UTF-8 below.
     text = raw.decode("latin-1")
     ascii_only = raw.isascii()
-    unpack_i16, unpack_i32 = _I16.unpack_from, _I32.unpack_from
+    unpack_i32 = _I32.unpack_from
     pos = 17
     if rlen < 0 or pos + rlen + 4 > n:
         raise RemoteProtocolError("binary header remark overruns the header")
@@ -258,11 +286,12 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
             raise RemoteProtocolError("binary header ext map length does not match the header")
         ext: dict[str, str] = {}
         while pos < n:
-            if pos + 2 > n:
-                raise RemoteProtocolError("truncated ext key length")
-            (klen,) = unpack_i16(raw, pos)
-            kend = pos + 2 + klen
-            if klen < 0 or kend + 4 > n:
+            # The int16 key length read from two bytes (cheaper than a struct call; a lone
+            # last byte raises IndexError); above 32767 it is negative as Java reads it.
+            klen = (raw[pos] << 8) | raw[pos + 1]
+            kstart = pos + 2
+            kend = kstart + klen
+            if klen > 32767 or kend + 4 > n:
                 raise RemoteProtocolError("ext key overruns the header")
             (vlen,) = unpack_i32(raw, kend)
             vstart = kend + 4
@@ -271,9 +300,11 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
                 raise RemoteProtocolError("ext value overruns the header")
             if klen and vlen:
                 if ascii_only:
-                    ext[text[kend - klen : kend]] = text[vstart:pos]
+                    ext[text[kstart:kend]] = text[vstart:pos]
                 else:
-                    ext[raw[kend - klen : kend].decode()] = raw[vstart:pos].decode()
+                    ext[raw[kstart:kend].decode()] = raw[vstart:pos].decode()
+    except IndexError:
+        raise RemoteProtocolError("truncated ext key length") from None
     except UnicodeDecodeError:
         raise RemoteProtocolError("binary header string is not UTF-8") from None
     return RemotingCommand(
@@ -284,7 +315,7 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
         version,
         remark,
         ext,
-        b"",
+        body,
         SerializeType.ROCKETMQ,
     )
 
@@ -292,6 +323,61 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     # fastjson writes bean properties in alphabetical order and omits nulls (§1.4); keeping
     # that order makes our frames byte-identical to Java's for the same values (§9 V1, V3).
+    try:
+        text = _json_header_text(cmd)
+    except TypeError:
+        # Values of other types (an int in extFields, a non-text key...): the general encoder
+        # writes or refuses them.
+        text = _json_header_text_general(cmd)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LocalProtocolError(f"cannot encode header: {exc}") from None
+
+
+def _json_header_text(cmd: RemotingCommand) -> str:
+    """The JSON header as text, built directly for the usual types (int fields, text
+    everywhere else); exactly what the general encoder writes for them.
+
+    Raises:
+        TypeError: a field has another type.
+    """
+    code, flag, opaque, version = cmd.code, cmd.flag, cmd.opaque, cmd.version
+    for n in (code, flag, opaque, version):
+        if not isinstance(n, int) or n is True or n is False:
+            raise TypeError("not a plain int")
+    ext = cmd.ext_fields
+    quote = _json_str
+    int_text = int.__repr__
+    parts = ['{"code":', int_text(code)]
+    if ext:
+        if not isinstance(ext, dict):
+            raise TypeError("extFields is not a dict")
+        parts += (
+            ',"extFields":{',
+            ",".join([quote(k) + ":" + quote(v) for k, v in ext.items()]),
+            "}",
+        )
+    parts += (
+        ',"flag":',
+        int_text(flag),
+        ',"language":',
+        quote(cmd.language),
+        ',"opaque":',
+        int_text(opaque),
+    )
+    if cmd.remark is not None:
+        parts += (',"remark":', quote(cmd.remark))
+    parts += (',"serializeTypeCurrentRPC":"JSON","version":', int_text(version), "}")
+    return "".join(parts)
+
+
+def _json_header_text_general(cmd: RemotingCommand) -> str:
+    """The JSON header as text through ``json``'s encoder, for any field types.
+
+    Raises:
+        LocalProtocolError: a value JSON cannot carry.
+    """
     obj: dict[str, object] = {"code": cmd.code}
     if cmd.ext_fields:
         obj["extFields"] = cmd.ext_fields
@@ -303,8 +389,8 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     obj["serializeTypeCurrentRPC"] = "JSON"
     obj["version"] = cmd.version
     try:
-        return _COMPACT.encode(obj).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        return _COMPACT.encode(obj)
+    except (TypeError, ValueError) as exc:
         raise LocalProtocolError(f"cannot encode header: {exc}") from None
 
 

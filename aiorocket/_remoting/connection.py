@@ -5,6 +5,11 @@ requests the peer sends us (NOTIFY_CONSUMER_IDS_CHANGED from a broker, or anythi
 a server) are handed to the owner's ``spawn`` function, so they run in the owner's task group.
 Nothing is started by the constructor.
 
+Requests that expect a response are written at the end of the current event-loop iteration:
+several pull loops woken by one read each send their next pull, and the frames leave in one
+``writelines`` (one system call) instead of one each. Frames keep their order: oneway requests
+and responses flush what is waiting before they are written.
+
 Correlation follows REMOTING.md §1.6: our requests carry an ``opaque`` from this connection's
 counter; an inbound frame is a response iff flag bit 0 is set, and a response whose opaque is
 not pending (a late answer, or a "oneway" request the peer answered anyway) is dropped and logged.
@@ -79,6 +84,8 @@ class Connection(asyncio.Protocol):
         self._hook = request_hook
         self._decoder = FrameDecoder(max_frame_size=max_frame_size)
         self._transport: asyncio.Transport | None = None
+        #: encoded requests waiting for the end of this loop iteration (None: no flush due)
+        self._corked: list[bytes | bytearray | memoryview] | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._next_opaque = 0
         self._closed = False
@@ -184,7 +191,7 @@ class Connection(asyncio.Protocol):
         """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        opaque = self._send_request(cmd, oneway=False, fut=fut)
+        opaque = self._send_request(cmd, oneway=False, fut=fut, loop=loop)
         timer = loop.call_later(timeout, self._expire, opaque, timeout)
         try:
             return await fut
@@ -210,7 +217,11 @@ class Connection(asyncio.Protocol):
         if self.is_closed:
             return
         assert self._transport is not None
-        self._transport.writelines(encode_command_parts(cmd, body_parts))
+        parts = encode_command_parts(cmd, body_parts)
+        if self._corked:  # after the requests corked before it
+            parts = [*self._corked, *parts]
+            self._corked.clear()
+        self._transport.writelines(parts)
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
@@ -219,6 +230,8 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         """Close the connection; pending calls fail with :class:`ConnectionClosedError`."""
+        if self._corked and not self.is_closed:
+            self._flush()  # requests made before the close still leave, as written ones do
         self._closed = True
         if self._close_exc is None:
             self._close_exc = ClientClosedError("closed locally")
@@ -235,8 +248,15 @@ class Connection(asyncio.Protocol):
         return self.name or f"{self.peer[0]}:{self.peer[1]}"
 
     def _send_request(
-        self, cmd: RemotingCommand, *, oneway: bool, fut: asyncio.Future[RemotingCommand] | None
+        self,
+        cmd: RemotingCommand,
+        *,
+        oneway: bool,
+        fut: asyncio.Future[RemotingCommand] | None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> int:
+        """Encode and queue ``cmd``; written now, or (given ``loop``) at the end of this loop
+        iteration together with the other requests made meanwhile. Returns its opaque."""
         if self.is_closed:
             raise ConnectionClosedError(f"connection to {self._label()} is closed")
         self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
@@ -248,8 +268,26 @@ class Connection(asyncio.Protocol):
         if fut is not None:
             self._pending[opaque] = fut
         assert self._transport is not None
-        self._transport.writelines(parts)
+        corked = self._corked
+        if loop is None:
+            # Written now (a oneway send waits for write capacity next), after anything corked.
+            if corked:
+                parts = [*corked, *parts]
+                corked.clear()
+            self._transport.writelines(parts)
+        elif corked is None:
+            self._corked = parts
+            loop.call_soon(self._flush)
+        else:
+            corked += parts
         return opaque
+
+    def _flush(self) -> None:
+        """Write the requests corked during this loop iteration, in one call."""
+        parts, self._corked = self._corked, None
+        if parts and not self.is_closed:
+            assert self._transport is not None
+            self._transport.writelines(parts)
 
     def _expire(self, opaque: int, timeout: float) -> None:
         fut = self._pending.pop(opaque, None)
