@@ -215,6 +215,11 @@ def _load_json(raw: bytes) -> Any:
 
 
 def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
+    """The command of a JSON header (§1.4) and its body.
+
+    Raises:
+        RemoteProtocolError: the header is not valid JSON or a field has the wrong type.
+    """
     try:
         obj = _load_json(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
@@ -259,6 +264,11 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
 
 
 def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
+    """The command of a binary (ROCKETMQ) header (§1.5) and its body.
+
+    Raises:
+        RemoteProtocolError: a length overruns the header, or a string is not UTF-8.
+    """
     n = len(raw)
     if n < 21:
         raise RemoteProtocolError("binary header shorter than 21 bytes")
@@ -321,6 +331,11 @@ def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header of ``cmd`` as UTF-8 bytes.
+
+    Raises:
+        LocalProtocolError: a value JSON or UTF-8 cannot carry.
+    """
     # fastjson writes bean properties in alphabetical order and omits nulls (§1.4); keeping
     # that order makes our frames byte-identical to Java's for the same values (§9 V1, V3).
     try:
