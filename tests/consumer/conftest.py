@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 
 from aiorocket._producer.producer import Producer
+from aiorocket._protocol.codes import RequestCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.message import MessageRecord, encode_message
+from aiorocket._remoting import Connection
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig, parse_delay_levels
 
@@ -65,3 +69,35 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(0.05)
+
+
+async def consume_directly(
+    conn: Connection, group: str, topic: str, body: bytes
+) -> RemotingCommand:
+    """Send CONSUME_MESSAGE_DIRECTLY (309) for one stored record with ``body``, as a broker
+    forwards an admin's request, and return the client's answer."""
+    record = MessageRecord(
+        topic=topic,
+        body=body,
+        queue_id=0,
+        flag=0,
+        queue_offset=99,
+        commit_log_offset=1,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host="127.0.0.1",
+        born_port=1,
+        store_timestamp=2,
+        store_host="127.0.0.1",
+        store_port=2,
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        properties={},
+    )
+    return await conn.request(
+        RemotingCommand.request(
+            RequestCode.CONSUME_MESSAGE_DIRECTLY,
+            {"consumerGroup": group, "msgId": "X", "brokerName": "broker-a"},
+            encode_message(record),
+        )
+    )

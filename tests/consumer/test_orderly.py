@@ -22,7 +22,7 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
 from aiorocket.settings import ClientSettings
-from tests.consumer.conftest import FAST, FAST_DELAYS, wait_for
+from tests.consumer.conftest import FAST, FAST_DELAYS, consume_directly, wait_for
 
 #: orderly consumers in these tests: quick rebalances, renewals and releases
 ORDERLY: dict[str, Any] = {
@@ -473,7 +473,6 @@ async def test_running_info_and_consume_directly_report_orderly(
     from aiorocket._protocol.bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
     from aiorocket._protocol.codes import RequestCode
     from aiorocket._protocol.command import RemotingCommand
-    from aiorocket._protocol.message import MessageRecord, encode_message
     from tests.consumer.test_push_consumer_more import _consumer_channel
 
     queue = rmq.MessageQueue("OrdAdmin", "broker-a", 0)
@@ -518,31 +517,7 @@ async def test_running_info_and_consume_directly_report_orderly(
             b"boom": "CR_THROW_EXCEPTION",
         }
         for body, result in expected.items():
-            record = MessageRecord(
-                topic="OrdAdmin",
-                body=body,
-                queue_id=0,
-                flag=0,
-                queue_offset=99,
-                commit_log_offset=1,
-                sys_flag=0,
-                born_timestamp=1,
-                born_host="127.0.0.1",
-                born_port=1,
-                store_timestamp=2,
-                store_host="127.0.0.1",
-                store_port=2,
-                reconsume_times=0,
-                prepared_transaction_offset=0,
-                properties={},
-            )
-            resp = await conn.request(
-                RemotingCommand.request(
-                    RequestCode.CONSUME_MESSAGE_DIRECTLY,
-                    {"consumerGroup": "ord-admin", "msgId": "X", "brokerName": "broker-a"},
-                    encode_message(record),
-                )
-            )
+            resp = await consume_directly(conn, "ord-admin", "OrdAdmin", body)
             answer = ConsumeMessageDirectlyResult.from_json(resp.body)
             assert (answer.consume_result, answer.order) == (result, True), body
 

@@ -23,14 +23,13 @@ from aiorocket._protocol.bodies import (
 )
 from aiorocket._protocol.codes import RequestCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.message import MessageRecord, encode_message
 from aiorocket._remoting import Connection
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
 from aiorocket.settings import ClientSettings
 
-from .conftest import FAST, FAST_DELAYS, wait_for
+from .conftest import FAST, FAST_DELAYS, consume_directly, wait_for
 
 
 async def test_broadcasting_delivers_everything_to_everyone_and_keeps_local_offsets(
@@ -259,31 +258,7 @@ async def test_answers_running_info_consume_directly_and_reset_offset(
 
         # CONSUME_MESSAGE_DIRECTLY (309)
         for body, expected in ((b"direct", "CR_SUCCESS"), (b"later", "CR_LATER")):
-            record = MessageRecord(
-                topic="Admin",
-                body=body,
-                queue_id=0,
-                flag=0,
-                queue_offset=99,
-                commit_log_offset=1,
-                sys_flag=0,
-                born_timestamp=1,
-                born_host="127.0.0.1",
-                born_port=1,
-                store_timestamp=2,
-                store_host="127.0.0.1",
-                store_port=2,
-                reconsume_times=0,
-                prepared_transaction_offset=0,
-                properties={},
-            )
-            resp = await conn.request(
-                RemotingCommand.request(
-                    RequestCode.CONSUME_MESSAGE_DIRECTLY,
-                    {"consumerGroup": "admin", "msgId": "X", "brokerName": "broker-a"},
-                    encode_message(record),
-                )
-            )
+            resp = await consume_directly(conn, "admin", "Admin", body)
             assert resp.code == 0
             assert ConsumeMessageDirectlyResult.from_json(resp.body).consume_result == expected
         assert got[-2:] == [b"direct", b"later"]
