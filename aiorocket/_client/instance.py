@@ -26,6 +26,7 @@ from aiorocket._protocol.bodies import (
 )
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     GetConsumerListByGroupRequestHeader,
@@ -55,7 +56,7 @@ from aiorocket.errors import (
 from aiorocket.models import MessageQueue
 from aiorocket.settings import ClientSettings
 
-__all__ = ["ClientInstance", "PullResponse", "SendResponse", "local_ipv4"]
+__all__ = ["ClientInstance", "PreparedPull", "PullResponse", "SendResponse", "local_ipv4"]
 
 log = logging.getLogger("aiorocket.client")
 
@@ -93,6 +94,25 @@ class PullResponse:
     code: int
     header: PullMessageResponseHeader
     body: bytes
+
+
+class PreparedPull:
+    """A queue's PULL_MESSAGE with every field fixed but the offset, the flag and the commit
+    offset: a pull loop sends the same request thousands of times, so its header is encoded
+    once (:class:`RequestTemplate`).
+
+    Args:
+        header: the request; its ``queue_offset``, ``sys_flag`` and ``commit_offset`` are
+            replaced at each pull.
+    """
+
+    __slots__ = ("template",)
+
+    def __init__(self, header: PullMessageRequestHeader) -> None:
+        self.template = RequestTemplate(
+            RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
+            ("queueOffset", "sysFlag", "commitOffset"),
+        )
 
 
 def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
@@ -309,6 +329,36 @@ class ClientInstance:
                 addr,
                 RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
                 timeout=timeout,
+            ),
+            0,
+            19,
+            20,
+            21,
+        )
+        return PullResponse(
+            resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body
+        )
+
+    async def pull_prepared(
+        self,
+        addr: str,
+        prepared: PreparedPull,
+        queue_offset: int,
+        sys_flag: int,
+        commit_offset: int,
+        *,
+        timeout: float,
+    ) -> PullResponse:
+        """:meth:`pull_message` for a :class:`PreparedPull` with these three fields.
+
+        Raises:
+            BrokerError: a code other than 0, 19, 20 and 21.
+            TransportError: the connection failed or timed out.
+        """
+        conn = await self._require_pool().get(addr)
+        resp = _check(
+            await conn.request_template(
+                prepared.template, (queue_offset, sys_flag, commit_offset), timeout=timeout
             ),
             0,
             19,

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from aiorocket._client.instance import ClientInstance
+from aiorocket._client.instance import ClientInstance, PreparedPull
 from aiorocket._concurrency import Backoff
 from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
@@ -224,7 +224,28 @@ class PullLoop:
         backoff = Backoff(initial=0.05, maximum=s.pull_retry_max_delay)
         broker_id = 0
         suspend_ms = int(s.pull_suspend_timeout * 1000)
-        base_flag = PullSysFlag.SUSPEND | (PullSysFlag.SUBSCRIPTION if s.post_subscription else 0)
+        # Plain ints: IntFlag arithmetic runs Python code per pull.
+        base_flag = int(PullSysFlag.SUSPEND) | (
+            int(PullSysFlag.SUBSCRIPTION) if s.post_subscription else 0
+        )
+        commit_flag = int(PullSysFlag.COMMIT_OFFSET)
+        # Only the offset, the flag and the commit offset change from pull to pull.
+        prepared = PreparedPull(
+            PullMessageRequestHeader(
+                consumer_group=self._group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=0,
+                max_msg_nums=s.pull_batch_size,
+                sys_flag=base_flag,
+                commit_offset=0,
+                suspend_timeout_millis=suspend_ms,
+                subscription=self._sub.expression if s.post_subscription else None,
+                sub_version=self._sub.sub_version,
+                expression_type="TAG",
+                broker_name=mq.broker_name,
+            )
+        )
         tag_filter = None if self._sub.filter.match_all else self._sub.filter
         namespace = s.namespace
         gate = self._gate
@@ -263,28 +284,18 @@ class PullLoop:
                 addr = await self._refresh_address(backoff)
                 if addr is None:
                     continue
-            sys_flag = int(base_flag)
             commit = self._offsets.read(mq) if self._clustering else -1
-            if commit > 0:
-                sys_flag |= PullSysFlag.COMMIT_OFFSET
-            header = PullMessageRequestHeader(
-                consumer_group=self._group,
-                topic=mq.topic,
-                queue_id=mq.queue_id,
-                queue_offset=self.next_offset,
-                max_msg_nums=s.pull_batch_size,
-                sys_flag=sys_flag,
-                commit_offset=max(commit, 0),
-                suspend_timeout_millis=suspend_ms,
-                subscription=self._sub.expression if s.post_subscription else None,
-                sub_version=self._sub.sub_version,
-                expression_type="TAG",
-                broker_name=mq.broker_name,
-            )
             started = loop.time()
             pq.last_pull_time = started
             try:
-                resp = await client.pull_message(addr, header, timeout=s.pull_timeout)
+                resp = await client.pull_prepared(
+                    addr,
+                    prepared,
+                    self.next_offset,
+                    base_flag | commit_flag if commit > 0 else base_flag,
+                    commit if commit > 0 else 0,
+                    timeout=s.pull_timeout,
+                )
             except ClientClosedError:
                 return
             except (TransportError, BrokerError) as exc:

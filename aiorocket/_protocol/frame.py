@@ -29,6 +29,7 @@ __all__ = [
     "NEED_DATA",
     "FrameDecoder",
     "NeedData",
+    "RequestTemplate",
     "decode_frame",
     "encode_command",
     "encode_command_parts",
@@ -57,6 +58,11 @@ _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _HEADER_LEN_MASK = 0xFFFFFF
+# Receive buffer: its first size, the free space offered to each read, and the size above
+# which an emptied buffer is replaced by a first-size one.
+_INITIAL_CAPACITY = 64 * 1024
+_MIN_FREE = 16 * 1024
+_SHRINK_ABOVE = 1024 * 1024
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 _LANG_BY_ORDINAL: Final = {m.value: m.name for m in LanguageCode}
@@ -71,29 +77,84 @@ _JSON_RAW_DECODE: Final = _JSON_DECODER.raw_decode
 class FrameDecoder:
     """Incremental decoder of a byte stream into :class:`RemotingCommand` objects.
 
+    Bytes arrive either through :meth:`feed` (a copy) or, from an ``asyncio.BufferedProtocol``,
+    straight into the decoder's own buffer: :meth:`get_buffer`, the transport's ``recv_into``,
+    then :meth:`buffer_updated`. The second way allocates nothing per read (a plain
+    ``Protocol`` gets a fresh 256 KiB ``bytes`` from every ``recv``).
+
     Args:
         max_frame_size: largest accepted ``frameLength``; larger (or negative) prefixes raise
             :class:`FrameTooLargeError` as soon as the 4-byte prefix is buffered.
     """
 
-    __slots__ = ("_buf", "_error", "_max", "_pos")
+    __slots__ = ("_buf", "_end", "_error", "_max", "_pos", "_view")
 
     def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < 8:
             raise ValueError("max_frame_size must be at least 8")
-        self._buf = bytearray()
-        self._pos = 0
         self._max = max_frame_size
         self._error: RemoteProtocolError | None = None
+        # Unparsed bytes are _buf[_pos:_end]. The buffer is never resized in place (a view of
+        # it may be lent to a transport): it is replaced when it must grow or shrink.
+        self._buf = bytearray()  # allocated by the first read or feed
+        self._view = memoryview(self._buf)
+        self._pos = 0
+        self._end = 0
 
     @property
     def buffered(self) -> int:
         """Bytes fed but not yet returned as commands."""
-        return len(self._buf) - self._pos
+        return self._end - self._pos
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes; never parses, never raises."""
-        self._buf += data
+        k = len(data)
+        if k > len(self._buf) - self._end:
+            self._make_room(k)
+        end = self._end
+        self._buf[end : end + k] = data
+        self._end = end + k
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """A writable view of free buffer space for the next read (``BufferedProtocol``).
+
+        At least :data:`_MIN_FREE` bytes, and room for the rest of a frame whose length prefix
+        is already buffered, so a large frame is received in place instead of piecewise.
+        """
+        need = _MIN_FREE if sizehint <= _MIN_FREE else sizehint
+        if not self._buf:
+            need = max(need, _INITIAL_CAPACITY)
+        pos, end = self._pos, self._end
+        if end - pos >= 4:
+            (length,) = _INT32.unpack_from(self._buf, pos)
+            # An invalid prefix gets no room: next_command raises for it.
+            if 4 <= length <= self._max and pos + 4 + length - end > need:
+                need = pos + 4 + length - end
+        if need > len(self._buf) - end:
+            self._make_room(need)
+        return self._view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Record that the last :meth:`get_buffer` view received ``nbytes`` bytes."""
+        self._end += nbytes
+
+    def _make_room(self, need: int) -> None:
+        """Make ``need`` bytes free after the unparsed ones: move them to the front of the
+        buffer, or into a larger one."""
+        pos, end = self._pos, self._end
+        held = end - pos
+        cap = len(self._buf)
+        if held + need <= cap and pos:
+            # bytes() first: the two regions may overlap.
+            self._buf[:held] = bytes(self._view[pos:end])
+        else:
+            new_cap = max(cap * 2, held + need)
+            buf = bytearray(new_cap)
+            buf[:held] = self._view[pos:end]
+            self._buf = buf
+            self._view = memoryview(buf)
+        self._pos = 0
+        self._end = held
 
     def next_command(self) -> RemotingCommand | NeedData:
         """Return the next whole command, or :data:`NEED_DATA`.
@@ -104,8 +165,7 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        buf, pos = self._buf, self._pos
-        n = len(buf)
+        buf, pos, n = self._buf, self._pos, self._end
         avail = n - pos
         if avail < 8:
             # No frame (at least 4 + 4 bytes) is whole yet, but a bad prefix fails at once.
@@ -114,7 +174,8 @@ class FrameDecoder:
                 if length < 4 or length > self._max:
                     self._error = FrameTooLargeError(length, self._max)
                     raise self._error
-            self._compact()
+            elif avail == 0:
+                self._reset()
             return NEED_DATA
         # The length prefix and the header word in one unpack: the per-frame hot path.
         length, word = _PREFIX.unpack_from(buf, pos)
@@ -123,36 +184,37 @@ class FrameDecoder:
             raise self._error
         end = pos + 4 + length
         if end > n:
-            self._compact()
             return NEED_DATA
         self._pos = end
         hlen = word & _HEADER_LEN_MASK
+        view = self._view
         try:
             if hlen > length - 4:
                 raise RemoteProtocolError(f"header length {hlen} exceeds frame length {length}")
             hend = pos + 8 + hlen
-            body = bytes(buf[hend:end]) if hend < end else b""
+            # One copy each, straight from the receive buffer.
+            body = bytes(view[hend:end]) if hend < end else b""
             stype = word >> 24
             if stype == 1:
-                cmd = _decode_binary_header(bytes(buf[pos + 8 : hend]), body)
+                cmd = _decode_binary_header(bytes(view[pos + 8 : hend]), body)
             elif stype == 0:
-                cmd = _decode_json_header(bytes(buf[pos + 8 : hend]), body)
+                cmd = _decode_json_header(bytes(view[pos + 8 : hend]), body)
             else:
                 raise RemoteProtocolError(f"unknown serialize type {stype}")
         except RemoteProtocolError as exc:
             self._error = exc
             raise
         if end == n:
-            buf.clear()
-            self._pos = 0
+            self._reset()
         return cmd
 
-    def _compact(self) -> None:
-        # Drop consumed bytes only when it is worth a memmove: keeps feeding many small
-        # frames linear instead of quadratic.
-        if self._pos and (self._pos >= 65536 or self._pos * 2 >= len(self._buf)):
-            del self._buf[: self._pos]
-            self._pos = 0
+    def _reset(self) -> None:
+        # Everything parsed: the next read starts at the front again. A buffer grown for a
+        # large frame is given back.
+        self._pos = self._end = 0
+        if len(self._buf) > _SHRINK_ABOVE:
+            self._buf = bytearray()
+            self._view = memoryview(self._buf)
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
@@ -478,3 +540,87 @@ def encode_command(cmd: RemotingCommand) -> bytes:
         LocalProtocolError: as :func:`encode_command_parts`.
     """
     return b"".join(encode_command_parts(cmd))
+
+
+class RequestTemplate:
+    """A request sent again and again with the same fields except a few integer ext fields
+    (a queue's PULL_MESSAGE: offset, flag and commit offset change, nine fields do not).
+
+    Its JSON header is rendered once with the general encoder; :meth:`encode` fills in the
+    integers and the opaque by ``%`` formatting, which writes an int exactly as ``str`` does,
+    so the frame is byte-identical to :func:`encode_command_parts` of :meth:`command`.
+
+    Args:
+        cmd: the request, JSON dialect; its ``opaque`` is replaced at every send.
+        variable: the ext keys whose (integer) values change.
+
+    Raises:
+        LocalProtocolError: ``cmd`` cannot be encoded.
+        ValueError: ``cmd`` is not in the JSON dialect, or a variable key is not in its ext
+            fields.
+    """
+
+    __slots__ = ("_cmd", "_fmt", "_keys", "_order")
+
+    def __init__(self, cmd: RemotingCommand, variable: Sequence[str]) -> None:
+        if cmd.serialize_type != SerializeType.JSON:
+            raise ValueError("request templates use the JSON header")
+        missing = [k for k in variable if k not in cmd.ext_fields]
+        if missing:
+            raise ValueError(f"variable keys not in the ext fields: {missing}")
+        self._cmd = cmd
+        self._keys = tuple(variable)
+        # Render with a marker in place of each integer, then turn the markers into %d (after
+        # doubling any literal %, which a group or topic name may contain). The markers are
+        # built from a character run found nowhere else in the header.
+        tag = "@"
+        while tag in _json_header_text_general(cmd):
+            tag += "@"
+        markers = [f"{tag}{i}{tag}" for i in range(len(self._keys) + 1)]
+        probe = RemotingCommand(
+            cmd.code,
+            0,
+            cmd.flag,
+            cmd.language,
+            cmd.version,
+            cmd.remark,
+            {**cmd.ext_fields, **dict(zip(self._keys, markers, strict=False))},
+            b"",
+            SerializeType.JSON,
+        )
+        text = _json_header_text_general(probe).replace("%", "%%")
+        text = text.replace('"opaque":0,', '"opaque":' + markers[-1] + ",", 1)
+        # The integers go in the order their fields appear in the header.
+        order = sorted(range(len(markers)), key=lambda i: text.index(markers[i]))
+        self._order = None if order == list(range(len(markers))) else tuple(order)
+        for marker in markers:
+            text = text.replace(marker, "%d")
+        self._fmt = text.encode("utf-8")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The variable ext keys, in the order :meth:`encode` takes their values."""
+        return self._keys
+
+    def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
+        """The request with ``values`` filled in, as a :class:`RemotingCommand`."""
+        cmd = self._cmd
+        ext = dict(cmd.ext_fields)
+        for key, value in zip(self._keys, values, strict=True):
+            ext[key] = str(value)
+        return RemotingCommand(
+            cmd.code, opaque, cmd.flag, cmd.language, cmd.version, cmd.remark, ext, cmd.body
+        )
+
+    def encode(self, opaque: int, values: Sequence[int]) -> list[bytes | bytearray | memoryview]:
+        """The frame with ``values`` (ints, one per variable key) and ``opaque``, as buffers
+        for ``writelines``."""
+        if self._order is None:
+            header = self._fmt % (*values, opaque)
+        else:
+            args = (*values, opaque)
+            header = self._fmt % tuple([args[i] for i in self._order])
+        hlen = len(header)
+        body = self._cmd.body
+        prefix = _PREFIX.pack(4 + hlen + len(body), hlen)
+        return [prefix + header, body] if body else [prefix + header]

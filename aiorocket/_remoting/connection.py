@@ -1,11 +1,13 @@
-"""One remoting connection: an ``asyncio.Protocol`` around the sans-IO frame codec.
+"""One remoting connection: an ``asyncio.BufferedProtocol`` around the sans-IO frame codec.
 
 Reading happens in the protocol's ``data_received`` callback (no reader task to own or leak);
 requests the peer sends us (NOTIFY_CONSUMER_IDS_CHANGED from a broker, or anything a client sends
 a server) are handed to the owner's ``spawn`` function, so they run in the owner's task group.
 Nothing is started by the constructor.
 
-Requests that expect a response are written at the end of the current event-loop iteration:
+Bytes are received straight into the frame decoder's buffer (``asyncio.BufferedProtocol``):
+no allocation per read. Requests that expect a response are written at the end of the current
+event-loop iteration:
 several pull loops woken by one read each send their next pull, and the frames leave in one
 ``writelines`` (one system call) instead of one each. Frames keep their order: oneway requests
 and responses flush what is waiting before they are written.
@@ -14,13 +16,17 @@ Correlation follows REMOTING.md §1.6: our requests carry an ``opaque`` from thi
 counter; an inbound frame is a response iff flag bit 0 is set, and a response whose opaque is
 not pending (a late answer, or a "oneway" request the peer answered anyway) is dropped and logged.
 When the connection dies every pending call fails at once with :class:`ConnectionClosedError`.
+Timeouts are kept as deadlines beside the pending calls and one timer per connection, armed for
+the soonest, expires them (Java scans its response table the same way, in
+``NettyRemotingAbstract.scanResponseTable``); a timer per request costs more than the request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, cast
 
 from aiorocket._protocol.codes import FLAG_ONEWAY, ResponseCode
@@ -29,6 +35,7 @@ from aiorocket._protocol.frame import (
     DEFAULT_MAX_FRAME_SIZE,
     NEED_DATA,
     FrameDecoder,
+    RequestTemplate,
     encode_command_parts,
 )
 from aiorocket.errors import (
@@ -56,7 +63,7 @@ class Spawn(Protocol):
 _OPAQUE_MASK = 0x7FFFFFFF  # non-negative opaques, as the C++ client does (§1.6)
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """A framed, multiplexed connection carrying requests in both directions.
 
     Args:
@@ -86,7 +93,12 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         #: encoded requests waiting for the end of this loop iteration (None: no flush due)
         self._corked: list[bytes | bytearray | memoryview] | None = None
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        #: opaque -> (future, deadline on the loop clock, timeout) of each call in flight
+        self._pending: dict[int, tuple[asyncio.Future[RemotingCommand], float, float]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: the timer that expires overdue calls, and the deadline it is armed for
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._next_opaque = 0
         self._closed = False
         self._close_exc: BaseException | None = None
@@ -100,18 +112,31 @@ class Connection(asyncio.Protocol):
         #: free slot for the owner (the embedded broker keeps its channel state here)
         self.context: Any = None
 
-    # -- asyncio.Protocol ---------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
+        # Cached: asyncio.get_running_loop() costs a getpid() system call on CPython 3.11.
+        self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = (str(peer[0]), int(peer[1]))
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._decoder.buffer_updated(nbytes)
+        self._process()
+
     def data_received(self, data: bytes) -> None:
+        """Take bytes from a transport that does not lend buffers."""
+        self._decoder.feed(data)
+        self._process()
+
+    def _process(self) -> None:
         decoder = self._decoder
-        decoder.feed(data)
         while True:
             try:
                 cmd = decoder.next_command()
@@ -123,13 +148,13 @@ class Connection(asyncio.Protocol):
             if cmd is NEED_DATA:
                 return
             if cmd.flag & 1:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is None:
+                entry = self._pending.pop(cmd.opaque, None)
+                if entry is None:
                     log.debug(
                         "%s: dropped response with unknown opaque %d", self._label(), cmd.opaque
                     )
-                elif not fut.done():
-                    fut.set_result(cmd)
+                elif not entry[0].done():
+                    entry[0].set_result(cmd)
             else:
                 self._dispatch(cmd)
 
@@ -141,9 +166,12 @@ class Connection(asyncio.Protocol):
         if self._close_exc is not None:
             err.__cause__ = self._close_exc
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
+        for fut, _, _ in pending.values():
             if not fut.done():
                 fut.set_exception(err)
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         self._writable.set()
         self._lost.set()
         # A handler whose connection is gone cannot answer: stop it (a held long-poll pull,
@@ -189,14 +217,47 @@ class Connection(asyncio.Protocol):
             RequestTimeoutError: no response within ``timeout`` seconds.
             LocalProtocolError: ``cmd`` cannot be encoded.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        opaque = self._send_request(cmd, oneway=False, fut=fut, loop=loop)
-        timer = loop.call_later(timeout, self._expire, opaque, timeout)
+        deadline = loop.time() + timeout
+        opaque = self._send_request(cmd, oneway=False, entry=(fut, deadline, timeout), loop=loop)
+        return await self._response(loop, opaque, fut, deadline)
+
+    async def request_template(
+        self, template: RequestTemplate, values: Sequence[int], *, timeout: float = 3.0
+    ) -> RemotingCommand:
+        """Send ``template`` with ``values`` filled in and wait for its response: the same as
+        ``request(template.command(values))``, without encoding the header again.
+
+        Raises:
+            ConnectionClosedError: the connection is closed or dies before the response.
+            RequestTimeoutError: no response within ``timeout`` seconds.
+        """
+        if self._hook is not None:
+            # A request hook (ACL signing) must see, and may change, the whole command.
+            return await self.request(template.command(values), timeout=timeout)
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self._label()} is closed")
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        deadline = loop.time() + timeout
+        opaque = self._take_opaque()
+        self._pending[opaque] = (fut, deadline, timeout)
+        self._cork(template.encode(opaque, values), loop)
+        return await self._response(loop, opaque, fut, deadline)
+
+    async def _response(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        opaque: int,
+        fut: asyncio.Future[RemotingCommand],
+        deadline: float,
+    ) -> RemotingCommand:
+        if deadline < self._sweep_at:
+            self._arm_sweep(loop, deadline)
         try:
             return await fut
         finally:
-            timer.cancel()
             self._pending.pop(opaque, None)
 
     async def send_oneway(self, cmd: RemotingCommand) -> None:
@@ -205,7 +266,7 @@ class Connection(asyncio.Protocol):
         Raises:
             ConnectionClosedError: the connection is closed.
         """
-        self._send_request(cmd, oneway=True, fut=None)
+        self._send_request(cmd, oneway=True, entry=None)
         await self.drain()
 
     def send_response(
@@ -252,35 +313,47 @@ class Connection(asyncio.Protocol):
         cmd: RemotingCommand,
         *,
         oneway: bool,
-        fut: asyncio.Future[RemotingCommand] | None,
+        entry: tuple[asyncio.Future[RemotingCommand], float, float] | None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> int:
         """Encode and queue ``cmd``; written now, or (given ``loop``) at the end of this loop
         iteration together with the other requests made meanwhile. Returns its opaque."""
         if self.is_closed:
             raise ConnectionClosedError(f"connection to {self._label()} is closed")
-        self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
-        opaque = cmd.opaque = self._next_opaque
+        opaque = cmd.opaque = self._take_opaque()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) if oneway else (cmd.flag & ~(FLAG_ONEWAY | 1))
         if self._hook is not None:
             self._hook(cmd)
         parts = encode_command_parts(cmd)  # may raise LocalProtocolError: nothing sent then
-        if fut is not None:
-            self._pending[opaque] = fut
-        assert self._transport is not None
-        corked = self._corked
+        if entry is not None:
+            self._pending[opaque] = entry
         if loop is None:
             # Written now (a oneway send waits for write capacity next), after anything corked.
+            assert self._transport is not None
+            corked = self._corked
             if corked:
                 parts = [*corked, *parts]
                 corked.clear()
             self._transport.writelines(parts)
-        elif corked is None:
+        else:
+            self._cork(parts, loop)
+        return opaque
+
+    def _take_opaque(self) -> int:
+        self._next_opaque = opaque = (self._next_opaque + 1) & _OPAQUE_MASK
+        return opaque
+
+    def _cork(
+        self, parts: list[bytes | bytearray | memoryview], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Queue ``parts`` (a list the caller gives up) for the write at the end of this
+        loop iteration."""
+        corked = self._corked
+        if corked is None:
             self._corked = parts
             loop.call_soon(self._flush)
         else:
             corked += parts
-        return opaque
 
     def _flush(self) -> None:
         """Write the requests corked during this loop iteration, in one call."""
@@ -289,12 +362,35 @@ class Connection(asyncio.Protocol):
             assert self._transport is not None
             self._transport.writelines(parts)
 
-    def _expire(self, opaque: int, timeout: float) -> None:
-        fut = self._pending.pop(opaque, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(
-                RequestTimeoutError(f"no response from {self._label()} within {timeout:g} s")
-            )
+    def _arm_sweep(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep_at = when
+        self._sweep = loop.call_at(when, self._expire_overdue)
+
+    def _expire_overdue(self) -> None:
+        """Fail the calls whose deadline has passed; re-arm for the soonest of the others."""
+        self._sweep = None
+        self._sweep_at = math.inf
+        loop = self._loop
+        assert loop is not None
+        # A timer may run a clock tick before its time: what is due within 1 µs is overdue.
+        now = loop.time() + 1e-6
+        soonest = math.inf
+        overdue: list[int] = []
+        for opaque, (_, deadline, _) in self._pending.items():
+            if deadline <= now:
+                overdue.append(opaque)
+            elif deadline < soonest:
+                soonest = deadline
+        for opaque in overdue:
+            fut, _, timeout = self._pending.pop(opaque)
+            if not fut.done():
+                fut.set_exception(
+                    RequestTimeoutError(f"no response from {self._label()} within {timeout:g} s")
+                )
+        if soonest < math.inf and not self._closed:
+            self._arm_sweep(loop, soonest)
 
     def _abort(self, exc: BaseException) -> None:
         self._closed = True

@@ -15,10 +15,10 @@ from typing import Any
 
 __all__ = ["Connector", "MemoryTransport", "memory_pipe", "tcp_connector"]
 
-Connector = Callable[[str, int, asyncio.Protocol], Awaitable[None]]
+Connector = Callable[[str, int, asyncio.BaseProtocol], Awaitable[None]]
 
 
-async def tcp_connector(host: str, port: int, protocol: asyncio.Protocol) -> None:
+async def tcp_connector(host: str, port: int, protocol: asyncio.BaseProtocol) -> None:
     """Connect ``protocol`` to ``host:port`` over TCP with ``TCP_NODELAY`` (small RPC frames)."""
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_connection(lambda: protocol, host, port)
@@ -33,7 +33,7 @@ class MemoryTransport(asyncio.Transport):
     def __init__(self, peer_name: tuple[str, int]) -> None:
         super().__init__()
         self._peer: MemoryTransport | None = None
-        self._protocol: asyncio.Protocol | None = None
+        self._protocol: asyncio.BaseProtocol | None = None
         self._closing = False
         self._peer_name = peer_name
         self._loop = asyncio.get_running_loop()
@@ -74,12 +74,22 @@ class MemoryTransport(asyncio.Transport):
 
 
 def _deliver(transport: MemoryTransport, data: bytes) -> None:
-    if transport._protocol is not None:
-        transport._protocol.data_received(data)
+    proto = transport._protocol
+    if isinstance(proto, asyncio.BufferedProtocol):
+        # As asyncio's own transports feed a buffered protocol: into the buffers it lends.
+        view = memoryview(data)
+        while view:
+            buf = memoryview(proto.get_buffer(len(view)))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            proto.buffer_updated(n)
+            view = view[n:]
+    elif isinstance(proto, asyncio.Protocol):
+        proto.data_received(data)
 
 
 def memory_pipe(
-    client: asyncio.Protocol, server: asyncio.Protocol
+    client: asyncio.BaseProtocol, server: asyncio.BaseProtocol
 ) -> tuple[MemoryTransport, MemoryTransport]:
     """Link two protocols through an in-memory pipe and call their ``connection_made``."""
     a = MemoryTransport(("127.0.0.1", 50000))

@@ -16,6 +16,7 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import (
     NEED_DATA,
     FrameDecoder,
+    RequestTemplate,
     decode_frame,
     encode_command,
     encode_command_parts,
@@ -370,3 +371,113 @@ def test_mutated_frames_raise_only_protocol_errors(
             pass
     except RemoteProtocolError:
         pass
+
+
+# --- receiving into the decoder's own buffer (BufferedProtocol) ------------------------------
+
+
+def _receive(dec: FrameDecoder, data: bytes, chunk: int) -> list[RemotingCommand]:
+    """What a buffered transport does: recv_into the lent view, then buffer_updated."""
+    got: list[RemotingCommand] = []
+    i = 0
+    while i < len(data):
+        view = dec.get_buffer(-1)
+        assert len(view) > 0
+        n = min(len(view), chunk, len(data) - i)
+        view[:n] = data[i : i + n]
+        dec.buffer_updated(n)
+        i += n
+        while (c := dec.next_command()) is not NEED_DATA:
+            got.append(c)
+    return got
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(commands(), min_size=1, max_size=8), st.integers(1, 100))
+def test_buffered_receive_equals_feed(cmds: list[RemotingCommand], chunk: int) -> None:
+    stream = b"".join(encode_command(c) for c in cmds)
+    dec = FrameDecoder()
+    assert _receive(dec, stream, chunk) == cmds
+    assert dec.buffered == 0
+
+
+def test_buffered_receive_makes_room_for_a_whole_large_frame() -> None:
+    # Once the length prefix is in, the lent buffer holds the rest of the frame: a 3 MiB
+    # response arrives in place instead of growing piecewise.
+    big = RemotingCommand(code=0, opaque=1, flag=1, body=b"x" * (3 << 20))
+    small = RemotingCommand(code=0, opaque=2, flag=1, body=b"y" * 100)
+    frame = encode_command(big)
+    dec = FrameDecoder()
+    view = dec.get_buffer(-1)
+    assert len(view) < len(frame)
+    view[:8] = frame[:8]
+    dec.buffer_updated(8)
+    assert dec.next_command() is NEED_DATA
+    view = dec.get_buffer(-1)
+    assert len(view) >= len(frame) - 8
+    view[: len(frame) - 8] = frame[8:]
+    dec.buffer_updated(len(frame) - 8)
+    assert dec.next_command() == big
+    # The emptied large buffer is given back; decoding goes on.
+    assert len(dec.get_buffer(-1)) < 1 << 20
+    assert _receive(dec, encode_command(small) * 3, 1000) == [small] * 3
+
+
+def test_buffered_receive_keeps_a_partial_frame_when_the_buffer_wraps() -> None:
+    # Frames that straddle the end of the buffer are moved to its front, intact.
+    cmds = [
+        RemotingCommand(code=i, opaque=i, body=bytes([i % 256]) * (5000 + i)) for i in range(60)
+    ]
+    stream = b"".join(encode_command(c) for c in cmds)
+    dec = FrameDecoder()
+    assert _receive(dec, stream, 7001) == cmds
+
+
+def test_buffered_receive_gives_no_room_for_a_bad_prefix() -> None:
+    dec = FrameDecoder(max_frame_size=1024)
+    view = dec.get_buffer(-1)
+    view[:4] = struct.pack(">i", 1 << 30)
+    dec.buffer_updated(4)
+    assert len(dec.get_buffer(-1)) < 1 << 20  # nothing allocated for the claimed length
+    with pytest.raises(FrameTooLargeError):
+        dec.next_command()
+
+
+# --- request templates ----------------------------------------------------------------------
+
+_ints = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(_text, _text, min_size=1, max_size=8),
+    st.data(),
+    _int32,
+    st.none() | _text,
+    st.binary(max_size=32),
+)
+def test_template_frames_equal_the_encoded_command(
+    ext: dict[str, str], data: st.DataObject, opaque: int, remark: str | None, body: bytes
+) -> None:
+    keys = data.draw(st.lists(st.sampled_from(sorted(ext)), unique=True))
+    cmd = RemotingCommand(code=11, remark=remark, ext_fields=ext, body=body)
+    template = RequestTemplate(cmd, keys)
+    values = data.draw(st.lists(_ints, min_size=len(keys), max_size=len(keys)))
+    expected = template.command(values, opaque)
+    assert expected.ext_fields == {**ext, **{k: str(v) for k, v in zip(keys, values, strict=True)}}
+    assert b"".join(template.encode(opaque, values)) == encode_command(expected)
+    assert decode_frame(b"".join(template.encode(opaque, values))) == expected
+
+
+def test_template_keeps_percent_signs_and_refuses_what_it_cannot_render() -> None:
+    ext = {"consumerGroup": "g%d%%s", "topic": "@0@ @@1@@", "queueOffset": "0"}
+    cmd = RemotingCommand.request(11, ext)
+    template = RequestTemplate(cmd, ("queueOffset",))
+    back = decode_frame(b"".join(template.encode(5, (42,))))
+    assert back.ext_fields == {**ext, "queueOffset": "42"}
+    assert back.opaque == 5
+    with pytest.raises(ValueError, match="not in the ext fields"):
+        RequestTemplate(cmd, ("nope",))
+    binary = RemotingCommand(code=11, ext_fields={"a": "1"}, serialize_type=SerializeType.ROCKETMQ)
+    with pytest.raises(ValueError, match="JSON"):
+        RequestTemplate(binary, ("a",))

@@ -13,7 +13,7 @@ import pytest
 
 from aiorocket._protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.frame import FrameDecoder, encode_command
+from aiorocket._protocol.frame import FrameDecoder, RequestTemplate, encode_command
 from aiorocket._remoting import Connection, ConnectionPool, Dispatcher, Server, memory_pipe
 from aiorocket._remoting.pool import parse_address
 from aiorocket.errors import (
@@ -284,4 +284,89 @@ async def test_in_memory_pipe_runs_client_and_server_without_sockets() -> None:
         server_conn.close()
         with pytest.raises(ConnectionClosedError):
             await pending
+        await client_conn.wait_closed()
+
+
+async def test_timeouts_fire_on_time_whatever_order_the_deadlines_come_in() -> None:
+    # One timer per connection, armed for the soonest deadline: a short call made after a long
+    # one must still time out on time, and the long one later, on its own time.
+    async with Server(_dispatcher()) as server:
+        pool = ConnectionPool()
+        conn = await pool.get(_addr(server))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        async def call(timeout: float) -> float:
+            with pytest.raises(RequestTimeoutError, match=f"within {timeout:g} s"):
+                await conn.request(RemotingCommand.request(11, {"sleep": "5"}), timeout=timeout)
+            return loop.time() - started
+
+        long_call = asyncio.create_task(call(0.6))
+        await asyncio.sleep(0.01)
+        short = await call(0.15)
+        assert 0.15 <= short < 0.4
+        assert not long_call.done()
+        # Calls that are answered in time leave the others' deadlines alone.
+        fast = await conn.request(RemotingCommand.request(11, {"sleep": "0"}), timeout=0.05)
+        assert fast.code == 0
+        assert 0.6 <= await long_call < 0.9
+        assert conn.pending_count == 0
+        await pool.close()
+
+
+async def test_many_calls_time_out_together_and_the_connection_goes_on() -> None:
+    async with Server(_dispatcher()) as server:
+        pool = ConnectionPool()
+        conn = await pool.get(_addr(server))
+        results = await asyncio.gather(
+            *(
+                conn.request(RemotingCommand.request(11, {"sleep": "5"}), timeout=0.05 + i / 1000)
+                for i in range(100)
+            ),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, RequestTimeoutError) for r in results)
+        assert conn.pending_count == 0
+        resp = await conn.request(RemotingCommand.request(34, {"n": "after"}), timeout=1)
+        assert resp.ext_fields == {"echo": "after"}
+        await pool.close()
+
+
+async def test_request_template_over_tcp_matches_the_plain_request() -> None:
+    async with Server(_dispatcher()) as server:
+        pool = ConnectionPool()
+        conn = await pool.get(_addr(server))
+        template = RequestTemplate(RemotingCommand.request(34, {"n": "0", "k": "v"}), ("n",))
+        resps = await asyncio.gather(
+            *(conn.request_template(template, (i,), timeout=3) for i in range(300))
+        )
+        assert [r.ext_fields["echo"] for r in resps] == [str(i) for i in range(300)]
+        slow_template = RequestTemplate(
+            RemotingCommand.request(11, {"sleep": "5", "n": "1"}), ("n",)
+        )
+        with pytest.raises(RequestTimeoutError):
+            await conn.request_template(slow_template, (2,), timeout=0.05)
+        assert conn.pending_count == 0
+        quick_template = RequestTemplate(RemotingCommand.request(11, {"sleep": "0"}), ())
+        assert (await conn.request_template(quick_template, ())).code == 0
+        await pool.close()
+
+
+async def test_request_template_goes_through_the_request_hook() -> None:
+    # ACL signing needs the whole command: a hooked connection builds it.
+    seen: list[dict[str, str]] = []
+
+    def hook(cmd: RemotingCommand) -> None:
+        seen.append(dict(cmd.ext_fields))
+        cmd.ext_fields["signed"] = "yes"
+
+    async with asyncio.TaskGroup() as tg:
+        server_conn = Connection(handler=_dispatcher(), spawn=tg.create_task)
+        client_conn = Connection(request_hook=hook)
+        memory_pipe(client_conn, server_conn)
+        template = RequestTemplate(RemotingCommand.request(34, {"n": "0"}), ("n",))
+        resp = await client_conn.request_template(template, (41,))
+        assert resp.ext_fields == {"echo": "41"}
+        assert seen == [{"n": "41"}]
+        server_conn.close()
         await client_conn.wait_closed()
