@@ -513,7 +513,10 @@ def _record_batch(msgs: list[ReceivedMessage], part: QueueRange | None) -> pa.Re
     """Build each column with one comprehension (or C-level iteration) over the messages and
     hand whole lists to Arrow: per-row Python work is what the Arrow path saves."""
     n = len(msgs)
-    props = [m.properties for m in msgs]
+    # The stored records behind the messages (``m._r``): their fields are plain slots, read
+    # without a property call per row and column.
+    recs = [m._r for m in msgs]
+    props = [r.properties for r in recs]
     # msg_id is UNIQ_KEY when the producer set one (ReceivedMessage.msg_id), read from the
     # properties in bulk; the rare message without one falls back to the property.
     ids = [p.get("UNIQ_KEY") for p in props]
@@ -527,18 +530,19 @@ def _record_batch(msgs: list[ReceivedMessage], part: QueueRange | None) -> pa.Re
     else:
         topic = pa.array([m.topic for m in msgs], pa.string())
         broker = pa.array([m.broker_name for m in msgs], pa.string())
-        queue_id = pa.array([m.queue_id for m in msgs], pa.int32())
+        queue_id = pa.array([r.queue_id for r in recs], pa.int32())
     columns = [
         topic,
         broker,
         queue_id,
-        pa.array([m.queue_offset for m in msgs], pa.int64()),
+        pa.array([r.queue_offset for r in recs], pa.int64()),
         pa.array(ids, pa.string()),
         pa.array([p.get("TAGS") for p in props], pa.string()),
         _keys_column([p.get("KEYS") for p in props]),
-        pa.array([m.body for m in msgs], pa.binary()),
-        pa.array([m.born_timestamp for m in msgs], _TS_MS).cast(_TS_TYPE),
-        pa.array([m.store_timestamp for m in msgs], _TS_MS).cast(_TS_TYPE),
+        pa.array([r.body for r in recs], pa.binary()),
+        pa.array([r.born_timestamp for r in recs], _TS_MS).cast(_TS_TYPE),
+        pa.array([r.store_timestamp for r in recs], _TS_MS).cast(_TS_TYPE),
+        # (a local retry counts on the message, not on its record)
         pa.array([m.reconsume_times for m in msgs], pa.int32()),
         pa.MapArray.from_arrays(
             _offsets_of(map(len, props)),
@@ -571,19 +575,20 @@ def _rows(lists: Iterable[list[ReceivedMessage]], part: QueueRange) -> Iterator[
     topic, broker, qid = part.topic, part.broker, part.queue_id
     for msgs in lists:
         for m in msgs:
+            r = m._r  # the stored record: plain slots, as the Arrow path reads them
             yield (
                 topic,
                 broker,
                 qid,
-                m.queue_offset,
+                r.queue_offset,
                 m.msg_id,
                 m.tags,
                 m.keys,
-                m.body,
-                _ms_to_datetime(m.born_timestamp),
-                _ms_to_datetime(m.store_timestamp),
+                r.body,
+                _ms_to_datetime(r.born_timestamp),
+                _ms_to_datetime(r.store_timestamp),
                 m.reconsume_times,
-                m.properties,
+                r.properties,
             )
 
 
