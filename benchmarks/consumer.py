@@ -9,6 +9,7 @@ a topic (8 queues, 128 B bodies) and drains it, in one run, with:
   time, 8 queues in parallel), printed beside the concurrent figures;
 * the pure decode loop (``decode_messages``) over the very bytes the broker serves;
 * (a) and (b) again against a broker serving 256 messages per pull instead of 32;
+* (a) and (b) again on uvloop (when installed), the loop ``aiorocket run`` picks;
 * the Apache C++ client's ``PushConsumer`` (PyPI ``rocketmq`` 0.4.4) with a Python callback,
   in its own process, when the wheel is installed (``--no-cpp`` skips it);
 
@@ -221,6 +222,21 @@ async def drain(
     return t1 - t0, c1 - c0
 
 
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _uvloop_drain(addr: str, n: int, group: str, batch: bool) -> tuple[float, float]:
+    import uvloop
+
+    result: tuple[float, float] = uvloop.run(drain(addr, n, group, batch=batch))
+    return result
+
+
 _CPP_CONSUMER = textwrap.dedent(
     """
     import json, resource, sys, threading, time
@@ -361,6 +377,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 runs.append(await drain(addr, n, group, batch=batch, orderly=orderly))
             results[name] = _summary(runs, n)
             print(f"{name}: {results[name]}", flush=True)
+        if args.loop == "asyncio" and _has_uvloop():
+            # The same drains on uvloop (what `aiorocket run` uses when it is installed), each
+            # in a thread of its own running a uvloop loop; this loop just waits meanwhile.
+            for name, batch in (
+                ("batch_handler_uvloop", True),
+                ("per_message_handler_uvloop", False),
+            ):
+                runs = []
+                for i in range(args.repeat):
+                    group = f"bench-{name}-{i}".replace("_", "-")
+                    runs.append(await asyncio.to_thread(_uvloop_drain, addr, n, group, batch))
+                results[name] = _summary(runs, n)
+                print(f"{name}: {results[name]}", flush=True)
         if not args.no_cpp:
             cpp = await cpp_drain(addr, n, "bench-cpp")
             if cpp is not None:
@@ -423,6 +452,8 @@ def main() -> int:
         "orderly_per_message_handler",
         "batch_handler_256",
         "per_message_handler_256",
+        "batch_handler_uvloop",
+        "per_message_handler_uvloop",
         "cpp_push_consumer",
     ):
         row = res.get(key)

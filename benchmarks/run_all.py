@@ -503,6 +503,8 @@ def consumer_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
         ("per_message_handler_256", "drain, per-message handler (256/pull)", "C++", cpp_rate),
         ("orderly_batch_handler", "drain, orderly batch handler", "pure decode loop", None),
         ("orderly_per_message_handler", "drain, orderly per-message handler", "C++", cpp_rate),
+        ("batch_handler_uvloop", "drain, batch handler, uvloop", "pure decode loop", None),
+        ("per_message_handler_uvloop", "drain, per-message handler, uvloop", "C++", cpp_rate),
     ):
         v, s, c = fig(key)
         if v is None:

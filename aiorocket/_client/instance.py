@@ -355,7 +355,8 @@ class ClientInstance:
             BrokerError: a code other than 0, 19, 20 and 21.
             TransportError: the connection failed or timed out.
         """
-        conn = await self._require_pool().get(addr)
+        pool = self._require_pool()
+        conn = pool.get_nowait(addr) or await pool.get(addr)
         resp = _check(
             await conn.request_template(
                 prepared.template, (queue_offset, sys_flag, commit_offset), timeout=timeout

@@ -88,6 +88,7 @@ class _WorkQueue:
         self.items: deque[_Request] = deque()
         self._idle: deque[asyncio.Future[None]] = deque()
         self._woken = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def put(self, req: _Request) -> None:
         self.items.append(req)
@@ -117,7 +118,11 @@ class _WorkQueue:
         """Take the next request, waiting for one."""
         items = self.items
         while not items:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:
+                # Cached: asyncio.get_running_loop() costs a getpid() system call on 3.11.
+                loop = self._loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
             self._idle.append(fut)
             try:
                 await fut

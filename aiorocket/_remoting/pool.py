@@ -62,6 +62,14 @@ class ConnectionPool:
         """The live connections by address (a copy)."""
         return {a: c for a, c in self._conns.items() if not c.is_closed}
 
+    def get_nowait(self, address: str) -> Connection | None:
+        """The live connection to ``address``, or ``None`` if there is none right now (no
+        coroutine: the per-request fast path)."""
+        conn = self._conns.get(address)
+        if conn is not None and not self._closed and not conn.is_closed:
+            return conn
+        return None
+
     async def get(self, address: str) -> Connection:
         """Return the live connection to ``address``, connecting if needed.
 
