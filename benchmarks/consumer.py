@@ -19,11 +19,10 @@ them to ``benchmarks/results/consumer-<timestamp>.json``.
 
     python benchmarks/consumer.py [--messages 500000] [--repeat 3] [--loop uvloop] [--quick]
 
-Where the time goes (cProfile with a CPU clock, batch handler, 32 messages per pull): record
-decoding about 40 %; the per-pull request/response path (header objects, frame codec, the
-connection's futures and timers, the event loop, socket calls) about 30 %; the process queue
-about 13 %; turning records into ``ReceivedMessage`` about 6 %; the consume worker, offsets and
-statistics the rest. Larger pulls (256 per pull) cut the per-pull share.
+Where the time goes (py-spy, batch handler, 32 messages per pull): record decoding about half
+of the consumer's CPU; the rest is ~23 µs per pull (request, response, task wake-ups) and
+~1.3 µs per message (process queue, ``ReceivedMessage``) — see BENCHMARKS.md for the profiles
+and what was changed because of them.
 """
 
 from __future__ import annotations
