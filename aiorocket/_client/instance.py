@@ -121,6 +121,12 @@ def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
     raise broker_error(resp.code, resp.remark)
 
 
+def _pull_response(resp: RemotingCommand) -> PullResponse:
+    # FOUND, NO_NEW_MSG, NO_MATCHED_MSG and OFFSET_ILLEGAL are results (§3.3); others raise.
+    resp = _check(resp, 0, 19, 20, 21)
+    return PullResponse(resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body)
+
+
 class ClientInstance:
     """Routes, broker addresses and typed RPCs over one shared connection pool.
 
@@ -324,19 +330,12 @@ class ClientInstance:
             BrokerError: any other code.
             TransportError: the connection failed or timed out.
         """
-        resp = _check(
+        return _pull_response(
             await self.invoke(
                 addr,
                 RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
                 timeout=timeout,
-            ),
-            0,
-            19,
-            20,
-            21,
-        )
-        return PullResponse(
-            resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body
+            )
         )
 
     async def pull_prepared(
@@ -357,17 +356,10 @@ class ClientInstance:
         """
         pool = self._require_pool()
         conn = pool.get_nowait(addr) or await pool.get(addr)
-        resp = _check(
+        return _pull_response(
             await conn.request_template(
                 prepared.template, (queue_offset, sys_flag, commit_offset), timeout=timeout
-            ),
-            0,
-            19,
-            20,
-            21,
-        )
-        return PullResponse(
-            resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body
+            )
         )
 
     async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue) -> int | None:
