@@ -110,18 +110,18 @@ async def broker_process(queues: int, max_pull: int = 32) -> AsyncIterator[str]:
         await asyncio.to_thread(shutil.rmtree, data, True)
 
 
-async def fill(addr: str, n: int, size: int) -> None:
+async def fill(addr: str, n: int, size: int, topic: str = TOPIC) -> None:
     """Send ``n`` messages of ``size`` bytes over the topic's 8 queues, in batches."""
     body = b"x" * size
     async with Producer(namesrv=addr, group="bench-fill") as p:
-        queues = [rmq.MessageQueue(TOPIC, "broker-a", q) for q in range(8)]
+        queues = [rmq.MessageQueue(topic, "broker-a", q) for q in range(8)]
         per = n // 8
         batch = 256
 
         async def one_queue(mq: rmq.MessageQueue) -> None:
             for start in range(0, per, batch):
                 count = min(batch, per - start)
-                await p.send_batch([Message(TOPIC, body) for _ in range(count)], queue=mq)
+                await p.send_batch([Message(topic, body) for _ in range(count)], queue=mq)
 
         await asyncio.gather(*(one_queue(mq) for mq in queues))
 
@@ -171,7 +171,14 @@ def decode_loop(bodies: list[bytes]) -> tuple[float, float, int]:
 
 
 async def drain(
-    addr: str, n: int, group: str, *, batch: bool, pull_batch: int = 32, orderly: bool = False
+    addr: str,
+    n: int,
+    group: str,
+    *,
+    batch: bool,
+    pull_batch: int = 32,
+    orderly: bool = False,
+    topic: str = TOPIC,
 ) -> tuple[float, float]:
     """Consume the whole topic with a fresh group; (seconds, CPU seconds) from start to the
     last message."""
@@ -185,7 +192,7 @@ async def drain(
         consume_batch_size=pull_batch if batch else 1,
         orderly=orderly,
     )
-    consumer.subscribe(TOPIC)
+    consumer.subscribe(topic)
 
     if orderly:
 

@@ -6,7 +6,9 @@ its peers):
 * ``codec.py`` (P9), ``broker.py`` (P7), ``producer.py`` (P3, with the C++ ``send_sync`` loop),
   ``consumer.py`` (P1, P2, P5: concurrent batch and per-message drains, orderly drains, the pure
   decode loop, the C++ PushConsumer, the idle cost), ``latency.py`` (P4, with the C++
-  PushConsumer), ``backlog.py`` (P6) and ``spark_source.py`` (P8) when it is present;
+  PushConsumer), ``backlog.py`` (P6), ``spark_source.py`` (P8) when it is present, and
+  ``java_peers.py`` (the Java 4.9.8 push consumer and producer on the embedded and the Java
+  broker) when the Apache RocketMQ kit is there;
 
 then reads the JSON each one wrote and:
 
@@ -62,6 +64,7 @@ BENCHMARKS: dict[str, tuple[str, str, list[str], list[str]]] = {
     "latency": ("latency.py", "latency", [], ["--quick"]),
     "backlog": ("backlog.py", "backlog", ["--seconds", "120"], ["--quick"]),
     "spark": ("spark_source.py", "spark", [], ["--quick"]),
+    "java": ("java_peers.py", "java_peers", [], ["--quick"]),
 }
 #: a benchmark still running after this many seconds is stopped and reported as failed
 #: (about twice what each takes on a quiet 2-core machine)
@@ -73,6 +76,7 @@ TIME_LIMITS = {
     "latency": 150.0,
     "backlog": 240.0,
     "spark": 240.0,
+    "java": 480.0,
 }
 #: the whole run stops its last benchmark at this point, so ``make bench`` ends within 15 min
 RUN_BUDGET = 14.0 * 60
@@ -662,6 +666,39 @@ def spark_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
     return rows
 
 
+def java_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
+    """The Java 4.9.8 client beside aiorocket, on the embedded broker and on the Java broker."""
+    if doc is None:
+        return [_missing("-", "drains and sends beside the Java client", "-", why)]
+    rows = []
+    for side, label in (("embedded", "embedded broker"), ("java_broker", "Java broker")):
+        d = doc[side]
+        for ours, java, figure in (
+            ("aiorocket_per_message", "java_batch_1", "per-message handler vs Java batch 1"),
+            ("aiorocket_batch", "java_batch_32", "batch handler (32) vs Java batch 32"),
+            ("aiorocket_producer_sync", "java_producer_sync", "sync send loop vs Java"),
+            ("aiorocket_producer_pipelined", "java_producer_sync", "pipelined send vs Java sync"),
+        ):
+            o, j = d[ours], d[java]
+            rows.append(
+                Row(
+                    "-",
+                    f"{label}: {figure}",
+                    o["msgs_per_s"],
+                    "msg/s",
+                    o.get("spread_pct"),
+                    "Java 4.9.8 client",
+                    j["msgs_per_s"],
+                    _ratio(o["msgs_per_s"], j["msgs_per_s"]),
+                    note=f"CPU {o['cpu_us_per_msg']:.2f} vs Java {j['cpu_us_per_msg']:.2f} us/msg"
+                    f" ({d['messages']:,} messages, 20 Java consume threads)"
+                    if "java_batch" in java
+                    else f"CPU {o['cpu_us_per_msg']:.1f} vs Java {j['cpu_us_per_msg']:.1f} us/msg",
+                )
+            )
+    return rows
+
+
 #: in the order of the goals they report (P1, P2, P5 | P3 | P4 | P6 | P7 | P8 | P9); context rows
 #: ("-") follow the goal rows they explain
 ROW_BUILDERS: dict[str, Callable[[dict[str, Any] | None, str], list[Row]]] = {
@@ -672,6 +709,7 @@ ROW_BUILDERS: dict[str, Callable[[dict[str, Any] | None, str], list[Row]]] = {
     "broker": broker_rows,
     "spark": spark_rows,
     "codec": codec_rows,
+    "java": java_rows,
 }
 
 
