@@ -80,7 +80,8 @@ class ProducerSettings(ClientSettings):
 
     Attributes:
         group: the producer group (used for heartbeats and transaction checks).
-        send_timeout: seconds to wait for a send response.
+        send_timeout: seconds a whole send may take, retries included (Java
+            ``sendMsgTimeout``: each retry gets what is left of it).
         retries: further attempts after a failed synchronous send (Java
             ``retryTimesWhenSendFailed`` = 2), preferring another broker.
         compress_threshold: bodies of at least this many bytes are zlib-compressed (4096).

@@ -343,7 +343,10 @@ class Producer:
         wire_topic = self._wire_topic(topic)
         pinned = queue is not None or sharding_key is not None or selector is not None
         attempts = 1 if oneway else 1 + s.retries
-        deadline = asyncio.get_running_loop().time() + timeout * attempts
+        # Java's sendMsgTimeout is the budget of the whole call, retries included
+        # (DefaultMQProducerImpl.sendDefaultImpl): each attempt gets what is left of it.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         last_broker: str | None = None
         last_exc: BaseException | None = None
         for attempt in range(attempts):
@@ -374,13 +377,16 @@ class Producer:
                 batch=batch,
                 broker_name=mq.broker_name,
             )
+            remaining = deadline - loop.time()
+            if remaining <= 0 and last_exc is not None:
+                raise last_exc
             try:
                 resp = await self._client.send_message(
-                    addr, header, body, timeout=timeout, oneway=oneway
+                    addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
                 )
             except RocketError as exc:
                 last_exc, last_broker = exc, mq.broker_name
-                remaining = deadline - asyncio.get_running_loop().time()
+                remaining = deadline - loop.time()
                 if oneway or not is_retriable(exc) or attempt + 1 >= attempts or remaining <= 0:
                     raise
                 # A keyed, selected or explicit queue stays the same on retry: moving the

@@ -254,3 +254,45 @@ def test_message_validation() -> None:
         Message("t", b"x", tags="a || b")
     assert Message("t", "text").body == b"text"
     assert MessageQueue("t", "b", 1) < MessageQueue("t", "b", 2)
+
+
+async def test_send_timeout_is_the_budget_of_the_whole_call(tmp_path: Path) -> None:
+    """Java's sendMsgTimeout bounds the whole send, retries included: against a frozen broker
+    (SIGSTOP) a send with ``send_timeout=1`` and two retries fails after about 1 s, not 3."""
+    import os
+    import re
+    import signal
+    import sys
+    import time
+
+    from aiorocket.errors import TransportError
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "aiorocket", "broker", "--port", "0", "--data-dir", str(tmp_path / "d")),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    try:
+        address = ""
+        while not address:
+            line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+            assert line, "the broker exited before listening"
+            if found := re.search(r"listening on (\S+:\d+)", line):
+                address = found.group(1)
+        async with Producer(namesrv=address, group="pg", send_timeout=1.0, retries=2) as p:
+            await p.send(Message("frozen", b"warm-up"))
+            os.killpg(proc.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                with pytest.raises(TransportError):
+                    await p.send(Message("frozen", b"x"))
+                took = time.monotonic() - t0
+            finally:
+                os.killpg(proc.pid, signal.SIGCONT)
+        assert 0.9 <= took <= 1.5, f"the send took {took:.2f} s for a 1 s budget"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
