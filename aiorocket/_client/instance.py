@@ -254,6 +254,12 @@ class ClientInstance:
             if bd.broker_name not in self._broker_addrs:
                 new.add(bd.broker_name)
             self._broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
+        # MQClientInstance.cleanOfflineBroker: a broker that no known route names any more (the
+        # name server dropped it: stopped or dead) is forgotten, so heartbeats stop going to it
+        # and, when it comes back, it is new again (heartbeats go to it at once).
+        named = {bd.broker_name for r in self._routes.values() for bd in r.broker_datas}
+        for gone in set(self._broker_addrs) - named:
+            del self._broker_addrs[gone]
         if new and self.on_new_brokers is not None:
             self.on_new_brokers(new)
 

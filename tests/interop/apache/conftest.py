@@ -1,9 +1,10 @@
 """Fixtures of the Apache RocketMQ interop tests: a Java cluster per module, compiled programs.
 
 A module picks its cluster with module-level constants: ``JAVA_BROKERS`` (broker names, default
-one broker), ``JAVA_BROKER_CONF`` (``k=v`` settings added to :data:`DEFAULT_BROKER_CONF`) and
-``JAVA_BROKER_FILES`` (files for each broker's ``conf/``, e.g. ``plain_acl.yml``). Tests of one
-module share the cluster, so each uses its own topics and groups (``unique_name``).
+one broker), ``JAVA_BROKER_CONF`` (``k=v`` settings added to :data:`DEFAULT_BROKER_CONF`),
+``JAVA_BROKER_FILES`` (files for each broker's ``conf/``, e.g. ``plain_acl.yml``) and
+``JAVA_BROKER_PROPERTIES`` (JVM system properties of each broker). Tests of one module share
+the cluster, so each uses its own topics and groups (``unique_name``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def java_cluster(
         brokers=getattr(module, "JAVA_BROKERS", ("broker-a",)),
         broker_conf=conf,
         files=getattr(module, "JAVA_BROKER_FILES", None),
+        system_properties=getattr(module, "JAVA_BROKER_PROPERTIES", None),
     )
     with cluster:
         yield cluster

@@ -51,6 +51,13 @@ JAVA_SOURCES = Path(__file__).with_name("java")
 #: machine; much more while the rest of the suite keeps both cores busy)
 BOOT_TIMEOUT = 90.0
 
+#: JVM options every broker gets on top of ``rmq broker``'s (through ``JDK_JAVA_OPTIONS``):
+#: a broker restarted after SIGKILL recovers abnormally, and ``IndexService.load`` then
+#: destroys the index files newer than the checkpoint; unmapping them calls
+#: ``jdk.internal.ref.Cleaner.clean()`` by reflection (``UtilAll.cleanBuffer``), which JDK 17
+#: refuses unless the package is opened, and the broker exits with "load exception".
+BROKER_JVM_OPTIONS = ("--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",)
+
 
 class KitError(AssertionError):
     """A Java process of the kit failed to start or misbehaved; carries its log tail."""
@@ -213,6 +220,11 @@ class JavaCluster:
         broker_conf: ``k=v`` settings added to every broker's ``broker.conf``.
         files: extra files written into each broker's ``conf/`` before it starts (e.g.
             ``{"plain_acl.yml": ...}`` for ``aclEnable=true``).
+        system_properties: JVM system properties (``-Dk=v``) of every broker, for the broker
+            settings that are not ``broker.conf`` keys but ``System.getProperty`` reads (e.g.
+            ``rocketmq.broker.rebalance.lockMaxLiveTime``). ``rmq broker`` passes no JVM
+            options, so they go through ``JDK_JAVA_OPTIONS``, which the JDK's ``java``
+            launcher itself prepends to its arguments.
     """
 
     def __init__(
@@ -221,11 +233,13 @@ class JavaCluster:
         brokers: Sequence[str] = ("broker-a",),
         broker_conf: Mapping[str, str] | None = None,
         files: Mapping[str, str] | None = None,
+        system_properties: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
         self.broker_names = list(brokers)
         self.broker_conf = dict(broker_conf or {})
         self.files = dict(files or {})
+        self.system_properties = dict(system_properties or {})
         self.namesrv_port = free_port()
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.broker_ports: dict[str, int] = {}
@@ -254,11 +268,15 @@ class JavaCluster:
         for file_name, text in self.files.items():
             (conf / file_name).write_text(text)
         kvs = [f"{k}={v}" for k, v in self.broker_conf.items()]
+        env = dict(self._env)
+        options = [*BROKER_JVM_OPTIONS]
+        options += [f"-D{k}={v}" for k, v in self.system_properties.items()]
+        env["JDK_JAVA_OPTIONS"] = " ".join([env.get("JDK_JAVA_OPTIONS", ""), *options]).strip()
         return JavaProcess(
             name,
             [rmq(), "broker", self.namesrv, str(port), str(data), name, *kvs],
             self.root / f"{name}.log",
-            self._env,
+            env,
         )
 
     def broker_addr(self, name: str) -> str:
@@ -336,8 +354,16 @@ def run_admin(namesrv: str, *args: str, timeout: float = 90.0, tmp: Path | None 
         env["TMPDIR"] = str(tmp)
     argv = [rmq(), "admin", *args, "-n", namesrv]
     try:
+        # In ``tmp``: ``consumerStatus -g`` writes each client's running info to
+        # ``<millis>/<clientId>`` under its working directory (ConsumerStatusSubCommand).
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+            cwd=tmp,
         )
     except subprocess.TimeoutExpired as exc:
         raise KitError(f"mqadmin {' '.join(args)} timed out after {timeout:.0f} s") from exc
