@@ -159,9 +159,11 @@ class ClientGroups:
             current.version = version
             current.last_update = now
 
-        # ConsumerGroupInfo.updateSubscription: a newer subVersion replaces the subscription,
-        # an added or removed topic counts as a membership change; a changed expression alone
-        # does not.
+        # ConsumerGroupInfo.updateSubscription: only a newer subVersion replaces the
+        # subscription (members of a group subscribed at different times send different
+        # versions; letting an older one win would answer the newest member's pulls
+        # SUBSCRIPTION_NOT_LATEST until its next heartbeat). An added or removed topic counts
+        # as a membership change; a changed expression alone does not.
         topics_changed = False
         wanted: set[str] = set()
         for sub in data.subscriptions:
@@ -170,7 +172,7 @@ class ClientGroups:
             if old is None:
                 info.subscriptions[sub.topic] = Subscription.of(sub)
                 topics_changed = True
-            elif sub.sub_version > old.data.sub_version or sub != old.data:
+            elif sub.sub_version > old.data.sub_version:
                 info.subscriptions[sub.topic] = Subscription.of(sub)
         for topic in [t for t in info.subscriptions if t not in wanted]:
             del info.subscriptions[topic]

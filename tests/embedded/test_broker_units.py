@@ -94,8 +94,8 @@ def test_lock_table() -> None:
     assert locks.expire(now=100) == 2
 
 
-def _consumer(group: str, *topics: str, expr: str = "*") -> ConsumerData:
-    subs = tuple(SubscriptionData(t, expr, (), (), 1) for t in topics)
+def _consumer(group: str, *topics: str, expr: str = "*", version: int = 1) -> ConsumerData:
+    subs = tuple(SubscriptionData(t, expr, (), (), version) for t in topics)
     return ConsumerData(group, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", subs)
 
 
@@ -108,13 +108,14 @@ def test_group_membership_and_notifications() -> None:
     assert not reg(
         "ch1", client_id="c1", language="JAVA", version=409, data=_consumer("G", "T"), now=1
     )
-    # a changed expression alone is not a membership change, but it is applied
+    # a changed expression (a resubscribe: a newer subVersion) is not a membership change,
+    # but it is applied
     assert not reg(
         "ch1",
         client_id="c1",
         language="JAVA",
         version=409,
-        data=_consumer("G", "T", expr="A"),
+        data=_consumer("G", "T", expr="A", version=2),
         now=1,
     )
     sub = groups.subscription("G", "T")
@@ -126,6 +127,28 @@ def test_group_membership_and_notifications() -> None:
     assert sorted(map(str, groups.expire(now=100, max_idle=50))) == ["ch1", "ch2"]
     assert groups.consumer_ids("G") == []
     assert calls[-1] == ("G", [])
+
+
+def test_only_a_newer_sub_version_replaces_a_group_subscription() -> None:
+    # ConsumerGroupInfo.updateSubscription replaces only on a greater subVersion. Members of a
+    # group subscribed at different times (Java: the subscribe time in ms) send different
+    # versions; the newest must stay, or its pulls (which carry its version and no
+    # subscription) are answered SUBSCRIPTION_NOT_LATEST and the Java client backs off 3 s.
+    groups = ClientGroups(notify=lambda g, chs: None)
+    # heartbeats of two members, the newer subscriber first; the older also changed its
+    # expression without a newer version
+    for channel, version, expr in (("new", 200, "*"), ("old", 100, "*"), ("old", 100, "X")):
+        groups.register_consumer(
+            channel,
+            client_id=channel,
+            language="JAVA",
+            version=409,
+            data=_consumer("G", "T", expr=expr, version=version),
+            now=0,
+        )
+    sub = groups.subscription("G", "T")
+    assert sub is not None
+    assert (sub.data.sub_version, sub.data.sub_string) == (200, "*")
 
 
 def test_expired_channel_still_registered_elsewhere_is_not_closed() -> None:
