@@ -3,9 +3,9 @@
 Delayed messages (a ``DELAY`` property, and every send-back) wait in ``SCHEDULE_TOPIC_XXXX``,
 queue ``level - 1``, with their consume-queue tags code set to the delivery time. One task per
 level reads its queue in order from a persisted progress offset; a message whose time has come
-is re-stored in its ``REAL_TOPIC``/``REAL_QID`` with ``DELAY`` removed. Within a level the
-delivery times only grow, so the task sleeps until the head is due, and waits on an event
-(set by the send path) while the queue is drained.
+is re-stored in its ``REAL_TOPIC``/``REAL_QID`` (``DELAY`` still among its properties, as a
+4.9.8 broker leaves it). Within a level the delivery times only grow, so the task sleeps until
+the head is due, and waits on an event (set by the send path) while the queue is drained.
 
 The progress table (``delayOffset.json``) is written only after the re-stored messages it
 covers are on disk, so a crash may deliver a message twice but never loses one; a restart
@@ -213,8 +213,9 @@ class ScheduleService:
             return None
 
     def _deliver(self, raw: bytes) -> None:
-        # ScheduleMessageService.messageTimeup: back to the real topic and queue, DELAY gone,
-        # WAIT false; everything else (body, flag, properties, born host, reconsume times) kept.
+        # ScheduleMessageService.messageTimeup: back to the real topic and queue with body,
+        # flag, born host, reconsume times and the parked copy's properties string (rendered
+        # before it clears DELAY and sets WAIT false on the map: DELAY and WAIT stay as parked).
         try:
             rec, _ = decode_message(raw, decompress=False)
         except RemoteProtocolError as exc:
@@ -234,8 +235,6 @@ class ScheduleService:
         cfg = self._topics.get(real_topic)
         if cfg is None:
             cfg = self._topics.ensure(real_topic, max(real_qid + 1, 1))
-        props.pop(mp.DELAY, None)
-        props[mp.WAIT] = "false"
         store_host, store_port = self._store_address()
         out = MessageRecord(
             topic=real_topic,

@@ -136,9 +136,13 @@ class MessageWriter:
         self._waiters.notify(rec.topic, rec.queue_id, result.queue_offset, code)
         return result
 
-    def store_or_park(self, rec: MessageRecord) -> PutResult:
+    def store_or_park(self, rec: MessageRecord, *, wait: str | None = None) -> PutResult:
         """Store ``rec``; if it carries a ``DELAY`` level, park it in ``SCHEDULE_TOPIC_XXXX``
         instead (``CommitLog.putMessage``), to be re-stored when due.
+
+        ``wait`` is the ``WAIT`` property the message had in the broker's map although it is
+        left out of a stored record: ``CommitLog.putMessage`` re-renders a parked message's
+        properties from that map, so the parked copy (and the one delivered later) has it.
 
         Raises:
             the errors of :meth:`MessageStore.put`.
@@ -147,6 +151,8 @@ class MessageWriter:
         if level == 0 or rec.topic == SCHEDULE_TOPIC:
             return self.store_message(rec)
         props = rec.properties
+        if wait is not None:
+            props[mp.WAIT] = wait
         props[mp.REAL_TOPIC] = rec.topic
         props[mp.REAL_QID] = str(rec.queue_id)
         props[mp.DELAY] = str(level)
@@ -346,7 +352,7 @@ class SendProcessor:
                 props.pop(mp.DELAY, None)
         props[mp.CLUSTER] = self._config.cluster_name
         # 4.9.8 drops WAIT from the stored copy of single messages (REMOTING.md §6.2 step 6).
-        props.pop(mp.WAIT, None)
+        wait = props.pop(mp.WAIT, None)
         rec = self._record(
             conn,
             topic=topic,
@@ -359,7 +365,7 @@ class SendProcessor:
             props=props,
         )
         try:
-            result = self._writer.store_or_park(rec)
+            result = self._writer.store_or_park(rec, wait=wait)
         except (LocalProtocolError, MessageTooLargeError) as exc:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except (OSError, ClientClosedError) as exc:
@@ -546,7 +552,8 @@ class SendProcessor:
             prepared_transaction_offset=0,
             properties=props,
         )
-        result = self._writer.store_or_park(rec)
+        # consumerSendMsgBack sets waitStoreMsgOK false on the copy: a parked retry says so.
+        result = self._writer.store_or_park(rec, wait="false")
         if not await self._writer.wait_durable(result):
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark="FLUSH_DISK_TIMEOUT")
         return cmd.make_response(ResponseCode.SUCCESS)

@@ -66,7 +66,9 @@ async def test_delay_message_arrives_on_time() -> None:
         assert rec.body == b"soon"
         assert rec.topic == "Later"
         assert rec.queue_id == 1
-        assert mp.DELAY not in rec.properties
+        # as on a 4.9.8 broker: the parked copy's properties, DELAY and the sender's WAIT kept
+        assert rec.properties[mp.DELAY] == "3"
+        assert rec.properties[mp.WAIT] == "true"
         assert rec.properties[mp.REAL_TOPIC] == "Later"
         assert rec.properties[mp.REAL_QID] == "1"
         assert rec.properties[mp.TAGS] == "d"
@@ -102,7 +104,9 @@ async def test_send_back_walks_the_levels_then_lands_in_the_dlq() -> None:
             assert retry.properties[mp.ORIGIN_MESSAGE_ID] == first_id
             assert retry.properties[mp.UNIQ_KEY] == "UNIQ-1"
             assert retry.properties[mp.TAGS] == "p"
-            assert mp.DELAY not in retry.properties
+            # consumerSendMsgBack parks the copy with WAIT false; both survive the delay
+            assert retry.properties[mp.DELAY] == str(3 + current.reconsume_times)
+            assert retry.properties[mp.WAIT] == "false"
             current = retry
 
         # reconsumeTimes 2 >= max 2: the dead-letter queue, at once

@@ -425,6 +425,9 @@ class JavaClient:
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
             env={**os.environ, "TMPDIR": str(tmp)},
+            # a JSON line may carry a large body: asyncio's default 64 KiB line limit would
+            # stop the reader and leave the program blocked on a full pipe
+            limit=64 * 1024 * 1024,
         )
         return cls(label, proc, log)
 
