@@ -3,10 +3,12 @@
 The public API grows here as it lands; everything not listed in ``__all__`` is private.
 """
 
+from aiorocket._admin import Admin, GroupLag, QueueLag, TopicRoute
 from aiorocket._consumer import (
     ConsumeHook,
     ConsumeHookContext,
     ConsumerStatistics,
+    PullConsumer,
     PushConsumer,
     QueueStatistics,
     TopicStatistics,
@@ -30,6 +32,7 @@ from aiorocket.models import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Admin",
     "App",
     "ConcurrentContext",
     "ConsumeHook",
@@ -37,12 +40,15 @@ __all__ = [
     "ConsumeStatus",
     "ConsumerStatistics",
     "DeadLetter",
+    "GroupLag",
     "Message",
     "MessageQueue",
     "OrderlyContext",
     "OrderlyStatus",
     "Producer",
+    "PullConsumer",
     "PushConsumer",
+    "QueueLag",
     "QueueReader",
     "QueueStatistics",
     "ReadBatch",
@@ -54,6 +60,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "SyncQueueReader",
+    "TopicRoute",
     "TopicStatistics",
     "__version__",
 ]

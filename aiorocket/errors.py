@@ -4,9 +4,12 @@ Everything the library raises on purpose derives from :class:`RocketError`::
 
     RocketError
     ├── ConfigurationError            bad settings or arguments, found before any I/O
-    │   └── InvalidNameError          a topic or group name RocketMQ would refuse
+    │   ├── InvalidNameError          a topic or group name RocketMQ would refuse
+    │   └── SubscriptionConflictError a pull consumer asked to both subscribe and assign
     ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
     ├── ClientClosedError             the producer / consumer / connection was closed by its owner
+    ├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
+    ├── OffsetOutOfRangeError         a seek outside the offsets the queue stores
     ├── ProtocolError                 the rules of the remoting protocol were broken
     │   ├── LocalProtocolError        ... by us: we were asked to encode something invalid
     │   └── RemoteProtocolError       ... by the peer: malformed bytes; the connection is poisoned
@@ -17,7 +20,9 @@ Everything the library raises on purpose derives from :class:`RocketError`::
     │   ├── ConnectionClosedError     the connection died with the request in flight
     │   └── RequestTimeoutError       no response within the request timeout
     └── BrokerError                   a broker or name server answered with a non-success code
-        ├── BrokerSystemError (1), SystemBusyError (2), RequestCodeNotSupportedError (3),
+        ├── BrokerSystemError (1)
+        │   └── AccessDeniedError     the broker's ACL refused the request (code 1 + AclException)
+        ├── SystemBusyError (2), RequestCodeNotSupportedError (3),
         ├── FlushDiskTimeoutError (10), SlaveNotAvailableError (11), FlushSlaveTimeoutError (12),
         ├── MessageIllegalError (13), ServiceNotAvailableError (14), VersionNotSupportedError (15),
         ├── NoPermissionError (16), TopicNotExistError (17), TopicExistAlreadyError (18),
@@ -42,9 +47,11 @@ errors of the library and live outside this tree.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 __all__ = [
+    "AccessDeniedError",
     "BrokerError",
     "BrokerSystemError",
     "ClientClosedError",
@@ -68,17 +75,20 @@ __all__ = [
     "NoMessageError",
     "NoPermissionError",
     "NotInCurrentUnitError",
+    "OffsetOutOfRangeError",
     "ProtocolError",
     "PullNotFoundError",
     "PullOffsetMovedError",
     "PullRetryImmediatelyError",
     "QueryNotFoundError",
+    "QueueNotAssignedError",
     "RemoteProtocolError",
     "RequestCodeNotSupportedError",
     "RequestTimeoutError",
     "RocketError",
     "ServiceNotAvailableError",
     "SlaveNotAvailableError",
+    "SubscriptionConflictError",
     "SubscriptionGroupNotExistError",
     "SubscriptionNotExistError",
     "SubscriptionNotLatestError",
@@ -106,6 +116,41 @@ class ConfigurationError(RocketError, ValueError):
 
 class InvalidNameError(ConfigurationError):
     """A topic or group name does not match RocketMQ's rule ``^[%|a-zA-Z0-9_-]{1,127}$``."""
+
+
+class SubscriptionConflictError(ConfigurationError):
+    """A pull consumer was asked to ``subscribe`` and to ``assign``: a consumer either shares
+    its topics' queues with its group or reads the queues it was given, never both (Java
+    ``DefaultLitePullConsumerImpl``: "Subscribe and assign are mutually exclusive")."""
+
+
+class QueueNotAssignedError(RocketError, LookupError):
+    """A pull consumer was asked to seek, pause, resume or commit a queue it does not own
+    (never assigned, or taken away by a rebalance)."""
+
+    def __init__(self, queue: object, detail: str = "is not assigned to this consumer") -> None:
+        super().__init__(f"queue {queue} {detail}")
+        self.queue = queue
+
+
+class OffsetOutOfRangeError(RocketError, ValueError):
+    """A seek to an offset below the queue's smallest stored offset or above its next offset
+    to be written (Java ``DefaultLitePullConsumerImpl.seek``: "Seek offset illegal").
+
+    Attributes:
+        queue: the queue.
+        offset: the offset asked for.
+        min_offset, max_offset: the legal range, both ends included, as the broker reported it.
+    """
+
+    def __init__(self, queue: object, offset: int, min_offset: int, max_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} of {queue} is outside the stored range {min_offset}..{max_offset}"
+        )
+        self.queue = queue
+        self.offset = offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
 
 
 class MessageTooLargeError(RocketError, ValueError):
@@ -200,6 +245,44 @@ class BrokerSystemError(BrokerError):
 
     code = 1
     retriable = True
+
+
+class AccessDeniedError(BrokerSystemError):
+    """The broker's ACL (RocketMQ 4.x plain ACL) refused the request: an unknown access key, a
+    signature that does not verify (wrong secret key), or no permission on a topic or group.
+
+    A Java 4.x broker has no response code for it: ``PlainAccessValidator`` throws an
+    ``AclException`` in the RPC hook, and ``NettyRemotingAbstract.processRequestCommand``
+    answers SYSTEM_ERROR (1) with ``RemotingHelper.exceptionSimpleDesc`` as the remark
+    (``org.apache.rocketmq.acl.common.AclException: <reason>, <stack frame>``).
+    :func:`broker_error` recognises that remark. Not retriable: the same credentials are
+    refused again, on every broker.
+
+    Attributes:
+        reason: the broker's reason, e.g. ``Check signature failed for accessKey=ak``.
+    """
+
+    retriable = False
+
+    def __init__(self, remark: str = "", *, code: int | None = None) -> None:
+        super().__init__(remark, code=code)
+        self.reason = _acl_reason(remark) or remark
+        self.args = (f"[code {self.code}] access denied by the broker's ACL: {self.reason}",)
+
+
+#: how a Java broker's remark names the ACL exception (``Throwable.toString`` of it)
+_ACL_EXCEPTION = re.compile(r"(?:^|[\s.])AclException: ")
+#: the stack frame ``exceptionSimpleDesc`` appends: ``, pkg.Class.method(File.java:123)``
+_STACK_FRAME = re.compile(r", [\w$.<>]+\([^()]*\)$")
+
+
+def _acl_reason(remark: str | None) -> str | None:
+    """The reason of an ACL refusal's remark (without the exception class and the stack
+    frame), or ``None`` when the remark is not an ``AclException``'s."""
+    match = _ACL_EXCEPTION.search(remark or "")
+    if match is None or remark is None:
+        return None
+    return _STACK_FRAME.sub("", remark[match.end() :]).strip()
 
 
 class SystemBusyError(BrokerError):
@@ -406,8 +489,11 @@ del _cls
 def broker_error(code: int, remark: str | None = None) -> BrokerError:
     """Return the exception instance for a non-success response ``code``.
 
-    Unknown codes give a plain :class:`BrokerError` whose ``code`` attribute is set.
+    Unknown codes give a plain :class:`BrokerError` whose ``code`` attribute is set; a
+    SYSTEM_ERROR whose remark is an ACL refusal gives :class:`AccessDeniedError`.
     """
+    if code == BrokerSystemError.code and _acl_reason(remark) is not None:
+        return AccessDeniedError(remark or "")
     cls = _BY_CODE.get(code)
     if cls is None:
         return BrokerError(remark or "", code=code)

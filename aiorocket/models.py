@@ -139,7 +139,8 @@ class SendResult:
         status: see :class:`SendStatus`.
         msg_id: the client message id (``UNIQ_KEY``); for a batch, the ids joined with ``,``.
         offset_msg_id: the broker's offset message id(s), also ``,``-joined for a batch.
-        queue: the queue the message went to.
+        queue: the queue the message went to (its topic without the client namespace, as
+            in Java's SendResult).
         queue_offset: its offset in that queue (the first one for a batch).
     """
 
@@ -200,7 +201,7 @@ class OrderlyStatus(enum.Enum):
     #: the messages are done; with auto-commit the queue's offset moves past them.
     SUCCESS = "SUCCESS"
     #: deliver the same messages again after :attr:`OrderlyContext.suspend_millis`; nothing
-    #: later in the queue is delivered meanwhile.
+    #: later in the queue (ordering by key: of the same key) is delivered meanwhile.
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
     #: (auto-commit off) commit every message consumed since the last commit.
     COMMIT = "COMMIT"
@@ -214,26 +215,58 @@ class OrderlyContext:
 
     Attributes:
         queue: the queue the messages came from (all messages of a call share it).
+        key: ordering by key (``order_by`` other than ``"queue"``): the key all messages of
+            the call share, ``None`` for messages without a key; always ``None`` when the
+            whole queue is ordered.
         auto_commit: with ``True`` (the default) a successful call commits its messages;
             set it to ``False`` in the handler to commit only on ``COMMIT`` (and undo on
             ``ROLLBACK``), the messages of successful calls staying uncommitted until then.
-        suspend_millis: how long the queue pauses after ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or
-            ``ROLLBACK``, in milliseconds; starts at the consumer's ``suspend_delay`` and is
-            kept within 10 ms .. 30 s (Java clamps it the same way).
+            Ordering by key refuses ``False`` (:class:`~aiorocket.errors.ConfigurationError`
+            raised by the assignment): ``COMMIT`` and ``ROLLBACK`` settle everything consumed
+            in a queue since the last commit, which mixes keys that run concurrently.
+        suspend_millis: how long the queue (ordering by key: the key) pauses after
+            ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or ``ROLLBACK``, in milliseconds; starts at the
+            consumer's ``suspend_delay`` and is kept within 10 ms .. 30 s (Java clamps it the
+            same way).
     """
 
-    __slots__ = ("auto_commit", "queue", "suspend_millis")
+    __slots__ = ("_auto_commit", "_by_key", "key", "queue", "suspend_millis")
 
     def __init__(
         self, queue: MessageQueue, *, auto_commit: bool = True, suspend_millis: int = 1000
     ) -> None:
         self.queue = queue
-        self.auto_commit = auto_commit
+        self.key: str | None = None
+        self._by_key = False
+        self._auto_commit = auto_commit
         self.suspend_millis = suspend_millis
 
+    @classmethod
+    def _for_key(cls, queue: MessageQueue, key: str | None, suspend_millis: int) -> OrderlyContext:
+        """The context of a call ordered by key (auto-commit only)."""
+        ctx = cls(queue, suspend_millis=suspend_millis)
+        ctx.key = key
+        ctx._by_key = True
+        return ctx
+
+    @property
+    def auto_commit(self) -> bool:
+        return self._auto_commit
+
+    @auto_commit.setter
+    def auto_commit(self, value: bool) -> None:
+        if self._by_key and not value:
+            raise ConfigurationError(
+                "auto_commit=False is not supported when ordering by key (order_by is not "
+                '"queue"): COMMIT and ROLLBACK settle a whole queue, whose keys run '
+                'concurrently; use order_by="queue" for manual commits'
+            )
+        self._auto_commit = value
+
     def __repr__(self) -> str:
+        key = f", key={self.key!r}" if self._by_key else ""
         return (
-            f"OrderlyContext(queue={self.queue}, auto_commit={self.auto_commit}, "
+            f"OrderlyContext(queue={self.queue}{key}, auto_commit={self.auto_commit}, "
             f"suspend_millis={self.suspend_millis})"
         )
 

@@ -122,6 +122,15 @@ class ConsumerSettings(ClientSettings):
         orderly: consume each queue in order, one handler call at a time per queue (Java
             ``MessageListenerOrderly``); in clustering mode a queue is consumed only while this
             member holds the broker's lock on it (see the ``lock_*`` settings).
+        order_by: what an orderly consumer keeps in order: ``"queue"`` (the default, Java's
+            behaviour: the whole queue, one call at a time), ``"sharding_key"`` (each key of
+            the ``__SHARDINGKEY`` property, which the producer sets from ``sharding_key``:
+            the messages of one queue with the same key one call at a time in queue order,
+            different keys concurrently up to ``concurrency``) or a callable ``msg -> str |
+            None`` giving the key. Messages without a key (``None`` or ``""``) keep queue
+            order among themselves and run concurrently with keyed ones, as one more key. A
+            call holds messages of one key; a failure delays that key's later messages only;
+            ``ctx.auto_commit = False`` is refused. Needs ``orderly=True``.
         allocation: how queues are shared in a group: ``"averagely"`` (default), ``"by_circle"``,
             ``"consistent_hash"``, ``"by_config"`` (takes :attr:`allocation_queues`), or a
             callable ``(queues, consumer_ids, my_id) -> queues`` (every member must use the same).
@@ -145,7 +154,14 @@ class ConsumerSettings(ClientSettings):
             for orderly consumption (a suspended message is retried until it succeeds, since
             skipping it would break the order; set a limit to dead-letter it instead).
         consume_timeout: a handler call running longer than this has its messages sent back
-            for a later retry (15 min, Java ``consumeTimeout``).
+            for a later retry (15 min, Java ``consumeTimeout``); the check runs every
+            ``consume_timeout``, so a call is caught between one and two timeouts after it
+            started.
+        cancel_timed_out_handlers: concurrent consumption: a handler call caught running past
+            ``consume_timeout`` is also cancelled (it sees ``asyncio.CancelledError``, and its
+            slot of ``concurrency`` is free again). False keeps Java's behaviour for handlers
+            that must not be interrupted: the call runs on, holding its slot, and its outcome
+            is ignored since its messages were sent back already.
         reconsume_later_delay: a failed message that could not be sent back is consumed again
             locally after this long (5 s).
         send_back_timeout: timeout of CONSUMER_SEND_MSG_BACK (5 s).
@@ -158,6 +174,13 @@ class ConsumerSettings(ClientSettings):
             pause grows from 0.05 s with jitter).
         offset_illegal_delay: after OFFSET_ILLEGAL a queue is reset and re-added this much later
             (10 s, as Java's PullCallback does).
+        offset_out_of_range: where a queue restarts when its offset is below the oldest message
+            the broker still stores (retention deleted segments under a slow or stopped
+            consumer; the broker answers OFFSET_ILLEGAL): ``"first"`` (default, Java's
+            behaviour) at that oldest message, skipping only what is gone; ``"last"`` at the
+            queue's end, skipping the backlog too. Applied once per occurrence, logged as a
+            warning with both offsets, and stored as the queue's offset; an offset beyond the
+            queue's end restarts where the broker says. Never a silent rewind to 0.
         shutdown_grace: how long a shutdown waits for running handlers (10 s).
         post_subscription: send the tag expression with every pull (pull sysFlag 0x4, as the
             C++ client does) rather than relying on the subscription of the last heartbeat.
@@ -171,10 +194,12 @@ class ConsumerSettings(ClientSettings):
             (60 s) so a member stops before the broker can give its queue to another one.
         max_continuous_consume_time: orderly: a queue's consume task hands control back after
             working this long and is resubmitted, so one busy queue cannot hold a
-            concurrency slot forever (60 s, Java ``MAX_TIME_CONSUME_CONTINUOUSLY``).
+            concurrency slot forever (60 s, Java ``MAX_TIME_CONSUME_CONTINUOUSLY``). Ordering
+            by key has no such slice: every call takes a slot and gives it back.
         suspend_delay: orderly: the pause after ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or
             ``ROLLBACK`` unless the handler sets ``ctx.suspend_millis`` (1 s, Java
-            ``suspendCurrentQueueTimeMillis``); 0.01 .. 30 s.
+            ``suspendCurrentQueueTimeMillis``); 0.01 .. 30 s. Ordering by key pauses only the
+            failed key.
         unlock_delay: orderly, clustering: a queue taken away by rebalance is unlocked once its
             running handler call ended; when it still had pulled messages (it was still being
             consumed) the unlock waits this much longer (20 s, Java
@@ -188,6 +213,7 @@ class ConsumerSettings(ClientSettings):
     message_model: Literal["clustering", "broadcasting"] = "clustering"
     consume_from: Literal["last", "first"] | datetime = "last"
     orderly: bool = False
+    order_by: Literal["queue", "sharding_key"] | Callable[..., Any] = "queue"
     allocation: str | Callable[..., Any] = "averagely"
     allocation_queues: tuple[MessageQueue, ...] = ()
     consistent_hash_virtual_nodes: int = Field(default=10, ge=1, le=1000)
@@ -202,6 +228,7 @@ class ConsumerSettings(ClientSettings):
     pull_interval: float = Field(default=0.0, ge=0)
     max_reconsume_times: int | None = Field(default=None, ge=0)
     consume_timeout: float = Field(default=900.0, gt=0)
+    cancel_timed_out_handlers: bool = True
     reconsume_later_delay: float = Field(default=5.0, ge=0)
     send_back_timeout: float = Field(default=5.0, gt=0)
     offset_persist_interval: float = Field(default=5.0, gt=0)
@@ -210,6 +237,7 @@ class ConsumerSettings(ClientSettings):
     pull_timeout: float = Field(default=30.0, gt=0)
     pull_retry_max_delay: float = Field(default=1.0, ge=0.05)
     offset_illegal_delay: float = Field(default=10.0, ge=0)
+    offset_out_of_range: Literal["first", "last"] = "first"
     shutdown_grace: float = Field(default=10.0, ge=0)
     post_subscription: bool = True
     offset_store_dir: Path = Field(default_factory=lambda: Path.home() / ".aiorocket_offsets")
@@ -230,6 +258,8 @@ class ConsumerSettings(ClientSettings):
     def _check_consistency(self) -> ConsumerSettings:
         if self.pull_timeout <= self.pull_suspend_timeout:
             raise ValueError("pull_timeout must exceed pull_suspend_timeout")
+        if self.order_by != "queue" and not self.orderly:
+            raise ValueError("order_by needs orderly=True (concurrent consumers keep no order)")
         if self.allocation == "by_config" and not self.allocation_queues:
             raise ValueError('allocation "by_config" needs allocation_queues')
         if self.lock_renew_interval >= self.lock_expiry:

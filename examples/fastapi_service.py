@@ -1,6 +1,9 @@
 """A FastAPI service: POST /orders publishes an event; a subscriber in the same process handles it.
 
-AIOROCKET_NAMESRV=127.0.0.1:9876 uvicorn examples.fastapi_service:api
+    pip install "aiorocket[fastapi,prometheus]"     # the fastapi extra brings uvicorn
+    AIOROCKET_NAMESRV=127.0.0.1:9876 uvicorn examples.fastapi_service:api
+
+GET /healthz, /readyz (503 naming a stuck queue) and /metrics (Prometheus) come with it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from fastapi import Depends, FastAPI
 from pydantic import BaseModel
 
 from aiorocket import App, Producer, ReceivedMessage
-from aiorocket.integrations.fastapi import health_router, producer_dependency
+from aiorocket.integrations.fastapi import health_router, metrics_router, producer_dependency
 
 __all__ = ["OrderIn", "ProducerDep", "api", "handled", "rocket"]
 
@@ -28,6 +31,7 @@ class OrderIn(BaseModel):
 rocket = App(namesrv=os.environ.get("AIOROCKET_NAMESRV", "127.0.0.1:9876"))
 api = FastAPI(title="orders", lifespan=rocket.lifespan)
 api.include_router(health_router(rocket))
+api.include_router(metrics_router(rocket))
 #: orders the subscriber handled, newest last (a stand-in for real work)
 handled: list[tuple[OrderIn, str]] = []
 

@@ -18,15 +18,17 @@ Outcome of a call (``processConsumeResult``):
   (increase-only), unless the queue was dropped meanwhile.
 
 A clean-up pass sends back the messages of calls running longer than ``consume_timeout`` and
-removes them, so one stuck handler cannot hold the committed offset forever.
+removes them, so one stuck handler cannot hold the committed offset forever. It also cancels
+those calls (the handler sees ``CancelledError`` and its worker is free again) unless
+``cancel_timed_out_handlers`` is off, which keeps Java's behaviour: the call runs on, holding
+its worker, and its outcome is ignored. A message that cannot be sent back stays cached and is
+consumed again locally, so the offset never passes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -34,20 +36,9 @@ from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
 from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import ProcessQueue
-from aiorocket._consumer.pull_loop import RETRY_PREFIX
+from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
-from aiorocket._protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
-from aiorocket._protocol.properties import (
-    DELAY,
-    MAX_RECONSUME_TIMES,
-    ORIGIN_MESSAGE_ID,
-    RECONSUME_TIME,
-    RETRY_TOPIC,
-    TRAN_MSG,
-    encode_properties,
-)
-from aiorocket.errors import BrokerError, TransportError
-from aiorocket.models import ConcurrentContext, ConsumeStatus, MessageQueue, ReceivedMessage
+from aiorocket.models import ConcurrentContext, ConsumeStatus, ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
 __all__ = ["ConcurrentConsumeService", "Handler"]
@@ -61,14 +52,12 @@ _SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 _LATER = ConsumeStatus.RECONSUME_LATER
 #: requests a worker runs back to back before it lets other tasks in
 _FAIRNESS_BATCH = 64
-#: the producer group of the client's own resends (Java MixAll.CLIENT_INNER_PRODUCER_GROUP)
-_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
 
 
 class _Request:
     """One handler call's worth of messages (Java ``ConsumeRequest``)."""
 
-    __slots__ = ("expired", "msgs", "pq", "retry", "started")
+    __slots__ = ("cancelled", "expired", "msgs", "pq", "retry", "started", "worker")
 
     def __init__(self, pq: ProcessQueue, msgs: list[ReceivedMessage], retry: bool = False):
         self.pq = pq
@@ -79,6 +68,10 @@ class _Request:
         self.expired = False
         #: a local retry after a failed send-back
         self.retry = retry
+        #: the worker task running the handler call
+        self.worker: asyncio.Task[None] | None = None
+        #: the clean-up cancelled the handler call (consume timeout)
+        self.cancelled = False
 
 
 class _WorkQueue:
@@ -173,8 +166,7 @@ class ConcurrentConsumeService:
         self._idle.set()
         self._clustering = settings.message_model == "clustering"
         self._batch = settings.consume_batch_size
-        self._max_reconsume = settings.effective_max_reconsume_times
-        self._retry_topic = f"{RETRY_PREFIX}{group}"
+        self._sender = SendBack(client=client, group=group, settings=settings)
         self._closing = False
 
     # -- intake -------------------------------------------------------------------------------
@@ -221,6 +213,7 @@ class ConcurrentConsumeService:
         hooks = self._hooks
         stats = self._stats
         update_offset = self._offsets.update
+        me = asyncio.current_task()
         streak = 0
         while True:
             if items:
@@ -239,10 +232,16 @@ class ConcurrentConsumeService:
                 hook_ctx = ConsumeHookContext(self._group, pq.queue, msgs)
                 run_before(hooks, hook_ctx)
             req.started = start = clock()
+            req.worker = me
             running.add(req)
+            call = pq.call_started(start)
             raised = False
             try:
                 status = await handler(msgs[:], ctx)
+            except asyncio.CancelledError:
+                if not self._timed_out(req, me):
+                    raise
+                status = _LATER
             except Exception:
                 log.warning(
                     "handler failed on %d message(s) of %s", len(msgs), pq.queue, exc_info=True
@@ -251,6 +250,10 @@ class ConcurrentConsumeService:
                 raised = True
             finally:
                 running.discard(req)
+                pq.call_ended(call)
+            if req.cancelled and not self._timed_out(req, me):
+                # The handler swallowed our cancellation, and another one (shutdown) is due.
+                raise asyncio.CancelledError
             end = clock()
             if status is None:
                 status = _SUCCESS
@@ -275,6 +278,15 @@ class ConcurrentConsumeService:
             if streak >= _FAIRNESS_BATCH:
                 streak = 0
                 await asyncio.sleep(0)
+
+    @staticmethod
+    def _timed_out(req: _Request, me: asyncio.Task[None] | None) -> bool:
+        """Withdraw the clean-up's cancellation of ``req``'s call; False when another
+        cancellation of the worker is still pending (a shutdown), which must go on."""
+        if not req.cancelled:
+            return False
+        req.cancelled = False
+        return me is None or me.uncancel() == 0
 
     def _check_idle(self) -> None:
         if not self._queue.items and not self._running and not self._later:
@@ -334,77 +346,9 @@ class ConcurrentConsumeService:
     # -- send-back ----------------------------------------------------------------------------
 
     async def send_back(self, msg: ReceivedMessage, delay_level: int, broker_name: str) -> bool:
-        """Return a failed message to the broker for a later retry; True when it got there.
-
-        CONSUMER_SEND_MSG_BACK first; if that fails, a resend into ``%RETRY%<group>`` with the
-        properties Java's fallback sets (REMOTING.md §6.6).
-        """
-        origin_topic = self._wire_topic(msg.topic)
-        addr = self._client.master_address(broker_name)
-        if addr is not None:
-            header = ConsumerSendMsgBackRequestHeader(
-                offset=msg.commit_log_offset,
-                group=self._group,
-                delay_level=delay_level,
-                origin_msg_id=msg.msg_id,
-                origin_topic=origin_topic,
-                unit_mode=False,
-                max_reconsume_times=self._max_reconsume,
-                broker_name=broker_name,
-            )
-            try:
-                await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
-                return True
-            except (BrokerError, TransportError) as exc:
-                log.warning("send-back of %s failed (%s); resending it", msg.msg_id, exc)
-        return await self._resend_to_retry_topic(msg, origin_topic, broker_name)
-
-    async def _resend_to_retry_topic(
-        self, msg: ReceivedMessage, origin_topic: str, broker_name: str
-    ) -> bool:
-        props = dict(msg.properties)
-        props[RETRY_TOPIC] = origin_topic
-        props[ORIGIN_MESSAGE_ID] = props.get(ORIGIN_MESSAGE_ID) or msg.msg_id
-        props[DELAY] = str(3 + msg.reconsume_times)
-        for key in (TRAN_MSG, RECONSUME_TIME, MAX_RECONSUME_TIMES):
-            # RECONSUME_TIME and MAX_RECONSUME_TIMES travel as header fields j and l.
-            props.pop(key, None)
-        route = self._client.route(self._retry_topic)
-        queues = route.publish_queues(self._retry_topic) if route is not None else []
-        mq = random.choice(queues) if queues else MessageQueue(self._retry_topic, broker_name, 0)
-        addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            return False
-        header = SendMessageRequestHeader(
-            producer_group=_INNER_PRODUCER,
-            topic=self._retry_topic,
-            default_topic="TBW102",
-            default_topic_queue_nums=4,
-            queue_id=mq.queue_id,
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
-            flag=msg.flag,
-            properties=encode_properties(props),
-            reconsume_times=msg.reconsume_times + 1,
-            unit_mode=False,
-            max_reconsume_times=self._max_reconsume,
-            batch=False,
-            broker_name=mq.broker_name,
-        )
-        try:
-            await self._client.send_message(
-                addr, header, msg.body, timeout=self._settings.send_back_timeout
-            )
-            return True
-        except (BrokerError, TransportError) as exc:
-            log.warning("resend of %s to %s failed: %s", msg.msg_id, self._retry_topic, exc)
-            return False
-
-    def _wire_topic(self, topic: str) -> str:
-        ns = self._settings.namespace
-        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
-            return f"{ns}%{topic}"
-        return topic
+        """Return a failed message to the broker for a later retry; True when it got there
+        (:class:`~aiorocket._consumer.send_back.SendBack`)."""
+        return await self._sender.send_back(msg, delay_level, broker_name)
 
     # -- consume timeout ----------------------------------------------------------------------
 
@@ -418,18 +362,37 @@ class ConcurrentConsumeService:
             if pq.dropped:
                 continue
             req.expired = True
+            cancel = self._settings.cancel_timed_out_handlers
             log.warning(
-                "%d message(s) of %s consumed for over %.0f s; sending them back",
+                "%d message(s) of %s consumed for over %.0f s; %ssending them back",
                 len(req.msgs),
                 pq.queue,
                 timeout,
+                "cancelling the handler call and " if cancel else "",
             )
+            worker = req.worker
+            if cancel and worker is not None and worker is not asyncio.current_task():
+                req.cancelled = worker.cancel()
+                if req.cancelled:
+                    self._stats.handlers_cancelled += 1
+            kept: list[ReceivedMessage] = []
             if self._clustering:
                 for m in req.msgs:
                     # Java sends expired messages back with delay level 3.
                     if not await self.send_back(m, 3, pq.queue.broker_name):
                         log.warning("could not send back expired message %s", m.msg_id)
-            offset = pq.remove(req.msgs, now=self._clock())
+                        kept.append(m)
+            done = req.msgs
+            if kept:
+                # Still cached, so the offset waits for them: consumed again here later.
+                self._stats.send_back_failures += len(kept)
+                keep = {id(m) for m in kept}
+                done = [m for m in req.msgs if id(m) not in keep]
+                if not pq.dropped:
+                    self._submit_later(
+                        pq, [m._with_reconsume_times(m.reconsume_times + 1) for m in kept]
+                    )
+            offset = pq.remove(done, now=self._clock())
             if offset >= 0 and not pq.dropped:
                 self._offsets.update(pq.queue, offset)
 

@@ -29,6 +29,29 @@ Java consume thread does).
 A result is committed to the offset store unless the queue was dropped meanwhile: another
 member may already own it. Broadcasting consumers take no locks: per-queue sequencing only.
 Hooks see ``CONSUME_SUCCESS`` for SUCCESS and COMMIT, ``RECONSUME_LATER`` otherwise.
+
+**Ordering by key** (``order_by`` other than ``"queue"``; :mod:`~aiorocket._consumer.key_order`
+holds the per-key lanes). No RocketMQ client has it: the queue's order is kept per key, and the
+keys of a queue run concurrently.
+
+* One *dispatcher* task per queue, started by pulled messages (or a key's suspension ending)
+  when none runs, holds the queue's :class:`asyncio.Lock` while any handler call of the queue
+  runs, so the lock is still the consume lock a rebalance waits for. Under a live broker lock
+  it starts a call for every ready key, each call in a task of its own holding one of the
+  ``concurrency`` slots (there is no continuous-consume slice: slots come back after every
+  call); it ends once no call runs and no key is ready.
+* A call holds up to ``consume_batch_size`` messages of one key. Success (COMMIT and ROLLBACK
+  count as SUCCESS: auto-commit is the only mode, ``OrderlyContext.auto_commit = False`` is
+  refused) forgets the messages in the process queue and commits its smallest cached offset,
+  which is the smallest unfinished one of the queue: after a crash every key replays an
+  in-order suffix. SUSPEND (or an exception) applies the retry limit as above, puts the rest
+  back at the front of the key's lane and keeps the key busy for the suspend time, so only
+  that key's later messages wait.
+* A queue that is dropped, loses its lock or shuts down starts no call any more; the calls
+  running finish first (shutdown waits for them within its grace), then the lock is released.
+* A key suspended for long keeps its later messages cached, and they count toward the
+  queue's pull thresholds: once ``pull_threshold_for_queue`` messages are cached the queue
+  stops pulling for every key until that key moves on (or reaches ``max_reconsume_times``).
 """
 
 from __future__ import annotations
@@ -36,10 +59,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
+from aiorocket._consumer.key_order import KeyFunction, KeyLanes, safe_key
 from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import ProcessQueue
 from aiorocket._consumer.pull_loop import RETRY_PREFIX
@@ -76,6 +101,20 @@ _FAIRNESS_BATCH = 64
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[Any]"]
 
 
+@dataclass(slots=True, eq=False)
+class _Keyed:
+    """Ordering by key: one process queue's lanes and the state of its dispatcher."""
+
+    lanes: KeyLanes = field(default_factory=KeyLanes)
+    #: set when the dispatcher may have something new to do (a call ended, messages came,
+    #: a suspension ended)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: handler calls of this queue in progress (their outcome not processed yet)
+    running: int = 0
+    #: suspended keys and the timers that release them
+    timers: dict[str | None, asyncio.TimerHandle] = field(default_factory=dict)
+
+
 class OrderlyConsumeService:
     """Runs the handler over each queue's messages in order, one call per queue at a time.
 
@@ -86,6 +125,8 @@ class OrderlyConsumeService:
         spawn: starts a task in the consumer's task group (``(coroutine, name) -> task``).
         on_lock_expired: called when a queue waits because its lock expired (clustering), so
             the consumer can renew locks early (Java ``tryLockLaterAndReconsume``).
+        key_of: order by key (see the module docs): the key of a message; ``None`` orders
+            whole queues.
         clock: monotonic seconds (tests pass a fake one).
     """
 
@@ -103,6 +144,7 @@ class OrderlyConsumeService:
         spawn: Spawn,
         hooks: Sequence[ConsumeHook] = (),
         on_lock_expired: Callable[[], None] | None = None,
+        key_of: KeyFunction | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._handler = handler
@@ -129,6 +171,9 @@ class OrderlyConsumeService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._running = 0
         self._closing = False
+        self._key_of = key_of
+        #: ordering by key: the lanes of each process queue that received messages
+        self._keyed: dict[ProcessQueue, _Keyed] = {}
 
     # -- state --------------------------------------------------------------------------------
 
@@ -154,12 +199,15 @@ class OrderlyConsumeService:
 
     def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         """Messages were cached in ``pq``: make sure a consume task will take them."""
-        if pq not in self._scheduled and not self._closing:
+        if self._key_of is not None:
+            self._submit_keyed(pq, msgs)
+        elif pq not in self._scheduled and not self._closing:
             self._scheduled.add(pq)
             self._start(pq)
 
     def _start(self, pq: ProcessQueue) -> None:
-        task = self._spawn(self._consume(pq), f"consume {pq.queue}")
+        coro = self._consume(pq) if self._key_of is None else self._dispatch_keys(pq)
+        task = self._spawn(coro, f"consume {pq.queue}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -246,6 +294,7 @@ class OrderlyConsumeService:
                     run_before(hooks, hook_ctx)
                 raised = False
                 self._running += 1
+                call = pq.call_started(now)
                 try:
                     result = await handler(msgs[:], ctx)
                 except Exception:
@@ -259,6 +308,7 @@ class OrderlyConsumeService:
                     raised = True
                 finally:
                     self._running -= 1
+                    pq.call_ended(call)
                 end = clock()
                 ok = result is None or result is _SUCCESS
                 if ok and hook_ctx is None and ctx.auto_commit and not pq.dropped:
@@ -413,6 +463,200 @@ class OrderlyConsumeService:
         )
         return True
 
+    # -- ordering by key ----------------------------------------------------------------------
+
+    def _submit_keyed(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        if self._closing or not pq.active:
+            return
+        keyed = self._keyed.get(pq)
+        if keyed is None:
+            self._forget_stale()
+            keyed = self._keyed[pq] = _Keyed()
+        key_of = self._key_of
+        assert key_of is not None
+        if keyed.lanes.add(msgs, lambda m: safe_key(key_of, m)):
+            self._kick(pq, keyed)
+
+    def _forget_stale(self) -> None:
+        # Lanes of queues gone (dropped, re-seated) whose calls have all ended.
+        stale = [
+            pq
+            for pq, k in self._keyed.items()
+            if not pq.active and not k.running and pq not in self._scheduled
+        ]
+        for pq in stale:
+            del self._keyed[pq]
+
+    def _kick(self, pq: ProcessQueue, keyed: _Keyed) -> None:
+        """Wake ``pq``'s dispatcher, or start one."""
+        if pq in self._scheduled:
+            keyed.wake.set()
+        else:
+            self._scheduled.add(pq)
+            self._start(pq)
+
+    async def _dispatch_keys(self, pq: ProcessQueue) -> None:
+        """The dispatcher of a queue ordered by key (see the module docs)."""
+        keyed = self._keyed[pq]
+        while True:
+            if self._closing or not pq.active:
+                self._scheduled.discard(pq)
+                return
+            if not self.lock_valid(pq):
+                # As _consume: wait for the renewal, outside the queue lock (no call runs).
+                if self._on_lock_expired is not None:
+                    self._on_lock_expired()
+                await pq.wait_lock_change()
+                continue
+            async with self.queue_lock(pq.queue):
+                wait_for_lock = await self._run_keys(pq, keyed)
+            if not wait_for_lock:
+                return
+
+    async def _run_keys(self, pq: ProcessQueue, keyed: _Keyed) -> bool:
+        """Start calls for ready keys until none is ready and no call runs; True when the
+        lock became untrusted (the caller waits for it), False when this dispatcher is over.
+        Called with the queue lock held: it is released only once no call of ``pq`` runs."""
+        lanes = keyed.lanes
+        wake = keyed.wake
+        semaphore = self._semaphore
+        batch = self._batch
+        while True:
+            stop = self._closing or pq.dropped or pq.draining
+            lock_ok = not stop and self.lock_valid(pq)
+            if not lock_ok or not lanes.ready:
+                if keyed.running:
+                    # Calls still run: they end (or messages come) before anything changes.
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                if lock_ok or stop:
+                    self._scheduled.discard(pq)
+                    return False
+                return True
+            await semaphore.acquire()
+            if self._closing or not pq.active or not self.lock_valid(pq) or not lanes.ready:
+                semaphore.release()
+                continue
+            taken = lanes.take(batch)
+            assert taken is not None
+            key, msgs = taken
+            keyed.running += 1
+            task = self._spawn(self._key_call(pq, keyed, key, msgs), f"consume {pq.queue}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _key_call(
+        self, pq: ProcessQueue, keyed: _Keyed, key: str | None, msgs: list[ReceivedMessage]
+    ) -> None:
+        """One handler call of one key; gives its slot back and wakes the dispatcher."""
+        try:
+            await self._run_key_call(pq, keyed, key, msgs)
+        finally:
+            keyed.running -= 1
+            self._semaphore.release()
+            keyed.wake.set()
+
+    async def _run_key_call(
+        self, pq: ProcessQueue, keyed: _Keyed, key: str | None, msgs: list[ReceivedMessage]
+    ) -> None:
+        mq = pq.queue
+        ctx = OrderlyContext._for_key(mq, key, self._default_suspend_ms)
+        hook_ctx = None
+        if self._hooks:
+            hook_ctx = ConsumeHookContext(self._group, mq, msgs)
+            run_before(self._hooks, hook_ctx)
+        raised = False
+        begin = self._clock()
+        self._running += 1
+        call = pq.call_started(begin)
+        try:
+            result = await self._handler(msgs[:], ctx)
+        except Exception:
+            log.warning(
+                "orderly handler failed on %d message(s) of key %r of %s; suspending the key",
+                len(msgs),
+                key,
+                mq,
+                exc_info=True,
+            )
+            result = _SUSPEND
+            raised = True
+        finally:
+            self._running -= 1
+            pq.call_ended(call)
+        end = self._clock()
+        status = self._status(result)
+        if hook_ctx is not None:
+            self._after_hooks(hook_ctx, status, raised, end - begin)
+        topic = mq.topic
+        n = len(msgs)
+        if pq.dropped:
+            # Nothing of a queue given away commits (see _process_result).
+            self._stats.consumed(topic, end - begin, 0, 0)
+            return
+        if status is _SUSPEND:
+            self._stats.consumed(topic, end - begin, 0, n)
+            await self._suspend_key(pq, keyed, key, msgs, ctx)
+            return
+        if status is not _SUCCESS:
+            log.warning(
+                "%s returned when ordering by key (auto-commit): treated as SUCCESS", status.name
+            )
+        self._stats.consumed(topic, end - begin, n, 0)
+        self._settle(pq, msgs)
+        keyed.lanes.release(key)
+
+    def _settle(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        """``msgs`` are done: forget them and commit the smallest unfinished offset."""
+        if pq.dropped:
+            return
+        offset = pq.remove(msgs, now=self._clock())
+        if offset >= 0:
+            # The smallest cached offset never decreases while the queue is held (messages
+            # come in offset order), so no "increase only" guard is needed.
+            self._offsets.update(pq.queue, offset, increase_only=False)
+
+    async def _suspend_key(
+        self,
+        pq: ProcessQueue,
+        keyed: _Keyed,
+        key: str | None,
+        msgs: list[ReceivedMessage],
+        ctx: OrderlyContext,
+    ) -> None:
+        """A failed call of ``key`` (``checkReconsumeTimes``, as :meth:`_suspend`): messages at
+        the retry limit are dead-lettered from the front; the first one retried and all after
+        it go back to the front of the key's lane, which stays busy for the suspend time."""
+        retry_from = len(msgs)
+        for i, m in enumerate(msgs):
+            if m.reconsume_times >= self._max_reconsume and await self._send_to_dlq(pq, m):
+                continue
+            retry_from = i
+            break
+        if retry_from:
+            self._settle(pq, msgs[:retry_from])
+        if retry_from == len(msgs):
+            keyed.lanes.release(key)
+            return
+        if not pq.active:
+            return
+        keyed.lanes.put_back(
+            key, [m._with_reconsume_times(m.reconsume_times + 1) for m in msgs[retry_from:]]
+        )
+        loop = asyncio.get_running_loop()
+        keyed.timers[key] = loop.call_later(
+            self._suspend_delay(ctx), self._resume_key, pq, keyed, key
+        )
+
+    def _resume_key(self, pq: ProcessQueue, keyed: _Keyed, key: str | None) -> None:
+        keyed.timers.pop(key, None)
+        if self._closing or not pq.active:
+            return
+        keyed.lanes.release(key)
+        if keyed.lanes.ready:
+            self._kick(pq, keyed)
+
     # -- shutdown -----------------------------------------------------------------------------
 
     async def drain(self, timeout: float) -> bool:
@@ -426,6 +670,10 @@ class OrderlyConsumeService:
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        for keyed in self._keyed.values():
+            for handle in keyed.timers.values():
+                handle.cancel()
+            keyed.timers.clear()
         tasks = [t for t in self._tasks if not t.done()]
         if not tasks:
             return True

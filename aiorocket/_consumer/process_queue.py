@@ -22,6 +22,9 @@ Rules this state keeps:
   consuming subset is always a prefix of the cache and "where to take next" is one offset.
 * Broker lock state of an orderly queue (``locked``, ``last_lock_time``): only stored here;
   waiters (the pull loop, the consume task) are woken whenever it changes.
+* ``paused`` (the consumers' ``pause()``): the pull loop does not pull while it is set and
+  waits in :meth:`ProcessQueue.wait_resumed`, woken by :meth:`~ProcessQueue.resume`; the
+  cache and the offsets are untouched.
 
 No I/O and no clock: callers pass ``now`` (monotonic seconds).
 """
@@ -109,17 +112,24 @@ class ProcessQueue:
         dropped: the queue was taken away (rebalance, offset reset): stop and commit nothing.
         draining: the consumer is shutting down: no more pulls, finished work still commits.
         last_pull_time, last_consume_time: monotonic times of the last pull and removal.
+        broker_max_offset: the queue's max offset as the broker's last pull response said
+            (``maxOffset``, sent with every answer), -1 before the first one: with the
+            committed offset it gives the lag without asking the broker.
     """
 
     __slots__ = (
+        "_call_seq",
+        "_calls",
         "_capacity_waiter",
         "_consuming",
         "_limits",
         "_lock_waiters",
         "_reconsume",
+        "_resume_waiter",
         "_runs",
         "_take_from",
         "_where",
+        "broker_max_offset",
         "cached_bytes",
         "cached_count",
         "draining",
@@ -129,6 +139,7 @@ class ProcessQueue:
         "last_pull_time",
         "locked",
         "max_offset_ever",
+        "paused",
         "queue",
     )
 
@@ -141,6 +152,11 @@ class ProcessQueue:
         self.cached_bytes = 0
         #: the largest offset ever put (Java ``queueOffsetMax``); -1 before the first put
         self.max_offset_ever = -1
+        self.broker_max_offset = -1
+        #: start times of the handler calls running on messages of this queue, by token
+        #: (inserted in time order, so the first is the oldest)
+        self._calls: dict[int, float] = {}
+        self._call_seq = 0
         self.dropped = False
         self.draining = False
         self.last_pull_time = now
@@ -159,6 +175,9 @@ class ProcessQueue:
         #: broker's own grant time, so the lease is never overestimated)
         self.last_lock_time = 0.0
         self._lock_waiters: list[asyncio.Future[None]] = []
+        #: paused by the application: not pulled until resumed
+        self.paused = False
+        self._resume_waiter: asyncio.Future[None] | None = None
 
     # -- contents -----------------------------------------------------------------------------
 
@@ -458,18 +477,50 @@ class ProcessQueue:
             if not fut.done():
                 fut.set_result(None)
 
+    # -- pause --------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop pulling (the application paused the queue); cache and offsets stay."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Pull again; wakes the waiting pull loop."""
+        self.paused = False
+        self._release_resume_waiter()
+
+    async def wait_resumed(self) -> bool:
+        """Wait until :meth:`resume`, or until the queue stops being active; True if it was
+        paused (so a loop re-checks its state)."""
+        was = self.paused
+        while self.paused and self.active:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._resume_waiter = fut
+            try:
+                await fut
+            finally:
+                if self._resume_waiter is fut:
+                    self._resume_waiter = None
+        return was
+
+    def _release_resume_waiter(self) -> None:
+        fut, self._resume_waiter = self._resume_waiter, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
     # -- state --------------------------------------------------------------------------------
 
     def mark_dropped(self) -> None:
         """The queue was taken away: stop pulling, consuming and committing."""
         self.dropped = True
         self._release_waiter()
+        self._release_resume_waiter()
         self._wake_lock_waiters()
 
     def mark_draining(self) -> None:
         """Shutdown: stop pulling; finished consumption still commits."""
         self.draining = True
         self._release_waiter()
+        self._release_resume_waiter()
         self._wake_lock_waiters()
 
     @property
@@ -505,6 +556,43 @@ class ProcessQueue:
                     self._capacity_waiter = None
                     self._limits = None
         return waited
+
+    def blocked_by(self) -> str | None:
+        """While the pull loop waits for capacity: which limit holds it (``"count"``,
+        ``"size"`` or ``"span"``, checked in that order); ``None`` when it is not waiting."""
+        limits = self._limits
+        if limits is None or self._capacity_waiter is None:
+            return None
+        if self.cached_count > limits.max_count:
+            return "count"
+        if self.cached_bytes // _MIB > limits.max_mib:
+            return "size"
+        if limits.max_span is not None and self.span > limits.max_span:
+            return "span"
+        return None
+
+    # -- handler calls ------------------------------------------------------------------------
+
+    def call_started(self, now: float) -> int:
+        """A handler call on messages of this queue started at ``now`` (monotonic); returns
+        the token to pass to :meth:`call_ended` (health: the oldest in-flight call)."""
+        self._call_seq += 1
+        self._calls[self._call_seq] = now
+        return self._call_seq
+
+    def call_ended(self, token: int) -> None:
+        """The call of ``token`` returned, raised or was cancelled."""
+        self._calls.pop(token, None)
+
+    @property
+    def calls_running(self) -> int:
+        """Handler calls running on messages of this queue."""
+        return len(self._calls)
+
+    def oldest_call_start(self) -> float | None:
+        """Monotonic start of the oldest handler call still running, ``None`` if none."""
+        calls = self._calls
+        return next(iter(calls.values())) if calls else None
 
     def _wake_if_capacity(self) -> None:
         limits = self._limits

@@ -16,6 +16,17 @@ Connection losses and broker errors are expected: logged, counted, retried after
 growing pause (at most ``pull_retry_max_delay``). The task ends when its queue stops being
 active (dropped or draining) or is cancelled.
 
+A paused queue (``ProcessQueue.paused``, the consumers' ``pause()``) is not pulled: the loop
+waits for the resume, and the messages of a pull that was in flight when the queue was paused
+are dropped unseen and pulled again after the resume (the next offset does not move), so
+nothing of a paused queue is delivered after the pause.
+
+A watchdog (Java's ``ProcessQueue.isPullExpired`` checked by every rebalance) looks for pull
+tasks that have shown no sign of life for twice ``pull_timeout`` outside a legitimate wait
+(flow control, pause, lock): :meth:`PullLoop.silent_for` tells how long, and the consumer
+restarts such a task from where it stood (:meth:`PullLoop.run` again), logging it. A healthy
+loop is never that silent, since every pull and every retry is bounded by a timeout.
+
 Orderly consumption in clustering mode passes a :class:`PullGate`: the queue is pulled only
 while this member holds a live broker lock on it (the loop waits for the lock otherwise), and
 the first pull after the lock re-reads the start offset from the broker (Java
@@ -29,11 +40,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from aiorocket._client.instance import ClientInstance, PreparedPull
 from aiorocket._concurrency import Backoff
-from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._protocol.bodies import SubscriptionData
@@ -43,14 +53,16 @@ from aiorocket._protocol.message import MessageRecord, decode_messages
 from aiorocket._protocol.properties import RETRY_TOPIC, TAGS
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket.errors import BrokerError, ClientClosedError, RemoteProtocolError, TransportError
-from aiorocket.models import ReceivedMessage
+from aiorocket.models import MessageQueue, ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
-__all__ = ["Dispatch", "PullGate", "PullLoop", "Subscription", "to_received"]
+__all__ = ["Dispatch", "PullGate", "PullLoop", "PullOffsets", "Subscription", "to_received"]
 
 log = logging.getLogger("aiorocket.consumer")
 
 RETRY_PREFIX = "%RETRY%"
+
+_T = TypeVar("_T")
 
 _FOUND, _NO_NEW_MSG, _NO_MATCHED_MSG, _OFFSET_ILLEGAL = 0, 19, 20, 21
 
@@ -93,6 +105,18 @@ class Dispatch(Protocol):
 
     def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         """Hand freshly cached messages of ``pq`` over for consumption (must not block)."""
+
+
+class PullOffsets(Protocol):
+    """The consume offsets as a pull loop uses them (an ``OffsetStore`` is one): the offset it
+    piggy-backs on each pull (COMMIT_OFFSET) and where a queue with nothing cached moves when
+    a pull skipped messages that do not match (``correctTagsOffset``)."""
+
+    def read(self, mq: MessageQueue) -> int:
+        """The offset to commit with the next pull, -1 if none."""
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
+        """Nothing is cached and nothing before ``offset`` is left for the application."""
 
 
 class PullGate(Protocol):
@@ -184,7 +208,7 @@ class PullLoop:
         client: ClientInstance,
         group: str,
         settings: ConsumerSettings,
-        offsets: OffsetStore,
+        offsets: PullOffsets,
         dispatch: Dispatch,
         stats: StatsRecorder,
         limits: Callable[[], FlowLimits],
@@ -206,6 +230,27 @@ class PullLoop:
         self._clustering = settings.message_model == "clustering"
         #: the offset the next pull asks for
         self.next_offset = 0
+        #: loop time of the last sign of life: a pull sent, or a wait begun or ended (or the
+        #: creation: a task not started yet is not silent)
+        self.last_active = asyncio.get_running_loop().time()
+        #: a wait that may legitimately last is under way (flow control, pause, lock)
+        self.waiting = False
+        #: runs started; an older run that is still around stops at its next iteration
+        self._runs = 0
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the last sign of life (0 during a legitimate wait): the watchdog
+        restarts a loop silent for more than twice ``pull_timeout``."""
+        return 0.0 if self.waiting else max(0.0, now - self.last_active)
+
+    async def _wait(self, waiter: Awaitable[_T]) -> _T:
+        # A wait the watchdog must not mistake for a stuck pull.
+        self.waiting = True
+        try:
+            return await waiter
+        finally:
+            self.waiting = False
+            self.last_active = asyncio.get_running_loop().time()
 
     async def run(self, offset: int) -> None:
         """Pull from ``offset`` until the queue stops being active.
@@ -221,6 +266,10 @@ class PullLoop:
         client = self._client
         stats = self._stats
         loop = asyncio.get_running_loop()
+        self._runs += 1
+        run = self._runs
+        self.waiting = False
+        self.last_active = loop.time()
         backoff = Backoff(initial=0.05, maximum=s.pull_retry_max_delay)
         broker_id = 0
         suspend_ms = int(s.pull_suspend_timeout * 1000)
@@ -250,12 +299,14 @@ class PullLoop:
         namespace = s.namespace
         gate = self._gate
         locked_first = False
-        while pq.active:
+        while pq.active and self._runs == run:
+            if pq.paused and await self._wait(pq.wait_resumed()):
+                continue  # (re-check: the queue may have stopped meanwhile)
             if gate is not None:
                 # DefaultMQPushConsumerImpl.pullMessage (orderly): an unlocked queue is not
                 # pulled; the first pull once locked starts from the broker's offset.
                 if not gate.pullable(pq):
-                    await gate.wait_pullable(pq)
+                    await self._wait(gate.wait_pullable(pq))
                     continue
                 if not locked_first:
                     try:
@@ -276,7 +327,7 @@ class PullLoop:
                     locked_first = True
             limits = self._limits()
             if not pq.has_capacity(limits):
-                await pq.wait_has_capacity(limits)
+                await self._wait(pq.wait_has_capacity(limits))
                 stats.flow_control_pauses += 1
                 continue  # re-check: the queue may have stopped meanwhile
             addr = client.broker_address_for_pull(mq.broker_name, broker_id)
@@ -286,7 +337,7 @@ class PullLoop:
                     continue
             commit = self._offsets.read(mq) if self._clustering else -1
             started = loop.time()
-            pq.last_pull_time = started
+            pq.last_pull_time = self.last_active = started
             try:
                 resp = await client.pull_prepared(
                     addr,
@@ -306,7 +357,10 @@ class PullLoop:
                 return
             h = resp.header
             broker_id = h.suggest_which_broker_id
+            pq.broker_max_offset = h.max_offset  # the lag statistics' broker side
             code = resp.code
+            if pq.paused and code == _FOUND:
+                continue  # paused meanwhile: pulled again from the same offset once resumed
             if code == _FOUND:
                 try:
                     records = decode_messages(resp.body)
@@ -340,7 +394,7 @@ class PullLoop:
                     # Everything was filtered out by tag: the offset may move past it.
                     self._offsets.update(mq, self.next_offset)
                 if s.pull_interval > 0:
-                    await asyncio.sleep(s.pull_interval)
+                    await self._wait(asyncio.sleep(s.pull_interval))
             elif code in (_NO_NEW_MSG, _NO_MATCHED_MSG):
                 backoff.reset()
                 stats.pulled(mq.topic, loop.time() - started, 0)
@@ -349,16 +403,25 @@ class PullLoop:
                     # DefaultMQPushConsumerImpl.correctTagsOffset
                     self._offsets.update(mq, self.next_offset)
             elif code == _OFFSET_ILLEGAL:
+                # PullCallback OFFSET_ILLEGAL: restart where the broker suggests (the oldest
+                # message still stored when the offset fell below it, Java's behaviour), or at
+                # the queue's end when the application would rather skip what it missed.
+                target = h.next_begin_offset
+                below = self.next_offset < h.min_offset
+                if below and s.offset_out_of_range == "last":
+                    target = max(h.max_offset, target)
                 log.warning(
-                    "%s: offset %d is illegal (queue holds %d..%d); restarting at %d in %.0f s",
+                    "%s: offset %d is out of range (the queue holds %d..%d); "
+                    "restarting at %d (offset_out_of_range=%r) in %.1f s",
                     mq,
                     self.next_offset,
                     h.min_offset,
                     h.max_offset,
-                    h.next_begin_offset,
+                    target,
+                    s.offset_out_of_range if below else "beyond the end: the broker's offset",
                     s.offset_illegal_delay,
                 )
-                self.next_offset = h.next_begin_offset
+                self.next_offset = target
                 pq.mark_dropped()
                 await asyncio.sleep(s.offset_illegal_delay)
                 await self._on_offset_illegal(pq, self.next_offset)

@@ -6,7 +6,9 @@ consume-timeout clean-up, one pull task per held queue, the consume workers and 
 of requests brokers send us. Nothing starts in the constructor. ``start()`` (or ``async
 with``) returns once routes are known, the first heartbeat went out and the first rebalance
 ran, so start-up errors reach the caller. A bug in any task crashes the group; the error is
-logged and re-raised by :meth:`PushConsumer.wait_closed` and by leaving ``async with``.
+logged and re-raised by :meth:`PushConsumer.wait_closed` and by leaving ``async with``. The
+lifecycle, routes and heartbeats are :class:`~aiorocket._consumer.group_member.GroupMember`'s,
+shared with the pull consumer.
 
 Shutdown (ARCHITECTURE.md): stop rebalancing (and lock renewal); cancel pulls and put queues
 in *draining*; wait up to ``shutdown_grace`` for running handlers; flush offsets, unlock
@@ -18,30 +20,31 @@ runs the ``lock renewal`` task (:mod:`~aiorocket._consumer.lock_renewer`), locks
 adding them, pulls and consumes a queue only under a live lock, writes a queue's offset to the
 broker only while it holds that lock (a member that was stopped past its lease must not move
 the new owner's offset back), and unlocks a dropped queue once its running handler call ended
-(later by ``unlock_delay`` if messages were still cached, Java ``unlockDelay``).
+(later by ``unlock_delay`` if messages were still cached, Java ``unlockDelay``). With
+``order_by`` (``"sharding_key"`` or a callable) the same service keeps the order per key
+instead of per queue, the keys of a queue running concurrently; locks and offsets are as above.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic, bounded_cleanup
-from aiorocket._consumer.allocation import AllocationStrategy, strategy_named
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService, Handler
 from aiorocket._consumer.consume_orderly import OrderlyConsumeService, OrderlyHandler
+from aiorocket._consumer.group_member import GroupMember, flow_limits
 from aiorocket._consumer.hooks import ConsumeHook
+from aiorocket._consumer.key_order import key_function, safe_key
 from aiorocket._consumer.lock_renewer import BrokerLocks
-from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
 from aiorocket._consumer.pull_loop import (
     RETRY_PREFIX,
@@ -51,12 +54,15 @@ from aiorocket._consumer.pull_loop import (
     to_received,
 )
 from aiorocket._consumer.rebalance import Rebalancer
-from aiorocket._consumer.stats import ConsumerStatistics, QueueStatistics, StatsRecorder
+from aiorocket._consumer.stats import (
+    ConsumerStatistics,
+    QueueStatistics,
+    StatsRecorder,
+    TopicStatistics,
+)
 from aiorocket._protocol.bodies import (
     ConsumeMessageDirectlyResult,
-    ConsumerData,
     ConsumerRunningInfo,
-    HeartbeatData,
     ProcessQueueInfo,
     ResetOffsetBody,
     TopicConsumeStatus,
@@ -71,12 +77,7 @@ from aiorocket._protocol.headers import (
 from aiorocket._protocol.message import decode_message
 from aiorocket._remoting import Connection, Dispatcher
 from aiorocket.errors import (
-    BrokerError,
-    ClientClosedError,
     ConfigurationError,
-    RocketError,
-    TopicNotExistError,
-    TransportError,
 )
 from aiorocket.models import (
     ConcurrentContext,
@@ -84,6 +85,7 @@ from aiorocket.models import (
     MessageQueue,
     OrderlyContext,
     OrderlyStatus,
+    ReceivedMessage,
     validate_name,
 )
 from aiorocket.settings import ConsumerSettings, build_settings
@@ -107,10 +109,11 @@ _DIRECT_ORDERLY: dict[OrderlyStatus | None, str] = {
 
 @dataclass(slots=True)
 class _Held:
-    """A held queue: its cache and its pull task."""
+    """A held queue: its cache, its pull task and the pull loop the task runs."""
 
     pq: ProcessQueue
     task: asyncio.Task[None]
+    loop: PullLoop | None = None
 
 
 @dataclass(slots=True)
@@ -141,7 +144,7 @@ class _LockGate:
         return await self._consumer._rebalancer.start_offset(pq.queue)
 
 
-class PushConsumer:
+class PushConsumer(GroupMember):
     """Consumes topics with a handler, queues shared across the group.
 
     ::
@@ -157,7 +160,11 @@ class PushConsumer:
 
     With ``orderly=True`` the same :meth:`listener` takes an orderly handler, ``async def
     (msgs, ctx: OrderlyContext) -> OrderlyStatus | None``, called for one queue at a time in
-    offset order (see :class:`~aiorocket.OrderlyStatus`).
+    offset order (see :class:`~aiorocket.OrderlyStatus`). Add ``order_by="sharding_key"`` (the
+    ``__SHARDINGKEY`` property a producer's ``sharding_key`` sets) or ``order_by=fn`` (``fn(msg)
+    -> str | None``) to keep the order per key instead: the messages of a queue with the same
+    key are handled one call at a time in queue order, different keys concurrently up to
+    ``concurrency``; messages without a key keep queue order among themselves, as one more key.
 
     Keyword arguments are the settings of :class:`~aiorocket.settings.ConsumerSettings`
     (``group`` and ``namesrv`` required).
@@ -174,9 +181,12 @@ class PushConsumer:
         consume_from: Literal["last", "first"] | datetime = "last",
         message_model: Literal["clustering", "broadcasting"] = "clustering",
         orderly: bool = False,
+        order_by: Literal["queue", "sharding_key"] | Callable[[ReceivedMessage], str | None] = (
+            "queue"
+        ),
         **settings: Any,
     ) -> None:
-        self.settings: ConsumerSettings = build_settings(
+        built = build_settings(
             ConsumerSettings,
             {
                 "group": group,
@@ -184,61 +194,31 @@ class PushConsumer:
                 "consume_from": consume_from,
                 "message_model": message_model,
                 "orderly": orderly,
+                "order_by": order_by,
                 **settings,
             },
         )
+        super().__init__(built)
         s = self.settings
-        self._group = f"{s.namespace}%{group}" if s.namespace else group
-        validate_name(self._group, "consumer group")
-        self._clustering = s.message_model == "clustering"
         self._orderly = s.orderly
         #: orderly clustering: queues are locked on their brokers
         self._locking = s.orderly and self._clustering
-        self._retry_topic = f"{RETRY_PREFIX}{self._group}"
-        self._subscriptions: dict[str, Subscription] = {}
         self._handler: Handler | OrderlyHandler | None = None
         self._hooks: list[ConsumeHook] = []
-        self._runner: asyncio.Task[None] | None = None
         self._held: dict[MessageQueue, _Held] = {}
         self._releasing: dict[MessageQueue, _Release] = {}
-        self._limits: dict[str, FlowLimits] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._tg: asyncio.TaskGroup | None = None
-        self._crash: BaseException | None = None
-        self._crash_reported = False
-        self._started = False
-        self._closing = False
-        self._start_wall = 0
-        # Built by start() (_build): the client, stores, services and timers.
-        self._client: ClientInstance
-        self._stop: asyncio.Event
-        self._table_lock: asyncio.Lock
-        self._stats: StatsRecorder
-        self._offsets: OffsetStore
+        #: pause(): everything, or queues and topics (wire names), not pulled while listed
+        self._paused_all = False
+        self._paused_queues: set[MessageQueue] = set()
+        self._paused_topics: set[str] = set()
+        # Built by start() (_build), besides GroupMember's parts.
         self._service: ConcurrentConsumeService | OrderlyConsumeService
         self._locks: BrokerLocks | None = None
-        self._rebalancer: Rebalancer
-        self._rebalance_timer: Periodic
-        self._heartbeat_timer: Periodic
-        self._route_timer: Periodic
-        self._persist_timer: Periodic
         self._clean_timer: Periodic | None = None
         self._lock_timer: Periodic | None = None
-        self._rebalance_task: asyncio.Task[Any]
-        self._heartbeat_task: asyncio.Task[Any]
         self._lock_task: asyncio.Task[Any] | None = None
 
     # -- configuration ------------------------------------------------------------------------
-
-    @property
-    def group(self) -> str:
-        """The consumer group (without namespace)."""
-        return self.settings.group
-
-    @property
-    def client_id(self) -> str:
-        """This member's client id (``<ip>@<instance>``); empty before start."""
-        return self._client.client_id if self._started else ""
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Consume ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A"``,
@@ -263,9 +243,9 @@ class PushConsumer:
         An orderly consumer (``orderly=True``) takes ``async def (msgs, ctx: OrderlyContext)
         -> OrderlyStatus | None`` instead: ``None`` or ``SUCCESS`` is success; an exception or
         ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` delivers the same messages again after
-        ``ctx.suspend_millis`` with nothing later in their queue delivered meanwhile; with
-        ``ctx.auto_commit = False``, ``COMMIT`` and ``ROLLBACK`` settle everything consumed
-        since the last commit.
+        ``ctx.suspend_millis`` with nothing later in their queue (with ``order_by``: of their
+        key) delivered meanwhile; with ``ctx.auto_commit = False`` (refused with ``order_by``),
+        ``COMMIT`` and ``ROLLBACK`` settle everything consumed since the last commit.
 
         Raises:
             ConfigurationError: not an ``async def``, a handler is set already, or the
@@ -299,33 +279,81 @@ class PushConsumer:
         self._check_not_started("register a hook")
         self._hooks.append(hook)
 
-    def _check_not_started(self, what: str) -> None:
-        if self._started or self._closing:
-            raise ConfigurationError(f"cannot {what} after the consumer started")
+    def pause(self, *targets: MessageQueue | str) -> None:
+        """Stop pulling the given queues (:class:`MessageQueue`) or topics (their names), or
+        everything when called with no argument (Java ``suspend()``), until :meth:`resume`.
 
-    def _wire_topic(self, topic: str) -> str:
-        ns = self.settings.namespace
-        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
-            return f"{ns}%{topic}"
-        return topic
+        A paused queue is not pulled, so no new message of it reaches the handler; messages
+        pulled before the pause are still handled, and a pull in flight at the pause is
+        dropped unseen and pulled again after the resume. The queue stays held, with its
+        offsets. The pause belongs to the consumer, not to a rebalance: a paused queue or
+        topic this member holds later (after a rebalance, a restart of the queue) starts
+        paused. May be called before :meth:`start`. A topic's retried messages come through
+        ``%RETRY%<group>``, which pausing the topic does not pause (pause it by that name).
+
+        Raises:
+            ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
+        """
+        if not targets:
+            self._paused_all = True
+        for target in targets:
+            if isinstance(target, MessageQueue):
+                mq = MessageQueue(
+                    self._wire_topic(target.topic), target.broker_name, target.queue_id
+                )
+                self._check_subscribed(mq.topic)
+                self._paused_queues.add(mq)
+            else:
+                topic = self._wire_topic(target)
+                self._check_subscribed(topic)
+                self._paused_topics.add(topic)
+        self._apply_pause()
+
+    def resume(self, *targets: MessageQueue | str) -> None:
+        """Undo :meth:`pause` for the given queues or topics, or for everything when called
+        with no argument; their pulls start again at once.
+
+        A queue stays paused while it is paused by name or through its topic.
+
+        Raises:
+            ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
+        """
+        if not targets:
+            self._paused_all = False
+            self._paused_queues.clear()
+            self._paused_topics.clear()
+        for target in targets:
+            if isinstance(target, MessageQueue):
+                mq = MessageQueue(
+                    self._wire_topic(target.topic), target.broker_name, target.queue_id
+                )
+                self._check_subscribed(mq.topic)
+                self._paused_queues.discard(mq)
+            else:
+                topic = self._wire_topic(target)
+                self._check_subscribed(topic)
+                self._paused_topics.discard(topic)
+        self._apply_pause()
+
+    def _check_subscribed(self, topic: str) -> None:
+        if topic not in self._subscriptions and not (
+            self._clustering and topic == self._retry_topic
+        ):
+            raise ConfigurationError(f"topic {topic} is not subscribed by this consumer")
+
+    def _is_paused(self, mq: MessageQueue) -> bool:
+        return self._paused_all or mq in self._paused_queues or mq.topic in self._paused_topics
+
+    def _apply_pause(self) -> None:
+        for mq, held in self._held.items():
+            if self._is_paused(mq):
+                held.pq.pause()
+            else:
+                held.pq.resume()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start consuming; returns after routes, the first heartbeat and the first rebalance.
-
-        Prefer ``async with consumer:``.
-
-        Raises:
-            ConfigurationError: no listener or no subscription.
-            ClientClosedError: the consumer was closed before.
-            TransportError: no name server or broker could be reached at start.
-            RocketError: another start-up failure.
-        """
-        if self._closing:
-            raise ClientClosedError("the consumer is closed")
-        if self._started:
-            return
+    def _check_startable(self) -> None:
         if self._handler is None:
             raise ConfigurationError("register a listener before starting the consumer")
         if not self._subscriptions:
@@ -334,18 +362,6 @@ class PushConsumer:
             self._subscriptions.setdefault(
                 self._retry_topic, Subscription.create(self._retry_topic, "*")
             )
-        self._build()
-        self._started = True
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._runner = asyncio.create_task(self._run(ready), name=f"consumer {self._group}")
-        try:
-            await asyncio.shield(ready)
-        except BaseException:
-            self._closing = True
-            self._stop.set()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(self._runner), self._cleanup_timeout())
-            raise
 
     def _build(self) -> None:
         """Create the parts (no I/O, nothing started)."""
@@ -361,12 +377,7 @@ class PushConsumer:
         self._stop = asyncio.Event()
         self._table_lock = asyncio.Lock()
         self._stats = StatsRecorder(now=loop.time())
-        if self._clustering:
-            self._offsets = RemoteOffsetStore(client, self._group)
-        else:
-            instance = s.instance_name or "DEFAULT"
-            path = s.offset_store_dir / f"{client.ip}@{instance}" / self._group / "offsets.json"
-            self._offsets = LocalFileOffsetStore(path)
+        self._offsets = self._new_offset_store(client)
         if self._orderly:
             self._service = OrderlyConsumeService(
                 handler=cast(OrderlyHandler, self._handler),
@@ -378,6 +389,7 @@ class PushConsumer:
                 spawn=self._spawn,
                 hooks=self._hooks,
                 on_lock_expired=self._on_lock_expired,
+                key_of=key_function(s.order_by),
             )
         else:
             self._service = ConcurrentConsumeService(
@@ -391,39 +403,20 @@ class PushConsumer:
             )
         if self._locking:
             self._locks = BrokerLocks(client=client, group=self._group)
-        strategy: AllocationStrategy
-        if callable(s.allocation):
-            strategy = s.allocation
-        else:
-            strategy = strategy_named(
-                s.allocation,
-                queues=(
-                    MessageQueue(self._wire_topic(q.topic), q.broker_name, q.queue_id)
-                    for q in s.allocation_queues
-                ),
-                virtual_nodes=s.consistent_hash_virtual_nodes,
-            )
         self._rebalancer = Rebalancer(
             client=client,
             group=self._group,
             host=self,
             offsets=self._offsets,
-            strategy=strategy,
+            strategy=self._allocation_strategy(),
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
             locker=self._locks,
+            on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
         )
         for topic in self._subscriptions:
             self._limits[topic] = self._flow_limits(topic, 1)
-        self._rebalance_timer = Periodic(
-            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
-        )
-        self._heartbeat_timer = Periodic(
-            self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
-        )
-        self._route_timer = Periodic(
-            self._refresh_routes, s.route_refresh_interval, name="route refresh", run_first=False
-        )
+        self._membership_timers()
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
         )
@@ -438,124 +431,13 @@ class PushConsumer:
                 self._renew_locks, s.lock_renew_interval, name="lock renewal", run_first=False
             )
 
-    async def close(self) -> None:
-        """Shut down gracefully (see the module docs); safe to call more than once.
-
-        Raises:
-            Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
-        """
-        self._closing = True
-        if self._runner is None:
-            return
-        self._stop.set()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._runner)
-
-    async def wait_closed(self) -> None:
-        """Wait until the consumer has stopped (closed, or crashed).
-
-        Raises:
-            BaseExceptionGroup: the consumer crashed on an unexpected error (a bug), which
-                it also logged.
-        """
-        if self._runner is None:
-            return
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._runner)
-        if self._crash is not None:
-            self._crash_reported = True
-            raise self._crash
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-        if exc is None and self._crash is not None and not self._crash_reported:
-            self._crash_reported = True
-            raise self._crash
-
-    def _cleanup_timeout(self) -> float:
-        return max(3.0, self.settings.request_timeout)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
-        assert self._tg is not None
-        task = self._tg.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _run(self, ready: asyncio.Future[None]) -> None:
-        """The supervisor: owns the task group from start-up to the end of shutdown."""
-        client = self._client
-        phase = "starting"
-        start_error: Exception | None = None
-        try:
-            async with asyncio.TaskGroup() as tg:
-                self._tg = tg
-                client.start(tg.create_task)
-                try:
-                    await self._startup()
-                except Exception as exc:
-                    start_error = exc
-                    raise
-                ready.set_result(None)
-                log.info(
-                    "consumer %s (%s) started with %d queue(s)",
-                    self._group,
-                    client.client_id,
-                    len(self._held),
-                )
-                phase = "running"
-                await self._stop.wait()
-                phase = "stopping"
-                await self._shutdown()
-                phase = "stopped"
-                for task in list(self._tasks):
-                    task.cancel()
-        except BaseException as exc:
-            if not ready.done():
-                # Start-up failed: the error goes to start()'s caller, unwrapped if it was
-                # raised by a start-up step, as the task group's error if a task crashed.
-                if start_error is not None:
-                    ready.set_exception(start_error)
-                elif isinstance(exc, asyncio.CancelledError):
-                    ready.cancel()
-                else:
-                    ready.set_exception(exc)
-            elif phase != "stopped" and not isinstance(exc, asyncio.CancelledError):
-                # A task of the group failed on something unexpected: a bug. Be loud.
-                self._crash = exc
-                log.error("consumer %s crashed", self._group, exc_info=exc)
-            if phase != "stopped":
-                await self._emergency_cleanup(flush=phase != "starting")
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            self._tg = None
-            self._closing = True
-
-    async def _emergency_cleanup(self, *, flush: bool) -> None:
-        # The group died or start-up failed: keep what finished, leave the group, disconnect.
-        timeout = self._cleanup_timeout()
-        if flush:
-            await bounded_cleanup(self._flush_offsets(), timeout=timeout, what="flush offsets")
-        await self._unlock_all()
-        await bounded_cleanup(self._unregister(), timeout=timeout, what="unregister consumer")
-        await self._client.close()
-
     # -- start-up -----------------------------------------------------------------------------
 
     async def _startup(self) -> None:
         self._start_wall = int(time.time() * 1000)
         await self._offsets.load()
         await self._refresh_routes(at_start=True)
+        await self._claim_client_id()
         await self._send_heartbeats(at_start=True)
         if any(self._client.route(t) is None for t in self._subscriptions):
             # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
@@ -574,78 +456,42 @@ class PushConsumer:
             self._spawn(self._clean_timer.run(), name="consume clean-up")
         self._client.on_new_brokers = self._on_new_brokers
 
-    def _on_new_brokers(self, names: set[str]) -> None:
-        if not self._closing:
-            self._heartbeat_timer.wake()
-
     # -- periodic work ------------------------------------------------------------------------
-
-    async def _refresh_routes(self, *, at_start: bool = False) -> None:
-        client = self._client
-        changed = False
-        unreachable: list[TransportError] = []
-        for topic in self._subscriptions:
-            before = client.route(topic)
-            try:
-                route = await client.fetch_route(topic)
-            except TopicNotExistError:
-                log.log(
-                    logging.DEBUG if topic.startswith(RETRY_PREFIX) else logging.WARNING,
-                    "topic %s has no route yet",
-                    topic,
-                )
-                continue
-            except (TransportError, BrokerError) as exc:
-                # At start the caller gets the error itself; later, the log is all there is.
-                level = logging.DEBUG if at_start else logging.WARNING
-                log.log(level, "route of %s not refreshed: %s", topic, exc)
-                if isinstance(exc, TransportError):
-                    unreachable.append(exc)
-                continue
-            if before is None or before.subscribe_queues(topic) != route.subscribe_queues(topic):
-                changed = True
-        if at_start and unreachable and len(unreachable) == len(self._subscriptions):
-            raise unreachable[0]  # no name server answered: a start-up error
-        if changed and self._runner is not None and not at_start:
-            self._rebalance_timer.wake()
-
-    def _heartbeat_data(self) -> HeartbeatData:
-        s = self.settings
-        if s.consume_from == "first":
-            where = "CONSUME_FROM_FIRST_OFFSET"
-        elif s.consume_from == "last":
-            where = "CONSUME_FROM_LAST_OFFSET"
-        else:
-            where = "CONSUME_FROM_TIMESTAMP"
-        consumer = ConsumerData(
-            group_name=self._group,
-            consume_type="CONSUME_PASSIVELY",
-            message_model="CLUSTERING" if self._clustering else "BROADCASTING",
-            consume_from_where=where,
-            subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
-        )
-        return HeartbeatData(client_id=self._client.client_id, consumers=(consumer,))
-
-    async def _send_heartbeats(self, *, at_start: bool = False) -> None:
-        client = self._client
-        data = self._heartbeat_data()
-        addrs = client.all_broker_addresses()
-        errors: list[RocketError] = []
-        for addr in addrs:
-            try:
-                await client.heartbeat(addr, data)
-            except (TransportError, BrokerError) as exc:
-                errors.append(exc)
-                log.warning("heartbeat to %s failed: %s", addr, exc)
-        if at_start and addrs and len(errors) == len(addrs):
-            raise errors[0]
 
     async def _rebalance(self) -> None:
         if self._closing:
             return
         async with self._table_lock:
+            self._restart_silent_pulls()
             await self._rebalancer.run_once(list(self._subscriptions))
         self._stats.rebalances += 1
+
+    def _restart_silent_pulls(self) -> None:
+        """The pull-expired watchdog (Java's rebalance drops a queue whose pull has been idle
+        for ``pullMaxIdleTime`` and re-adds it): a pull task silent for twice
+        ``pull_timeout`` outside a legitimate wait is replaced by a new one that goes on from
+        the same offset, with the same cache (nothing is delivered twice)."""
+        limit = 2 * self.settings.pull_timeout
+        now = asyncio.get_running_loop().time()
+        for mq, held in self._held.items():
+            loop_ = held.loop
+            if loop_ is None or not held.pq.active:
+                continue
+            silent = loop_.silent_for(now)
+            if silent <= limit:
+                continue
+            log.error(
+                "%s: the pull task has been silent for %.0f s (limit %.0f s); restarting it "
+                "at offset %d",
+                mq,
+                silent,
+                limit,
+                loop_.next_offset,
+            )
+            self._stats.pull_restarts += 1
+            held.task.cancel()
+            loop_.last_active = now  # (not silent again before the new task first runs)
+            held.task = self._spawn(loop_.run(loop_.next_offset), name=f"pull {mq}")
 
     async def _persist_offsets(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
@@ -749,14 +595,6 @@ class PushConsumer:
                 what="unlock orderly queues",
             )
 
-    async def _unregister(self) -> None:
-        client = self._client
-        for addr in client.all_broker_addresses():
-            try:
-                await client.unregister_client(addr, consumer_group=self._group)
-            except (TransportError, BrokerError) as exc:
-                log.debug("unregister from %s failed: %s", addr, exc)
-
     # -- queues (QueueHost) -------------------------------------------------------------------
 
     def held(self) -> list[MessageQueue]:
@@ -767,6 +605,8 @@ class PushConsumer:
         """Start holding ``mq`` (rebalancer callback); ``locked_at``: when its granted lock
         request was sent (orderly clustering)."""
         pq = ProcessQueue(mq, now=asyncio.get_running_loop().time())
+        if self._is_paused(mq):
+            pq.pause()
         topic = mq.topic
         gate: PullGate | None = None
         if self._locking:
@@ -792,7 +632,7 @@ class PushConsumer:
             gate=gate,
         )
         task = self._spawn(loop_.run(offset), name=f"pull {mq}")
-        self._held[mq] = _Held(pq, task)
+        self._held[mq] = _Held(pq, task, loop_)
 
     async def stop_queue(self, mq: MessageQueue) -> None:
         """Stop holding ``mq``: dropped, pull cancelled, offset persisted and forgotten
@@ -820,17 +660,7 @@ class PushConsumer:
         self._limits[topic] = self._flow_limits(topic, count)
 
     def _flow_limits(self, topic: str, queues: int) -> FlowLimits:
-        # RebalancePushImpl.messageQueueChanged: a topic threshold is shared by its queues.
-        s = self.settings
-        n = max(queues, 1)
-        count = s.pull_threshold_for_queue
-        if s.pull_threshold_for_topic >= 0:
-            count = max(1, s.pull_threshold_for_topic // n)
-        mib = s.pull_threshold_size_for_queue
-        if s.pull_threshold_size_for_topic >= 0:
-            mib = max(1, s.pull_threshold_size_for_topic // n)
-        span = s.max_span if self._service.uses_span_limit else None
-        return FlowLimits(max_count=count, max_mib=mib, max_span=span)
+        return flow_limits(self.settings, queues, span=self._service.uses_span_limit)
 
     async def _on_offset_illegal(self, pq: ProcessQueue, offset: int) -> None:
         mq = pq.queue
@@ -888,11 +718,6 @@ class PushConsumer:
 
     # -- requests from brokers ----------------------------------------------------------------
 
-    async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        log.debug("consumer ids of %s changed; rebalancing now", self._group)
-        self._rebalance_timer.wake()
-        return
-
     async def _on_running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         header = GetConsumerRunningInfoRequestHeader.from_ext(cmd.ext_fields)
         if header.consumer_group != self._group:
@@ -937,8 +762,11 @@ class PushConsumer:
                 last_consume_timestamp=int((snap.last_consume_time + offset) * 1000),
             )
         now = asyncio.get_running_loop().time()
-        status = {
-            topic: TopicConsumeStatus(
+        # DefaultMQPushConsumerImpl.consumerRunningInfo: a row for every subscribed topic
+        # (mqadmin consumerStatus lists them all), zeros until it has statistics
+        status = {topic: TopicConsumeStatus() for topic in self._subscriptions}
+        for topic, t in self._stats.topic_statistics(now).items():
+            status[topic] = TopicConsumeStatus(
                 pull_rt=t.pull_rt_ms,
                 pull_tps=t.pull_tps,
                 consume_rt=t.consume_rt_ms,
@@ -946,8 +774,6 @@ class PushConsumer:
                 consume_failed_tps=t.consume_failed_tps,
                 consume_failed_msgs=t.consumed_failed_total,
             )
-            for topic, t in self._stats.topic_statistics(now).items()
-        }
         return ConsumerRunningInfo(
             properties=props,
             subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
@@ -962,9 +788,10 @@ class PushConsumer:
         table = ResetOffsetBody.from_json(cmd.body).offset_table
         log.warning("broker resets offsets of %s for %s", header.topic, self._group)
         async with self._table_lock:
-            # ConsumerResetOffset (MQClientInstance.resetOffset): drop the topic's queues,
-            # store the new offsets, let the next rebalance re-add them from there.
-            for mq in [mq for mq in self._held if mq.topic == header.topic]:
+            # ConsumerResetOffset (MQClientInstance.resetOffset): drop the topic's queues the
+            # table names (the others go on untouched), store the new offsets, let the next
+            # rebalance re-add them from there.
+            for mq in [mq for mq in self._held if mq.topic == header.topic and mq in table]:
                 held = self._held.pop(mq)
                 held.pq.mark_dropped()
                 held.pq.clear()
@@ -998,7 +825,12 @@ class PushConsumer:
         try:
             if self._orderly:
                 # ConsumeMessageOrderlyService.consumeMessageDirectly
-                octx = OrderlyContext(mq, suspend_millis=round(self.settings.suspend_delay * 1000))
+                suspend_ms = round(self.settings.suspend_delay * 1000)
+                key_of = key_function(self.settings.order_by)
+                if key_of is None:
+                    octx = OrderlyContext(mq, suspend_millis=suspend_ms)
+                else:
+                    octx = OrderlyContext._for_key(mq, safe_key(key_of, msgs[0]), suspend_ms)
                 ostatus = await cast(OrderlyHandler, self._handler)(msgs, octx)
                 auto_commit = octx.auto_commit
                 result = _DIRECT_ORDERLY.get(ostatus, "CR_LATER")
@@ -1032,27 +864,45 @@ class PushConsumer:
         loop_now = asyncio.get_running_loop().time()
         offset = time.time() - loop_now
         queues = {}
+        lag: dict[str, int] = {}
         for mq, held in self._held.items():
-            snap = held.pq.snapshot()
+            pq = held.pq
+            snap = pq.snapshot()
+            committed = self._offsets.read(mq)
+            broker = pq.broker_max_offset
+            # the lag is what the broker holds beyond what this member will commit next
+            behind = max(broker - committed, 0) if broker >= 0 and committed >= 0 else 0
+            lag[mq.topic] = lag.get(mq.topic, 0) + behind
+            oldest = pq.oldest_call_start()
             queues[mq] = QueueStatistics(
                 queue=mq,
                 cached_count=snap.cached_count,
                 cached_bytes=snap.cached_bytes,
                 span=snap.span,
-                committed_offset=self._offsets.read(mq),
+                committed_offset=committed,
                 last_pull_time=snap.last_pull_time + offset,
                 last_consume_time=snap.last_consume_time + offset,
-                locked=self._locking and held.pq.lock_valid(loop_now, self.settings.lock_expiry),
-                last_lock_time=held.pq.last_lock_time + offset if held.pq.last_lock_time else 0.0,
+                locked=self._locking and pq.lock_valid(loop_now, self.settings.lock_expiry),
+                last_lock_time=pq.last_lock_time + offset if pq.last_lock_time else 0.0,
+                broker_offset=broker,
+                lag=behind,
+                in_flight=pq.calls_running,
+                in_flight_since=oldest + offset if oldest is not None else 0.0,
+                flow_blocked=pq.blocked_by(),
             )
         st = self._stats
+        topics = st.topic_statistics(loop_now)
+        for topic, behind in lag.items():
+            topics[topic] = dataclasses.replace(topics.get(topic) or TopicStatistics(), lag=behind)
         return ConsumerStatistics(
-            topics=st.topic_statistics(loop_now),
+            topics=topics,
             queues=queues,
             pull_errors=st.pull_errors,
             flow_control_pauses=st.flow_control_pauses,
             send_back_failures=st.send_back_failures,
             rebalances=st.rebalances,
+            pull_restarts=st.pull_restarts,
+            handlers_cancelled=st.handlers_cancelled,
         )
 
     def __repr__(self) -> str:

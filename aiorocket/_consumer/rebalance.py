@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
@@ -177,9 +177,13 @@ class Rebalancer:
         broadcasting: bool,
         consume_from: Literal["last", "first"] | datetime,
         locker: QueueLocker | None = None,
+        on_duplicate_id: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._client = client
         self._locker = locker
+        #: called when this client's id appears more than once in the group (two instances
+        #: forced to one id); it gives this member a unique id and registers it
+        self._on_duplicate_id = on_duplicate_id
         self._group = group
         self._host = host
         self._offsets = offsets
@@ -189,6 +193,17 @@ class Rebalancer:
 
     async def run_once(self, topics: Sequence[str]) -> RebalancePlan:
         """One round over ``topics`` (the subscribed wire topics); returns the applied plan.
+
+        Raises:
+            Nothing expected: per-topic failures are logged and the topic is skipped.
+        """
+        plan = await self.plan(topics)
+        await self.apply(plan)
+        return plan
+
+    async def plan(self, topics: Sequence[str]) -> RebalancePlan:
+        """Gather this round's inputs and plan it, without applying anything (a pull consumer
+        tells its application what it is about to lose before :meth:`apply`).
 
         Raises:
             Nothing expected: per-topic failures are logged and the topic is skipped.
@@ -211,6 +226,11 @@ class Rebalancer:
                 continue
             try:
                 cids = await self._consumer_ids(topic)
+                if self._on_duplicate_id is not None and cids.count(self._client.client_id) > 1:
+                    # Two members under one id would both take its share, and leave the share
+                    # of the id's second place to nobody (Java's allocation keeps duplicates).
+                    await self._on_duplicate_id()
+                    cids = await self._consumer_ids(topic)
             except (TransportError, BrokerError) as exc:
                 log.info("rebalance of %s skipped: consumer list unavailable (%s)", topic, exc)
                 continue
@@ -222,9 +242,7 @@ class Rebalancer:
                 client_id=self._client.client_id,
                 strategy=self._strategy,
             )
-        plan = plan_rebalance(self._host.held(), allocated, topics)
-        await self.apply(plan)
-        return plan
+        return plan_rebalance(self._host.held(), allocated, topics)
 
     async def _consumer_ids(self, topic: str) -> list[str]:
         # findConsumerIdList asks one broker hosting the topic, the master preferred.

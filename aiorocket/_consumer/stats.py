@@ -31,6 +31,8 @@ class TopicStatistics:
         consume_rt_ms: mean handler call duration.
         consume_ok_tps, consume_failed_tps: messages per second that succeeded / failed.
         pulled_total, consumed_ok_total, consumed_failed_total: counts since start.
+        lag: messages of the topic's held queues not consumed yet: per queue, the broker's
+            max offset from the last pull response minus the offset to commit next.
     """
 
     pull_rt_ms: float = 0.0
@@ -41,6 +43,7 @@ class TopicStatistics:
     pulled_total: int = 0
     consumed_ok_total: int = 0
     consumed_failed_total: int = 0
+    lag: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,15 @@ class QueueStatistics:
             has not expired (``lock_expiry``); always False otherwise.
         last_lock_time: orderly, clustering: epoch seconds at which the last granted lock
             request was sent (0.0 if never).
+        broker_offset: the queue's max offset on the broker, from the last pull response
+            (-1 before the first pull answered).
+        lag: ``broker_offset - committed_offset`` (0 while either is unknown): messages
+            stored that this consumer has not finished.
+        in_flight: handler calls running on this queue's messages.
+        in_flight_since: epoch seconds at which the oldest handler call still running on
+            this queue's messages started (0.0 when none runs).
+        flow_blocked: which flow-control limit holds the queue's pulls right now
+            (``"count"``, ``"size"`` or ``"span"``), ``None`` when pulls are not held.
     """
 
     queue: MessageQueue
@@ -68,6 +80,11 @@ class QueueStatistics:
     last_consume_time: float
     locked: bool = False
     last_lock_time: float = 0.0
+    broker_offset: int = -1
+    lag: int = 0
+    in_flight: int = 0
+    in_flight_since: float = 0.0
+    flow_blocked: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,10 @@ class ConsumerStatistics:
         send_back_failures: failed messages that could not be returned to the broker and were
             scheduled for a local retry.
         rebalances: completed rebalance rounds.
+        pull_restarts: pull tasks restarted by the watchdog after staying silent for twice
+            ``pull_timeout`` (a healthy consumer keeps this at 0).
+        handlers_cancelled: handler calls cancelled after running longer than
+            ``consume_timeout`` (see ``cancel_timed_out_handlers``).
     """
 
     topics: Mapping[str, TopicStatistics] = field(default_factory=dict)
@@ -90,6 +111,8 @@ class ConsumerStatistics:
     flow_control_pauses: int = 0
     send_back_failures: int = 0
     rebalances: int = 0
+    pull_restarts: int = 0
+    handlers_cancelled: int = 0
 
 
 class _Counters:
@@ -126,6 +149,8 @@ class StatsRecorder:
         self.flow_control_pauses = 0
         self.send_back_failures = 0
         self.rebalances = 0
+        self.pull_restarts = 0
+        self.handlers_cancelled = 0
 
     def _topic(self, topic: str) -> _Counters:
         c = self._topics.get(topic)

@@ -19,12 +19,23 @@ from aiorocket._protocol.codes import MessageSysFlag
 from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import BatchItem, compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
-from aiorocket._protocol.properties import DELAY, KEYS, TAGS, UNIQ_KEY, WAIT, encode_properties
+from aiorocket._protocol.properties import (
+    DELAY,
+    KEYS,
+    SHARDING_KEY,
+    TAGS,
+    UNIQ_KEY,
+    WAIT,
+    encode_properties,
+)
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,
+    FlowControlError,
     MessageTooLargeError,
+    RequestTimeoutError,
     RocketError,
+    SystemBusyError,
     TopicNotExistError,
 )
 from aiorocket.models import Message, MessageQueue, SendResult, SendStatus, validate_name
@@ -42,6 +53,8 @@ _STATUS = {
 }
 #: per-message overhead Java's ``MessageBatch`` size check adds besides body and properties
 _BATCH_ITEM_OVERHEAD = 22
+#: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
+_BUSY_BACKOFF = 0.05
 
 
 class Producer:
@@ -154,10 +167,13 @@ class Producer:
 
         The queue is chosen round-robin over the topic's writable queues, unless ``queue``
         names one, ``sharding_key`` is given (the same key always maps to the same queue, which
-        ordered consumption relies on) or ``selector`` picks one. Failures on retriable codes
-        and timeouts are retried up to ``retries`` more times, on another broker where possible
-        (not for keyed, selected or explicit queues, whose queue must not change); every copy
-        carries the same ``UNIQ_KEY``.
+        ordered consumption relies on) or ``selector`` picks one. A non-empty ``sharding_key``
+        also travels with the message as its ``__SHARDINGKEY`` property (RocketMQ 5.x's
+        message group), which an orderly consumer with ``order_by="sharding_key"`` keeps in
+        order per key while handling different keys of a queue concurrently. Failures on
+        retriable codes and timeouts are retried up to ``retries`` more times, on another
+        broker where possible (not for keyed, selected or explicit queues, whose queue must not
+        change); every copy carries the same ``UNIQ_KEY``.
 
         Raises:
             MessageTooLargeError: the body exceeds ``max_message_size`` (nothing is sent).
@@ -200,10 +216,14 @@ class Producer:
 
         Each sub-batch is stored contiguously in one queue; one :class:`SendResult` is returned
         per sub-batch, in order, with ``msg_id`` the ``,``-joined ids of its messages.
+        ``timeout`` (default ``send_timeout``) is the budget of the whole call, every
+        sub-batch and retry included; when a sub-batch fails, those before it stay stored
+        (the error's note says how many). With
+        ``sharding_key`` every message carries it as ``__SHARDINGKEY`` (see :meth:`send`).
 
         Raises:
-            ConfigurationError: empty batch, several topics, or a delayed message (the broker
-                does not support delay in batches).
+            ConfigurationError: empty batch, several topics, a delayed message (the broker
+                does not support delay in batches), or a ``sharding_key`` with ``\\x01``/``\\x02``.
             MessageTooLargeError: a single message exceeds ``max_message_size``.
             BrokerError, TransportError, ClientClosedError: as :meth:`send`.
         """
@@ -215,6 +235,7 @@ class Producer:
         if any(m.delay_level for m in msgs):
             raise ConfigurationError("delayed messages cannot be sent in a batch")
         validate_name(topic)
+        _check_sharding_key(sharding_key)
         limit = self.settings.max_message_size
         chunks: list[list[tuple[BatchItem, str]]] = [[]]
         size = 0
@@ -224,7 +245,7 @@ class Producer:
                     f"message body of {len(m.body)} bytes exceeds {limit} bytes"
                 )
             uniq = self._uniq.next(int(time.time() * 1000))
-            props = self._properties(m, uniq, None)
+            props = self._properties(m, uniq, None, sharding_key)
             item = BatchItem(flag=0, body=m.body, properties=encode_properties(props))
             item_size = _BATCH_ITEM_OVERHEAD + len(m.body) + len(item.properties.encode())
             if chunks[-1] and size + item_size > limit:
@@ -233,25 +254,37 @@ class Producer:
             chunks[-1].append((item, uniq))
             size += item_size
         results = []
-        for chunk in chunks:
+        # One budget for the whole call, as for send(): each sub-batch gets what is left.
+        loop = asyncio.get_running_loop()
+        budget = timeout or self.settings.send_timeout
+        deadline = loop.time() + budget
+        for i, chunk in enumerate(chunks):
             body = encode_batch_body([it for it, _ in chunk])
             uniqs = ",".join(u for _, u in chunk)
-            results.append(
-                await self._send_with_retries(
-                    topic,
-                    body,
-                    0,
-                    encode_properties({WAIT: "true"}),
-                    uniqs,
-                    None,
-                    sharding_key,
-                    None,
-                    queue,
-                    timeout,
-                    batch=True,
-                    oneway=False,
+            remaining = deadline - loop.time()
+            try:
+                if remaining <= 0:
+                    raise RequestTimeoutError(f"send_batch: the {budget:g} s budget ran out")
+                results.append(
+                    await self._send_with_retries(
+                        topic,
+                        body,
+                        0,
+                        encode_properties({WAIT: "true"}),
+                        uniqs,
+                        None,
+                        sharding_key,
+                        None,
+                        queue,
+                        remaining,
+                        batch=True,
+                        oneway=False,
+                    )
                 )
-            )
+            except RocketError as exc:
+                if i:
+                    exc.add_note(f"{i} of {len(chunks)} sub-batches were stored before this one")
+                raise
         return [r for r in results if r is not None]
 
     # -- internals ----------------------------------------------------------------------------
@@ -264,8 +297,14 @@ class Producer:
         ns = self.settings.namespace
         return f"{ns}%{topic}" if ns and not topic.startswith(f"{ns}%") else topic
 
-    def _properties(self, msg: Message, uniq: str, delay_level: int | None) -> dict[str, str]:
+    def _properties(
+        self, msg: Message, uniq: str, delay_level: int | None, sharding_key: str | None
+    ) -> dict[str, str]:
         props = dict(msg.properties)
+        if sharding_key:
+            # The key the message was routed by, for consumers ordering by key (RocketMQ
+            # 5.x MessageConst.PROPERTY_SHARDING_KEY, its FIFO message group).
+            props[SHARDING_KEY] = sharding_key
         if msg.tags:
             props[TAGS] = msg.tags
         if msg.keys:
@@ -289,6 +328,7 @@ class Producer:
         oneway: bool,
     ) -> SendResult | None:
         validate_name(msg.topic)
+        _check_sharding_key(sharding_key)
         if delay_level is not None and not 0 <= delay_level <= 18:
             raise ConfigurationError("delay_level must be within 0..18")
         s = self.settings
@@ -298,7 +338,7 @@ class Producer:
                 f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
             )
         uniq = self._uniq.next(int(time.time() * 1000))
-        props = encode_properties(self._properties(msg, uniq, delay_level))
+        props = encode_properties(self._properties(msg, uniq, delay_level, sharding_key))
         body, sys_flag = msg.body, 0
         if s.compress_threshold and len(body) >= s.compress_threshold:
             body = compress_body(body, s.compress_level)
@@ -394,6 +434,11 @@ class Producer:
                 log.info("send to %s failed (%s); retry %d/%d", mq, exc, attempt + 1, s.retries)
                 if pinned:
                     last_broker = None
+                if isinstance(exc, SystemBusyError | FlowControlError):
+                    # An overloaded broker (full send queue, busy page cache): back off before
+                    # asking again, within what is left of the budget.
+                    pause = _BUSY_BACKOFF * 2**attempt * random.uniform(0.5, 1.0)
+                    await asyncio.sleep(min(pause, remaining / 2))
                 continue
             if resp is None:
                 return None
@@ -406,9 +451,14 @@ class Producer:
             status=_STATUS.get(resp.code, SendStatus.SEND_OK),
             msg_id=uniq,
             offset_msg_id=h.msg_id,
-            queue=MessageQueue(mq.topic, mq.broker_name, h.queue_id),
+            # Without the namespace, as Java's processSendResponse builds it.
+            queue=MessageQueue(self._user_topic(mq.topic), mq.broker_name, h.queue_id),
             queue_offset=h.queue_offset,
         )
+
+    def _user_topic(self, topic: str) -> str:
+        ns = self.settings.namespace
+        return topic[len(ns) + 1 :] if ns and topic.startswith(f"{ns}%") else topic
 
     async def _publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
         seen = self._publish.get(topic)
@@ -492,3 +542,9 @@ class Producer:
                 await self._client.unregister_client(addr, producer_group=self._wire_group())
             except RocketError as exc:
                 log.debug("unregister from %s failed: %s", addr, exc)
+
+
+def _check_sharding_key(key: str | None) -> None:
+    # It becomes a property value: the separators would corrupt the properties string.
+    if key is not None and ("\x01" in key or "\x02" in key):
+        raise ConfigurationError("sharding_key must not contain \\x01 or \\x02")

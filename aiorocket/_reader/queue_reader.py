@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-from aiorocket._client.instance import ClientInstance
+from aiorocket._client.owner import ClientOwner
 from aiorocket._consumer.pull_loop import to_received
 from aiorocket._protocol.codes import PullSysFlag, ResponseCode
 from aiorocket._protocol.headers import PullMessageRequestHeader
@@ -111,7 +111,7 @@ class ReadBatch:
     max_offset: int
 
 
-class QueueReader:
+class QueueReader(ClientOwner):
     """Reads queues by offset and reads/writes consumer-group offsets; asyncio.
 
     ::
@@ -134,6 +134,8 @@ class QueueReader:
         ConfigurationError: invalid settings (at construction).
     """
 
+    _what = "queue reader"
+
     def __init__(
         self,
         *,
@@ -141,66 +143,14 @@ class QueueReader:
         pull_group: str = DEFAULT_PULL_GROUP,
         **settings: Any,
     ) -> None:
-        self.settings: ClientSettings = build_settings(
-            ClientSettings, {"namesrv": namesrv, **settings}
-        )
+        super().__init__(build_settings(ClientSettings, {"namesrv": namesrv, **settings}))
         self._ns = self.settings.namespace
         self._pull_group = self._wire(validate_name(pull_group, "consumer group"))
         validate_name(self._pull_group, "consumer group")
-        self._client: ClientInstance | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._filters: dict[str, TagFilter] = {}
         # Brokers whose last call failed on the transport: their route is fetched again
         # before the next call, in case the broker moved.
         self._stale: set[str] = set()
-        self._closed = False
-
-    # -- lifecycle ----------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Create the client (connections open on first use). Prefer ``async with``.
-
-        Raises:
-            ClientClosedError: the reader was closed before.
-        """
-        if self._closed:
-            raise ClientClosedError("the queue reader is closed")
-        if self._client is None:
-            self._client = ClientInstance(self.settings)
-            self._client.start(self._spawn)
-
-    async def close(self) -> None:
-        """Close every connection; later calls raise :class:`ClientClosedError`."""
-        self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
-        for task in list(self._tasks):
-            task.cancel()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], /) -> object:
-        # The reader serves no broker requests; the pool asks for a spawner all the same.
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _require(self) -> ClientInstance:
-        if self._client is None:
-            raise ClientClosedError("the queue reader is closed" if self._closed else "not started")
-        return self._client
 
     # -- names --------------------------------------------------------------------------------
 

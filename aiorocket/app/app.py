@@ -11,13 +11,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel
 
 from aiorocket._consumer import PushConsumer
 from aiorocket._producer.producer import Producer
 from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
+from aiorocket.app.health import QueueHealth, queue_health
 from aiorocket.app.settings import AppSettings, load_app_settings
 from aiorocket.app.signals import ReconsumeLater, RetryPolicy
 from aiorocket.errors import ClientClosedError, ConfigurationError, RocketError
@@ -37,6 +38,8 @@ __all__ = ["App", "SubscriberStatistics"]
 log = logging.getLogger("aiorocket.app")
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
+#: what an orderly subscriber keeps in order (see :meth:`App.subscriber`)
+OrderBy = Literal["queue", "sharding_key"] | Callable[[ReceivedMessage], str | None]
 
 #: Properties put on a message quarantined by the app (the 5.x names, where there are some).
 DLQ_REASON = "AIOROCKET_DLQ_REASON"
@@ -73,6 +76,7 @@ class _Subscriber:
     group: str
     tags: frozenset[str] | None  # None: every tag
     orderly: bool
+    order_by: OrderBy
     batch: bool
     batch_size: int
     concurrency: int | None
@@ -131,6 +135,7 @@ class App:
         group: str,
         tags: str = "*",
         orderly: bool = False,
+        order_by: OrderBy = "queue",
         batch: bool = False,
         batch_size: int = 32,
         concurrency: int | None = None,
@@ -144,7 +149,8 @@ class App:
         Returning is success; raising :class:`ReconsumeLater` or any exception retries the
         message through ``%RETRY%<group>``; :class:`DeadLetter` or ``retry`` rules send it to
         the DLQ. With ``batch=True`` the handler takes ``list[T]`` (up to ``batch_size``).
-        Subscribers of one group share one consumer, so they must agree on ``orderly``.
+        Subscribers of one group share one consumer, so they must agree on ``orderly`` and
+        ``order_by``.
 
         With ``orderly=True`` each queue's messages reach the handler one call at a time, in
         order: a failure suspends the queue and the same message comes again (after the
@@ -152,6 +158,17 @@ class App:
         ``suspend_delay``) with nothing after it delivered meanwhile; retries are unlimited
         unless ``retry`` sets ``max_attempts``. Invalid bodies and failures the retry policy
         gives up on go to the dead-letter queue as above, and the queue moves on.
+
+        Add ``order_by="sharding_key"`` (the key :meth:`publish` got as ``sharding_key``) or
+        ``order_by=fn`` (``fn(msg) -> str | None``) to keep the order per key instead of per
+        queue: a queue's messages with the same key reach the handler one call at a time, in
+        order, while different keys run concurrently (up to ``concurrency``); a failure holds
+        back only its key. Messages without a key keep queue order among themselves.
+
+        Subscribers are push consumers: the library calls the handler, retries, commits.
+        When your code must own the loop instead (a batch job that reads and stops, a service
+        that fetches on request, bulk processing with explicit commits, ``seek`` to replay,
+        ``pause`` for backpressure), use :class:`aiorocket.PullConsumer`.
 
         Raises:
             ConfigurationError: bad names, a non-async handler, an unsupported body type, or a
@@ -163,6 +180,8 @@ class App:
             raise ConfigurationError("subscribers must be declared before the app starts")
         if batch_size < 1:
             raise ConfigurationError("batch_size must be at least 1")
+        if order_by != "queue" and not orderly:
+            raise ConfigurationError("order_by needs orderly=True")
 
         def register(fn: _F) -> _F:
             sig = inspect_handler(fn, batch=batch)
@@ -171,6 +190,7 @@ class App:
                 group=group,
                 tags=_parse_tags(tags),
                 orderly=orderly,
+                order_by=order_by,
                 batch=batch,
                 batch_size=batch_size if batch else 1,
                 concurrency=concurrency,
@@ -184,6 +204,11 @@ class App:
                 if other.orderly != orderly:
                     raise ConfigurationError(
                         f"group {group!r} mixes orderly and concurrent subscribers; use two groups"
+                    )
+                if other.order_by != order_by:
+                    raise ConfigurationError(
+                        f"group {group!r} mixes subscribers ordered by {other.order_by!r} and "
+                        f"by {order_by!r}; use two groups"
                     )
                 if other.topic == topic and (
                     other.tags is None or sub.tags is None or other.tags & sub.tags
@@ -303,22 +328,20 @@ class App:
     # -- health -------------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        """Started (connected, first rebalance done) and no queue stuck with cached messages
-        for longer than ``stuck_after`` seconds."""
+        """Started (connected, first rebalance done) and no queue stuck for longer than
+        ``stuck_after`` seconds (see :meth:`health`)."""
         return self._started and not self.stuck_queues()
 
+    def health(self) -> list[QueueHealth]:
+        """Per-queue health of every held queue: last pull, last consume, oldest in-flight
+        handler call, flow-control state, lag, and whether (and why) it is stuck: a handler
+        call running longer than ``stuck_after``, or cached messages with nothing consumed
+        for that long (:mod:`aiorocket.app.health`)."""
+        return queue_health(self._consumers, stuck_after=self.settings.stuck_after, now=time.time())
+
     def stuck_queues(self) -> list[str]:
-        """Queues holding messages that nothing consumed for ``stuck_after`` seconds."""
-        now = time.time()
-        out = []
-        for consumer in self._consumers.values():
-            for mq, q in consumer.statistics().queues.items():
-                if (
-                    q.cached_count
-                    and now - max(q.last_consume_time, q.last_pull_time) > self.settings.stuck_after
-                ):
-                    out.append(str(mq))
-        return out
+        """The stuck queues (``topic@broker:queue``) of :meth:`health`."""
+        return [h.queue for h in self.health() if h.stuck]
 
     def statistics(self) -> dict[str, SubscriberStatistics]:
         """Counters per subscriber, keyed ``"<group>:<topic>:<handler name>"``."""
@@ -344,7 +367,9 @@ class App:
         limits = [s.concurrency for s in subs if s.concurrency is not None]
         if limits:
             options["concurrency"] = max(limits)
-        consumer = PushConsumer(group=group, orderly=subs[0].orderly, **options)
+        consumer = PushConsumer(
+            group=group, orderly=subs[0].orderly, order_by=subs[0].order_by, **options
+        )
         expressions: dict[str, set[str] | None] = {}
         for s in subs:
             if s.tags is None or expressions.get(s.topic, set()) is None:

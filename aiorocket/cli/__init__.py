@@ -1,4 +1,4 @@
-"""The ``aiorocket`` command: ``broker``, ``run`` and ``demo``."""
+"""The ``aiorocket`` command: ``broker``, ``run``, ``demo`` and ``admin``."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser = argparse.ArgumentParser(prog="aiorocket", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
+    from aiorocket.cli._admin import add_admin_parser
     from aiorocket.cli._broker import add_broker_parser
     from aiorocket.cli._demo import add_demo_parser
     from aiorocket.cli._run import add_run_parser
 
-    for add in (add_broker_parser, add_run_parser, add_demo_parser):
+    for add in (add_broker_parser, add_run_parser, add_demo_parser, add_admin_parser):
         add(_WithParents(sub, common))
     return parser
 
@@ -56,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from aiorocket.cli._run import run_worker
 
         return run_worker(args)
+    if args.command == "admin":
+        from aiorocket.cli._admin import run_admin
+
+        return run_admin(args)
     if args.command == "demo":
         from aiorocket.cli._demo import run_demo_command
 

@@ -38,6 +38,7 @@ def add_broker_parser(sub: Any) -> None:
     p.add_argument("--broker-name", default="broker-a", help="broker name in routes")
     p.add_argument("--cluster-name", default="DefaultCluster", help="cluster name")
     p.add_argument("--advertised-host", default=None, help="IPv4 address put in routes")
+    p.add_argument("--advertised-port", type=int, default=None, help="port put in routes")
     p.add_argument("--access-key", default=None, help="ACL access key (with --secret-key)")
     p.add_argument("--secret-key", default=None, help="ACL secret key")
     p.add_argument(
@@ -55,6 +56,7 @@ async def _serve(args: argparse.Namespace) -> int:
         broker_name=args.broker_name,
         cluster_name=args.cluster_name,
         advertised_host=args.advertised_host,
+        advertised_port=args.advertised_port,
         flush=args.flush,
         default_queues=args.default_queues,
         auto_create_topics=args.auto_create_topics,

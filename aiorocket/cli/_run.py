@@ -2,7 +2,8 @@
 
 SIGINT/SIGTERM start a graceful drain (handlers finish within the consumers' grace period,
 offsets are flushed, clients unregister); a second signal stops at once. A status line shows
-consumed/s, failures and backlog per topic: live on a terminal, as periodic log lines otherwise.
+consumed/s, failures and lag per topic: live on a terminal, as periodic log lines otherwise.
+``--metrics-port`` serves ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 Start-up failures (a bad ``module:app``, an unreachable name server) exit non-zero with one line.
 """
 
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiorocket.app import App
@@ -45,6 +47,16 @@ def add_run_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--status-interval", type=float, default=None, help="seconds between status lines"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics (Prometheus), /healthz and /readyz on this port "
+        '(needs "aiorocket[prometheus]"; with --workers N, worker i uses port + i)',
+    )
+    p.add_argument(
+        "--metrics-host", default="0.0.0.0", help="address of the metrics server (0.0.0.0)"
     )
 
 
@@ -79,7 +91,9 @@ def load_app(target: str) -> App:
 
 
 class _Status:
-    """Consumed/s, failures and backlog per topic, computed from the app's counters."""
+    """Consumed/s, failures and lag per topic, computed from the app's counters: the lag is
+    what the broker holds beyond each queue's committed offset (the pull responses' max
+    offset), not what sits in the local cache."""
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -94,14 +108,17 @@ class _Status:
         now = time.monotonic()
         rate = (handled - self.last_handled) / max(now - self.last_time, 1e-6)
         self.last_time, self.last_handled = now, handled
-        backlog: dict[str, int] = {}
+        lag: dict[str, int] = {}
         for consumer in self.app.consumers().values():
-            for mq, q in consumer.statistics().queues.items():
-                backlog[mq.topic] = backlog.get(mq.topic, 0) + q.cached_count
-        topics = " ".join(f"{t}={n}" for t, n in sorted(backlog.items()))
+            for topic, t in consumer.statistics().topics.items():
+                lag[topic] = lag.get(topic, 0) + t.lag
+        # retry topics only when something waits there
+        topics = " ".join(
+            f"{t}={n}" for t, n in sorted(lag.items()) if n or not t.startswith("%RETRY%")
+        )
         return (
             f"consumed {handled} ({rate:,.0f}/s) failed {failed} dead-lettered {dead}"
-            f" | cached {topics or '-'}"
+            f" | lag {topics or '-'}"
         )
 
 
@@ -115,7 +132,12 @@ async def _status_loop(status: _Status, interval: float, tty: bool) -> None:
             log.info("%s", status.line())
 
 
-async def _serve(app: App, status_interval: float | None) -> int:
+async def _serve(
+    app: App,
+    status_interval: float | None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = 0
@@ -132,11 +154,33 @@ async def _serve(app: App, status_interval: float | None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    serve: Callable[..., Awaitable[asyncio.Server]] | None = None
+    if metrics_port is not None:
+        try:  # before connecting: a missing extra is a usage error
+            from aiorocket.integrations import prometheus
+        except ImportError as exc:
+            print(f"aiorocket worker: {exc}", file=sys.stderr)
+            return 2
+        serve = prometheus.serve
     try:
         await app.start()
     except (RocketError, OSError) as exc:
         print(f"aiorocket worker could not start: {exc}", file=sys.stderr)
         return 1
+    metrics_server: asyncio.Server | None = None
+    if serve is not None:
+        try:
+            metrics_server = await serve(app, host=metrics_host, port=metrics_port or 0)
+        except OSError as exc:
+            print(f"aiorocket worker: cannot serve metrics: {exc}", file=sys.stderr)
+            await app.stop()
+            return 1
+        bound = metrics_server.sockets[0].getsockname()
+        print(
+            f"aiorocket worker metrics on http://{bound[0]}:{bound[1]}/metrics",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"aiorocket worker started (pid {os.getpid()})", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty()
     status = _Status(app)
@@ -147,6 +191,8 @@ async def _serve(app: App, status_interval: float | None) -> int:
         await stop.wait()
     finally:
         status_task.cancel()
+        if metrics_server is not None:
+            metrics_server.close()
         await app.stop()
     if tty:
         sys.stderr.write("\n")
@@ -171,8 +217,12 @@ def _run_one(args: argparse.Namespace) -> int:
                 )
                 return 2
         else:
-            return int(uvloop.run(_serve(app, args.status_interval)))
-    return asyncio.run(_serve(app, args.status_interval))
+            return int(uvloop.run(_serve(app, *_serve_options(args))))
+    return asyncio.run(_serve(app, *_serve_options(args)))
+
+
+def _serve_options(args: argparse.Namespace) -> tuple[float | None, int | None, str]:
+    return args.status_interval, args.metrics_port, args.metrics_host
 
 
 def _supervise(args: argparse.Namespace) -> int:
@@ -190,7 +240,14 @@ def _supervise(args: argparse.Namespace) -> int:
     ]
     if args.status_interval:
         cmd += ["--status-interval", str(args.status_interval)]
-    children = [subprocess.Popen(cmd) for _ in range(args.workers)]
+    cmd += ["--metrics-host", args.metrics_host]
+
+    def worker_cmd(i: int) -> list[str]:
+        if args.metrics_port is None:
+            return cmd
+        return [*cmd, "--metrics-port", str(args.metrics_port + i)]
+
+    children = [subprocess.Popen(worker_cmd(i)) for i in range(args.workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:

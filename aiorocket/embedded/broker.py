@@ -7,6 +7,7 @@ broker codes. Layout of the data directory::
     config/topics.json                              topics created at run time
     config/consumerOffset.json                      committed consumer offsets
     config/delayOffset.json                         progress of each delay level
+    config/subscriptionGroup.json, kvConfig.json    admin settings (``admin.py``)
 
 Background work, all owned by the broker and stopped when it closes: one delivery task per
 delay level, a housekeeping task (expired channels and locks every ``channel_scan_interval``),
@@ -35,7 +36,9 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._protocol.tags import tags_code
 from aiorocket._remoting import Connection, Dispatcher, Server
+from aiorocket.embedded.admin import AdminProcessors, NameServerAdmin
 from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.faults import BrokerFaults, InjectedFailure
 from aiorocket.embedded.groups import ClientGroups
 from aiorocket.embedded.locks import QueueLocks
 from aiorocket.embedded.long_polling import PullWaiters
@@ -45,13 +48,18 @@ from aiorocket.embedded.processors import BrokerProcessors
 from aiorocket.embedded.pull import PullProcessor
 from aiorocket.embedded.schedule import ScheduleService
 from aiorocket.embedded.send import MessageWriter, SendProcessor
+from aiorocket.embedded.stats import BrokerStats
 from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
 from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable
 from aiorocket.errors import ClientClosedError, ConfigurationError, ConnectionClosedError
 
 __all__ = ["EmbeddedBroker"]
 
 log = logging.getLogger("aiorocket.embedded")
+
+#: the class a Java broker names in the remark of an ACL refusal (clients key on it)
+_ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 
 
 def _primary_ipv4() -> str:
@@ -109,6 +117,8 @@ class EmbeddedBroker:
         self._data_dir: Path | None = None
         self._own_dir = False
         self._advertised: tuple[str, int] = ("127.0.0.1", 0)
+        self._bound: tuple[str, int] = (host, 0)
+        self._faults: BrokerFaults | None = None
         self._server: Server | None = None
         self._store: MessageStore | None = None
         self._offsets: ConsumerOffsets | None = None
@@ -117,6 +127,7 @@ class EmbeddedBroker:
         self._groups: ClientGroups | None = None
         self._locks: QueueLocks | None = None
         self._waiters = PullWaiters()
+        self._stats: BrokerStats | None = None
         self._dispatcher = Dispatcher()
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
@@ -138,7 +149,20 @@ class EmbeddedBroker:
     @property
     def port(self) -> int:
         """The bound port (0 before the broker starts)."""
-        return self._advertised[1]
+        return self._bound[1]
+
+    @property
+    def listen_address(self) -> str:
+        """``"host:port"`` the broker listens on; differs from :attr:`address` when
+        ``advertised_host`` or ``advertised_port`` is set (a proxy or NAT in between).
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        if not self._running:
+            raise ClientClosedError("the broker is not running")
+        host = self._bound[0]
+        return f"{'127.0.0.1' if host == '0.0.0.0' else host}:{self._bound[1]}"
 
     @property
     def config(self) -> BrokerConfig:
@@ -182,6 +206,65 @@ class EmbeddedBroker:
     def held_pulls(self) -> int:
         """How many pulls are being held right now."""
         return len(self._waiters)
+
+    # -- fault hooks (for tests; aiorocket.testing) -------------------------------------------
+
+    def _require_faults(self) -> BrokerFaults:
+        if self._faults is None or not self._running:
+            raise ClientClosedError("the broker is not running")
+        return self._faults
+
+    def fail_next(
+        self, request_code: int, response_code: int, times: int = 1, *, remark: str = ""
+    ) -> None:
+        """Answer the next ``times`` requests with ``request_code`` with ``response_code``
+        instead of processing them (e.g. ``fail_next(RequestCode.SEND_MESSAGE_V2,
+        ResponseCode.SYSTEM_BUSY, 3)``: what a broker whose page cache is busy answers).
+
+        Raises:
+            ConfigurationError: ``times`` < 1, or ``response_code`` is SUCCESS.
+            ClientClosedError: the broker is not running.
+        """
+        self._require_faults().fail_next(request_code, response_code, times, remark=remark)
+
+    @property
+    def injected_failures(self) -> list[InjectedFailure]:
+        """The requests :meth:`fail_next` answered so far, oldest first."""
+        return list(self._faults.injected) if self._faults is not None else []
+
+    async def notify_rebalance(self, group: str) -> int:
+        """Send NOTIFY_CONSUMER_IDS_CHANGED to every member of ``group``, which rebalances at
+        once; returns how many members were told.
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        return await self._require_faults().notify_rebalance(group)
+
+    async def redeliver(
+        self, topic: str, queue: int, from_offset: int, *, group: str | None = None
+    ) -> list[str]:
+        """Deliver the messages of queue ``queue`` of ``topic`` again from ``from_offset``:
+        the committed offset of ``group`` (default: every group consuming the topic) moves
+        back and online members get RESET_CONSUMER_CLIENT_OFFSET for that queue, as after
+        ``mqadmin resetOffsetByTime``. Returns the groups concerned.
+
+        Raises:
+            ConfigurationError: unknown topic or queue, or a negative offset.
+            ClientClosedError: the broker is not running.
+        """
+        return await self._require_faults().redeliver(topic, queue, from_offset, group=group)
+
+    def drop_below(self, topic: str, queue: int, offset: int) -> int:
+        """Make the messages of queue ``queue`` of ``topic`` below ``offset`` unreadable, as
+        when retention deletes old segments: pulls below it are answered OFFSET_MOVED. Returns
+        the queue's new minimum offset. Lasts until the broker restarts.
+
+        Raises:
+            ConfigurationError: the queue holds no message.
+            ClientClosedError: the broker is not running.
+        """
+        return self._require_faults().drop_below(topic, queue, offset)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -243,6 +326,13 @@ class EmbeddedBroker:
             notify=self._notify, notify_enabled=config.notify_consumer_ids_changed
         )
         self._locks = locks = QueueLocks(lease=config.lock_lease)
+        self._faults = BrokerFaults(
+            groups=groups,
+            offsets=offsets,
+            store=store,
+            topics=topics,
+            broker_name=config.broker_name,
+        )
 
         writer = MessageWriter(store, self._waiters, config, self._wake_schedule)
         schedule = ScheduleService(
@@ -265,6 +355,16 @@ class EmbeddedBroker:
         ):
             d.register(code, send.send)
         d.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.send_back)
+        stats = BrokerStats(
+            now=time.monotonic(),
+            now_ms=time.time_ns() // 1_000_000,
+            stored=lambda: (store.statistics().messages_put, store.statistics().bytes_put),
+        )
+        self._stats = stats
+
+        def served(group: str, topic: str, count: int) -> None:
+            stats.got(group, topic, count, now=time.monotonic(), now_ms=time.time_ns() // 10**6)
+
         pull = PullProcessor(
             store=store,
             topics=topics,
@@ -272,11 +372,30 @@ class EmbeddedBroker:
             offsets=offsets,
             waiters=self._waiters,
             config=config,
+            on_served=served,
         )
         d.register(RequestCode.PULL_MESSAGE, pull.pull)
         BrokerProcessors(
             store=store, topics=topics, groups=groups, offsets=offsets, locks=locks, config=config
         ).register(d)
+        subscriptions = SubscriptionGroups(
+            conf_dir / "subscriptionGroup.json", now_ms=time.time_ns() // 10**6
+        )
+        subscriptions.load()
+        AdminProcessors(
+            store=store,
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            subscriptions=subscriptions,
+            stats=stats,
+            config=config,
+            address=lambda: self.address,
+            data_dir=root,
+        ).register(d)
+        kv = KVConfig(conf_dir / "kvConfig.json")
+        kv.load()
+        NameServerAdmin(kv).register(d)
         NameServer(
             topics,
             broker_name=config.broker_name,
@@ -294,7 +413,8 @@ class EmbeddedBroker:
             adv = _primary_ipv4()
         else:
             adv = bound_host
-        self._advertised = (adv, bound_port)
+        self._bound = (bound_host, bound_port)
+        self._advertised = (adv, config.advertised_port or bound_port)
         self._running = True
         schedule.start()
         self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
@@ -376,22 +496,29 @@ class EmbeddedBroker:
             refusal = self._check_acl(cmd)
             if refusal is not None:
                 return refusal
+        faults = self._faults
+        if faults is not None and faults.armed:
+            injected = faults.intercept(cmd)
+            if injected is not None:
+                return injected
         return await self._dispatcher(conn, cmd)
 
     def _check_acl(self, cmd: RemotingCommand) -> RemotingCommand | None:
         # PlainAccessValidator (REMOTING.md §8): the account must exist and the signature must
-        # cover every ext field and the body; failures are SYSTEM_ERROR with the reason.
+        # cover every ext field and the body; failures are SYSTEM_ERROR whose remark is the
+        # AclException's toString(), as the Java broker's exceptionSimpleDesc begins.
         ext = cmd.ext_fields
         access_key = ext.get(acl.ACCESS_KEY)
         if not access_key or access_key != self._config.access_key:
             return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark=f"No acl config for {access_key or '(none)'}"
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"{_ACL_EXCEPTION}: No acl config for {access_key or '(none)'}",
             )
         assert self._config.secret_key is not None
         if not acl.verify(ext, cmd.body, secret_key=self._config.secret_key):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR,
-                remark=f"Check signature failed for accessKey={access_key}",
+                remark=f"{_ACL_EXCEPTION}: Check signature failed for accessKey={access_key}",
             )
         return None
 
@@ -434,6 +561,9 @@ class EmbeddedBroker:
     async def _persist_loop(self) -> None:
         while True:
             await asyncio.sleep(self._config.offsets_flush_interval)
+            if self._stats is not None:
+                # rate samples (clusterList's TPS) whether or not anything is read meanwhile
+                self._stats.tick(now=time.monotonic(), now_ms=time.time_ns() // 1_000_000)
             try:
                 if self._offsets is not None:
                     await self._offsets.flush()

@@ -68,6 +68,10 @@ class BrokerConfig:
     #: The host put in routes and in stored records; ``None``: the bound IPv4 address, or
     #: 127.0.0.1 when bound to all interfaces and no other address can be found.
     advertised_host: str | None = None
+    #: The port put in routes and in stored records; ``None``: the bound port. Set it when
+    #: clients must reach the broker through something in between (a NAT, a port forward,
+    #: :class:`aiorocket.testing.ChaosProxy`): the name server answers routes with it.
+    advertised_port: int | None = None
 
     #: ``flushDiskType``: "async" acknowledges sends at once and flushes every
     #: ``flush_interval``; "sync" acknowledges a send only after fsync.
@@ -140,6 +144,8 @@ class BrokerConfig:
                 raise ConfigurationError(
                     f"advertised_host must be an IPv4 address, not {self.advertised_host!r}"
                 ) from None
+        if self.advertised_port is not None and not 0 < self.advertised_port <= 65535:
+            raise ConfigurationError(f"advertised_port {self.advertised_port} is outside 1..65535")
         if self.flush not in ("async", "sync"):
             raise ConfigurationError(f"flush must be 'async' or 'sync', not {self.flush!r}")
         if not 0 < self.flush_interval <= 0.5:

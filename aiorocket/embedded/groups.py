@@ -226,6 +226,10 @@ class ClientGroups:
             del self._producers[group]
         return True
 
+    def producer_channels(self, group: str) -> list[ClientChannel]:
+        """The registrations of producer ``group`` (empty for an unknown group)."""
+        return list(self._producers.get(group, {}).values())
+
     def producer_groups(self) -> list[str]:
         """Names of the producer groups with at least one channel."""
         return sorted(self._producers)

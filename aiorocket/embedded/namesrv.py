@@ -27,6 +27,12 @@ NAMESRV_CODES = frozenset(
         RequestCode.GET_ROUTEINFO_BY_TOPIC,
         RequestCode.GET_BROKER_CLUSTER_INFO,
         RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        # admin requests of the name server (``admin.NameServerAdmin``)
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.GET_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+        RequestCode.GET_KVLIST_BY_NAMESPACE,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
     }
 )
 

@@ -118,6 +118,23 @@ class ConsumerOffsets:
             queues[queue_id] = offset
             self._version += 1
 
+    def topics_of(self, group: str) -> list[str]:
+        """Topics ``group`` has an offset stored for (``whichTopicByConsumer``)."""
+        return sorted(t for (g, t) in self._table if g == group)
+
+    def groups(self) -> list[str]:
+        """Every group with a stored offset."""
+        return sorted({g for (g, _t) in self._table})
+
+    def remove_group(self, group: str) -> bool:
+        """Forget every offset of ``group`` (``removeOffset``); returns whether it had any."""
+        keys = [k for k in self._table if k[0] == group]
+        for key in keys:
+            del self._table[key]
+        if keys:
+            self._version += 1
+        return bool(keys)
+
     def groups_of(self, topic: str) -> list[str]:
         """Groups with an offset stored for ``topic``."""
         return sorted(g for (g, t) in self._table if t == topic)

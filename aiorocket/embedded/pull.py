@@ -9,6 +9,8 @@ out, then read once more. Found messages are written as the stored bytes, never 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiorocket._protocol.codes import PullSysFlag, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import PullMessageRequestHeader
@@ -64,6 +66,8 @@ class PullProcessor:
         offsets: where piggy-backed commit offsets go.
         waiters: the held-pull registry woken by the send path.
         config: pull limits and the hold cap.
+        on_served: called with ``(group, topic, count)`` after each pull that found messages
+            (the broker's get statistics).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class PullProcessor:
         offsets: ConsumerOffsets,
         waiters: PullWaiters,
         config: BrokerConfig,
+        on_served: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self._store = store
         self._topics = topics
@@ -82,6 +87,7 @@ class PullProcessor:
         self._offsets = offsets
         self._waiters = waiters
         self._config = config
+        self._on_served = on_served
 
     def _filter(
         self, cmd: RemotingCommand, h: PullMessageRequestHeader
@@ -177,6 +183,8 @@ class PullProcessor:
                     matches=matches,
                 )
                 code = pull_code(result.status, offset, len(result.messages))
+        if result.messages and self._on_served is not None:
+            self._on_served(group, topic, len(result.messages))
         return self._respond(conn, cmd, result, code)
 
     @staticmethod

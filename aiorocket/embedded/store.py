@@ -51,7 +51,7 @@ from aiorocket.embedded.commit_log import (
     FileCache,
     SyncJob,
 )
-from aiorocket.embedded.consume_queue import ENTRY, ConsumeQueue
+from aiorocket.embedded.consume_queue import ENTRY, ConsumeQueue, QueueEntry
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -781,6 +781,21 @@ class MessageStore:
         queue = self._queues.get((topic, queue_id))
         return 0 if queue is None else queue.min_offset
 
+    def drop_below(self, topic: str, queue_id: int, offset: int) -> int:
+        """Raise the queue's minimum to ``offset`` (at most its maximum) as if retention had
+        removed the messages below it; returns the new minimum, -1 for an empty or unknown
+        queue. A fault for tests: the index files stay, so a reopened store reads them again.
+
+        Raises:
+            ClientClosedError: the store is not open.
+        """
+        self._check_open()
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or queue.max_offset == 0:
+            return -1
+        queue.min_offset = max(queue.min_offset, min(offset, queue.max_offset))
+        return queue.min_offset
+
     def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The offset whose store time is closest to ``timestamp_ms`` (REMOTING.md §6.5).
 
@@ -810,6 +825,60 @@ class MessageStore:
             return -1
         entry = queue.entry(queue.min_offset)
         return -1 if entry is None else entry.store_timestamp
+
+    def store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """The store time (ms) of the message at ``offset``, or -1 if there is none
+        (``getMessageStoreTimeStamp``; read from the index, no log access).
+
+        Raises:
+            ClientClosedError: the store is not open.
+            OSError: a read failed.
+        """
+        self._check_open()
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or not queue.min_offset <= offset < queue.max_offset:
+            return -1
+        entry = queue.entry(offset)
+        return -1 if entry is None else entry.store_timestamp
+
+    def index_entries(
+        self, topic: str, queue_id: int, offset: int, count: int
+    ) -> list[tuple[int, QueueEntry]]:
+        """Up to ``count`` index entries from ``offset`` as ``(queue offset, entry)`` pairs,
+        never crossing an index file (admin dumps and searches; ``[]`` outside the queue).
+
+        Raises:
+            ClientClosedError: the store is not open.
+            OSError: a read failed.
+        """
+        self._check_open()
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or count < 1 or not queue.min_offset <= offset < queue.max_offset:
+            return []
+        raw = queue.read(offset, count)
+        if not raw:
+            return []
+        return [(offset + i, QueueEntry._make(e)) for i, e in enumerate(ENTRY.iter_unpack(raw))]
+
+    def delete_topic(self, topic: str) -> int:
+        """Forget every queue of ``topic`` and delete its index files (``cleanUnusedTopic``);
+        returns how many queues went. The records stay in the commit log until retention
+        removes their segments; reads of the topic then find no queue.
+
+        Raises:
+            ClientClosedError: the store is not open.
+            OSError: a file could not be deleted.
+        """
+        self._check_open()
+        gone = [key for key in self._queues if key[0] == topic]
+        for key in gone:
+            self._queues.pop(key).destroy()
+        with contextlib.suppress(FileNotFoundError):
+            for child in (self._cq_root / topic).iterdir():
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+            (self._cq_root / topic).rmdir()
+        return len(gone)
 
     def queues(self) -> dict[str, list[int]]:
         """Every topic with stored queues, and its queue ids in order.

@@ -241,6 +241,31 @@ class TopicTable:
         log.info("created topic %s with %d queues", cfg.name, cfg.queue_count)
         return cfg
 
+    def delete(self, name: str) -> bool:
+        """Remove a topic created at run time and persist the table (``deleteTopicConfig``);
+        returns whether it existed.
+
+        Raises:
+            ValueError: a system topic.
+            OSError: the table cannot be written.
+        """
+        if name in self._system:
+            raise ValueError(f"{name!r} is a system topic")
+        old = self._topics.pop(name, None)
+        if old is None:
+            return False
+        was_persisted = name in self._persisted
+        self._persisted.discard(name)
+        try:
+            self._persist()
+        except BaseException:
+            self._topics[name] = old
+            if was_persisted:
+                self._persisted.add(name)
+            raise
+        log.info("deleted topic %s", name)
+        return True
+
     def ensure(self, name: str, queues: int, *, perm: int = _RW) -> TopicConfig:
         """Return the topic, creating it with ``queues`` queues if absent
         (``createTopicInSendMessageBackMethod`` for retry and DLQ topics).

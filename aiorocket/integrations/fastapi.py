@@ -4,11 +4,12 @@
 
     from fastapi import Depends, FastAPI
     from aiorocket import App, Producer
-    from aiorocket.integrations.fastapi import health_router, producer_dependency
+    from aiorocket.integrations.fastapi import health_router, metrics_router, producer_dependency
 
     rocket = App(namesrv="127.0.0.1:9876")
     api = FastAPI(lifespan=rocket.lifespan)
     api.include_router(health_router(rocket))
+    api.include_router(metrics_router(rocket))   # GET /metrics (aiorocket[prometheus])
 
     @api.post("/orders")
     async def create(order: Order, producer: Producer = Depends(producer_dependency(rocket))):
@@ -22,7 +23,7 @@ from typing import Any
 
 try:
     from fastapi import APIRouter
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         'aiorocket.integrations.fastapi needs FastAPI: pip install "aiorocket[fastapi]"'
@@ -30,8 +31,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from aiorocket import Producer
 from aiorocket.app import App
+from aiorocket.app.health import readiness_report
 
-__all__ = ["health_router", "producer_dependency"]
+__all__ = ["health_router", "metrics_router", "producer_dependency"]
 
 
 def producer_dependency(app: App) -> Callable[[], Producer]:
@@ -54,7 +56,9 @@ def health_router(
 
     Liveness answers 200 while the process serves requests. Readiness answers 200 once the
     producer and every consumer are started (connected, first rebalance done) and no queue is
-    stuck, else 503 with the reason.
+    stuck, else 503; the body names the stuck queues and why (a handler call running past
+    ``stuck_after``, or cached messages with nothing consumed that long) and lists every
+    queue's health (:meth:`~aiorocket.App.health`).
     """
     router = APIRouter()
 
@@ -64,7 +68,27 @@ def health_router(
 
     @router.get(ready_path)
     async def ready() -> JSONResponse:
-        body: dict[str, Any] = {"ready": app.is_ready(), "stuck_queues": app.stuck_queues()}
+        body: dict[str, Any] = readiness_report(app.is_ready(), app.health())
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    return router
+
+
+def metrics_router(app: App, *, path: str = "/metrics") -> APIRouter:
+    """A ``GET /metrics`` route with the app's Prometheus metrics
+    (:mod:`aiorocket.integrations.prometheus`; needs ``aiorocket[prometheus]``).
+
+    Raises:
+        ImportError: prometheus-client is not installed.
+    """
+    from aiorocket.integrations.prometheus import CONTENT_TYPE, registry_for, render
+
+    registry = registry_for(app)
+    router = APIRouter()
+
+    @router.get(path)
+    async def metrics() -> Response:
+        # Rendered on the event loop: the consumers' statistics live there.
+        return Response(render(registry), media_type=CONTENT_TYPE)
 
     return router

@@ -2,13 +2,15 @@
 
     python orderly_proc.py --namesrv HOST:PORT --group G --topic T --out FILE --name NAME
 
-Message bodies are ``"<key>:<n>"``. Lines written to ``--out`` (each flushed to the OS at
-once, so a SIGKILL loses nothing already written):
+Message bodies are ``"<key>:<n>"``. ``--order-by sharding_key`` orders by the
+``__SHARDINGKEY`` property instead of the whole queue (with ``--concurrency``). Lines written
+to ``--out`` (each flushed to the OS at once, so a SIGKILL loses nothing already written):
 
-* ``{"k": "s", "c": name, "q": queue_id, "t": time, "lk": lock_time, "ids": [bodies],
-  "r": [reconsume_times]}`` when a handler call starts (``lk``: epoch seconds of the last
-  granted lock request of the queue, as the consumer's statistics report it);
-* ``{"k": "e", "c": name, "q": queue_id, "t": time}`` when it ends;
+* ``{"k": "s", "c": name, "q": queue_id, "y": key, "t": time, "lk": lock_time,
+  "ids": [bodies], "r": [reconsume_times]}`` when a handler call starts (``y``: the call's
+  ``ctx.key``; ``lk``: epoch seconds of the last granted lock request of the queue, as the
+  consumer's statistics report it);
+* ``{"k": "e", "c": name, "q": queue_id, "y": key, "t": time}`` when it ends;
 * ``{"k": "a", "c": name, "t": time, "locks": {queue_id: lock_time}}`` every 100 ms, the
   queues of the topic held under a live lock.
 
@@ -44,6 +46,8 @@ async def main(args: argparse.Namespace) -> int:
         unlock_delay=args.unlock_delay,
         pull_suspend_timeout=1.0,
         shutdown_grace=5.0,
+        order_by=args.order_by,
+        concurrency=args.concurrency,
     )
     consumer.subscribe(args.topic)
 
@@ -60,6 +64,7 @@ async def main(args: argparse.Namespace) -> int:
                 "k": "s",
                 "c": args.name,
                 "q": q.queue_id,
+                "y": ctx.key,
                 "t": time.time(),
                 "lk": lock.last_lock_time if lock else 0.0,
                 "ids": [m.body.decode() for m in msgs],
@@ -68,7 +73,7 @@ async def main(args: argparse.Namespace) -> int:
         )
         if args.sleep:
             await asyncio.sleep(args.sleep * len(msgs))
-        write({"k": "e", "c": args.name, "q": q.queue_id, "t": time.time()})
+        write({"k": "e", "c": args.name, "q": q.queue_id, "y": ctx.key, "t": time.time()})
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -105,4 +110,6 @@ if __name__ == "__main__":
     parser.add_argument("--lock-renew-interval", type=float, default=0.5)
     parser.add_argument("--lock-expiry", type=float, default=2.0)
     parser.add_argument("--unlock-delay", type=float, default=0.3)
+    parser.add_argument("--order-by", choices=("queue", "sharding_key"), default="queue")
+    parser.add_argument("--concurrency", type=int, default=64)
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -27,19 +27,25 @@ async def test_memory_is_increase_only_unless_forced(tmp_path: Path) -> None:
     assert store.read(A0) == -1
 
 
-async def test_local_file_round_trip_and_java_layout(tmp_path: Path) -> None:
+async def test_local_file_round_trip_and_layout(tmp_path: Path) -> None:
     path = tmp_path / "client" / "group" / "offsets.json"
-    store = LocalFileOffsetStore(path)
+    store = LocalFileOffsetStore(path, cluster="127.0.0.1:9876")
     await store.load()
     assert await store.read_stored(A0) is None
     store.update(A0, 42)
     store.update(A1, 7)
     await store.persist_all([A0, A1])
-    raw = path.read_text()
-    assert raw.startswith('{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:42')
+    store.close()
+    doc = json.loads(path.read_text())
+    assert doc["clusters"]["127.0.0.1:9876"]["offsets"][0] == {
+        "topic": "T",
+        "brokerName": "broker-a",
+        "queueId": 0,
+        "offset": 42,
+    }
     assert not list(path.parent.glob(".offsets-*"))  # no temporary file left behind
 
-    again = LocalFileOffsetStore(path)
+    again = LocalFileOffsetStore(path, cluster="127.0.0.1:9876")
     await again.load()
     assert await again.read_stored(A0) == 42
     assert again.read(A0) == 42  # read_stored also seeds memory

@@ -248,3 +248,36 @@ async def test_acl_credentials_sign_every_request(tmp_path: object) -> None:
 
         async with consumer:
             await wait_for(lambda: got == [b"signed"], what="the signed message")
+
+
+async def test_wrong_acl_credentials_raise_access_denied() -> None:
+    from aiorocket.embedded.config import BrokerConfig
+    from aiorocket.errors import AccessDeniedError
+
+    config = BrokerConfig(access_key="ak", secret_key="sk-secret")
+    async with EmbeddedBroker(config=config) as secured:
+        async with Producer(
+            namesrv=secured.address, group="p", access_key="ak", secret_key="sk-secret"
+        ) as producer:
+            await producer.send(Message("Secured", b"signed"))
+        async with Producer(
+            namesrv=secured.address, group="p", access_key="ak", secret_key="wrong"
+        ) as producer:
+            # typed, one line with the broker's reason, and not retried
+            with pytest.raises(AccessDeniedError, match="Check signature failed") as info:
+                await producer.send(Message("Secured", b"refused"))
+        assert not info.value.retriable
+        # only the signed message was stored (four queues: the producer's default)
+        assert sum(secured.store.max_offset("Secured", q) for q in range(4)) == 1
+        consumer = rmq.PushConsumer(
+            group="acl", namesrv=secured.address, access_key="who", secret_key="x", **FAST
+        )
+        consumer.subscribe("Secured")
+
+        @consumer.listener
+        async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
+            raise AssertionError("refused")
+
+        with pytest.raises(AccessDeniedError, match="No acl config for who"):
+            await consumer.start()
+        await consumer.close()

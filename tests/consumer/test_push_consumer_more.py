@@ -248,6 +248,8 @@ async def test_answers_running_info_consume_directly_and_reset_offset(
         assert info.properties["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
         assert {s.topic for s in info.subscriptions} == {"Admin", "%RETRY%admin"}
         assert info.mq_table[queue].commit_offset == 10
+        # a status row per subscribed topic, as Java's (the retry topic has no traffic)
+        assert set(info.status_table) == {"Admin", "%RETRY%admin"}
         resp = await conn.request(
             RemotingCommand.request(
                 RequestCode.GET_CONSUMER_RUNNING_INFO,

@@ -296,3 +296,14 @@ async def test_send_timeout_is_the_budget_of_the_whole_call(tmp_path: Path) -> N
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+
+
+async def test_send_result_names_the_topic_without_namespace(broker: EmbeddedBroker) -> None:
+    # Java's processSendResponse strips the client namespace from the result's queue; the
+    # broker stores the message under the wire topic.
+    async with Producer(namesrv=broker.address, group="pg", namespace="tenant") as producer:
+        result = await producer.send(Message("orders", b"x"))
+        batch = await producer.send_batch([Message("orders", b"y"), Message("orders", b"z")])
+    assert result.queue.topic == "orders"
+    assert [r.queue.topic for r in batch] == ["orders"]
+    assert len(await pull_all(broker.address, "tenant%orders")) == 3

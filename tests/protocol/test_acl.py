@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiorocket._protocol.acl import content_to_sign, sign, signed_ext_fields, verify
+from aiorocket.errors import AccessDeniedError, BrokerSystemError, broker_error
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -120,3 +121,53 @@ def test_signed_fields_always_verify(
     signed = signed_ext_fields(fields, body, access_key=ak, secret_key=sk, security_token=token)
     assert verify(signed, body, secret_key=sk)
     assert verify(signed, body + b"!", secret_key=sk) is False
+
+
+# What a Java 4.9.8 broker answers (SYSTEM_ERROR, RemotingHelper.exceptionSimpleDesc of the
+# AclException), captured from the interop tests, and the reason aiorocket reports.
+JAVA_REFUSALS = [
+    (
+        "org.apache.rocketmq.acl.common.AclException: Check signature failed for accessKey=ak1, "
+        "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate"
+        "(PlainPermissionManager.java:684)",
+        "Check signature failed for accessKey=ak1",
+    ),
+    (
+        "org.apache.rocketmq.acl.common.AclException: No default permission for topic:T, "
+        "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm"
+        "(PlainPermissionManager.java:611)",
+        "No default permission for topic:T",
+    ),
+    (
+        # a reason with a comma of its own keeps it; a frame without a line number goes
+        "org.apache.rocketmq.acl.common.AclException: Need admin permission for request "
+        "code=17, but accessKey=ak1 is not, org.apache.rocketmq.acl.plain."
+        "PlainPermissionManager.checkPerm(Unknown Source)",
+        "Need admin permission for request code=17, but accessKey=ak1 is not",
+    ),
+    # the embedded broker's (no stack frame)
+    (
+        "org.apache.rocketmq.acl.common.AclException: No acl config for nobody",
+        "No acl config for nobody",
+    ),
+]
+
+
+@pytest.mark.parametrize(("remark", "reason"), JAVA_REFUSALS)
+def test_acl_refusals_raise_access_denied(remark: str, reason: str) -> None:
+    exc = broker_error(1, remark)
+    assert isinstance(exc, AccessDeniedError)
+    assert isinstance(exc, BrokerSystemError)
+    assert exc.reason == reason
+    assert exc.remark == remark
+    assert str(exc) == f"[code 1] access denied by the broker's ACL: {reason}"
+    assert not exc.retriable
+
+
+def test_other_system_errors_stay_system_errors() -> None:
+    for remark in ("the custom field <topic> is null", None, "AclExceptional day"):
+        exc = broker_error(1, remark)
+        assert type(exc) is BrokerSystemError
+        assert exc.retriable
+    # the ACL text under another code is not how a 4.x broker refuses
+    assert not isinstance(broker_error(16, JAVA_REFUSALS[0][0]), AccessDeniedError)

@@ -103,6 +103,7 @@ from aiorocket.errors import (
     TopicNotExistError,
     TransportError,
 )
+from aiorocket.integrations.spark.worker_python import check_worker_python
 from aiorocket.models import validate_name
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow for Python sources
@@ -178,12 +179,21 @@ _LATEST: Final = -1
 Offsets = dict[MessageQueue, int]
 
 
-def register(spark: Any) -> None:
+def register(spark: Any, *, check_python: bool = True) -> None:
     """Make ``format("rocketmq")`` available in ``spark`` (a ``SparkSession``).
 
+    With a local master it first checks that the Python Spark will start for its workers
+    (``spark.pyspark.python``, else ``PYSPARK_PYTHON``, else ``python3`` from PATH) can import
+    pyarrow and aiorocket: a job run with a virtualenv's python that was not activated would
+    otherwise fail deep in a stage. ``check_python=False`` skips that.
+
     Raises:
+        ConfigurationError: the worker Python cannot import the bridge (the message names it
+            and the fix: ``PYSPARK_PYTHON=<this python>``).
         Whatever ``spark.dataSource.register`` raises (e.g. a stopped session).
     """
+    if check_python:
+        check_worker_python(spark)
     spark.dataSource.register(RocketMQDataSource)
 
 

@@ -1,0 +1,490 @@
+"""What every member of a consumer group does, push or pull (Java ``MQClientInstance`` with the
+start/shutdown skeleton both ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl``
+share): names, routes, heartbeats, unregistering, and the supervisor task that owns the
+member's task group.
+
+:class:`GroupMember` is the base of :class:`~aiorocket.PushConsumer` and
+:class:`~aiorocket.PullConsumer`. It runs the lifecycle ARCHITECTURE.md describes: ``start()``
+builds the parts (no I/O), starts one supervisor task holding a task group, and returns once
+the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
+reach the caller; ``close()`` runs the subclass's graceful shutdown; a bug in any task crashes
+the group, is logged, and is re-raised by :meth:`~GroupMember.wait_closed` and by leaving
+``async with``. Subclasses provide the parts and their own rebalance, start-up and shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+from collections.abc import Coroutine
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._consumer.allocation import AllocationStrategy, strategy_named
+from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from aiorocket._consumer.process_queue import FlowLimits
+from aiorocket._consumer.pull_loop import RETRY_PREFIX, Subscription
+from aiorocket._consumer.rebalance import Rebalancer
+from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._remoting import Connection
+from aiorocket.errors import (
+    BrokerError,
+    ClientClosedError,
+    ConfigurationError,
+    RocketError,
+    TopicNotExistError,
+    TransportError,
+)
+from aiorocket.models import MessageQueue, validate_name
+from aiorocket.settings import ConsumerSettings
+
+__all__ = ["GroupMember", "flow_limits"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+#: broadcasting consumers without instance_name on one host (files DEFAULT, DEFAULT-2, ...)
+_DEFAULT_SLOTS = 64
+
+
+def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowLimits:
+    """The flow limits of one queue of a topic held ``queues`` times
+    (``RebalancePushImpl.messageQueueChanged``: a topic-wide threshold is split over its
+    queues); ``span``: whether the span limit applies (not to orderly consumption)."""
+    s = settings
+    n = max(queues, 1)
+    count = s.pull_threshold_for_queue
+    if s.pull_threshold_for_topic >= 0:
+        count = max(1, s.pull_threshold_for_topic // n)
+    mib = s.pull_threshold_size_for_queue
+    if s.pull_threshold_size_for_topic >= 0:
+        mib = max(1, s.pull_threshold_size_for_topic // n)
+    return FlowLimits(max_count=count, max_mib=mib, max_span=s.max_span if span else None)
+
+
+class GroupMember:
+    """The group-membership half of a consumer (see the module docs).
+
+    Subclasses implement :meth:`_check_startable`, :meth:`_build`, :meth:`_startup`,
+    :meth:`_shutdown`, :meth:`_flush_offsets` and :meth:`held`, and may override
+    :meth:`_unlock_all`.
+    """
+
+    #: ``ConsumerData.consumeType`` in heartbeats: the push consumer is fed by the client
+    #: (CONSUME_PASSIVELY), a pull consumer's application asks (CONSUME_ACTIVELY).
+    _consume_type: ClassVar[str] = "CONSUME_PASSIVELY"
+
+    def __init__(self, settings: ConsumerSettings) -> None:
+        self.settings = settings
+        s = settings
+        self._group = f"{s.namespace}%{s.group}" if s.namespace else s.group
+        validate_name(self._group, "consumer group")
+        self._clustering = s.message_model == "clustering"
+        self._retry_topic = f"{RETRY_PREFIX}{self._group}"
+        self._subscriptions: dict[str, Subscription] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._limits: dict[str, FlowLimits] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tg: asyncio.TaskGroup | None = None
+        self._crash: BaseException | None = None
+        self._crash_reported = False
+        self._started = False
+        self._closing = False
+        self._start_wall = 0
+        # Built by start() (the subclass's _build): the client, stores and timers.
+        self._client: ClientInstance
+        self._stop: asyncio.Event
+        self._table_lock: asyncio.Lock
+        self._stats: StatsRecorder
+        self._offsets: OffsetStore
+        self._rebalancer: Rebalancer
+        self._rebalance_timer: Periodic
+        self._heartbeat_timer: Periodic
+        self._route_timer: Periodic
+        self._persist_timer: Periodic
+        self._rebalance_task: asyncio.Task[Any]
+        self._heartbeat_task: asyncio.Task[Any]
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        """The consumer group (without namespace)."""
+        return self.settings.group
+
+    @property
+    def client_id(self) -> str:
+        """This member's client id (``<ip>@<instance>``); empty before start."""
+        return self._client.client_id if self._started else ""
+
+    def _check_not_started(self, what: str) -> None:
+        if self._started or self._closing:
+            raise ConfigurationError(f"cannot {what} after the consumer started")
+
+    def _wire_topic(self, topic: str) -> str:
+        ns = self.settings.namespace
+        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
+            return f"{ns}%{topic}"
+        return topic
+
+    # -- what subclasses provide --------------------------------------------------------------
+
+    def _check_startable(self) -> None:
+        """Raise :class:`ConfigurationError` when the member cannot start as configured; may
+        complete the configuration (the retry subscription)."""
+        raise NotImplementedError
+
+    def _build(self) -> None:
+        """Create the parts (no I/O, nothing started)."""
+        raise NotImplementedError
+
+    async def _startup(self) -> None:
+        """Routes, first heartbeat, first rebalance, background tasks (in the task group)."""
+        raise NotImplementedError
+
+    async def _rebalance(self) -> None:
+        """One rebalance of every subscribed topic."""
+        raise NotImplementedError
+
+    def _membership_timers(self) -> None:
+        """Create the periodic tasks every member runs (Java's rebalance service, heartbeat
+        and route-update tasks); :meth:`_startup` starts them."""
+        s = self.settings
+        self._rebalance_timer = Periodic(
+            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
+        )
+        self._heartbeat_timer = Periodic(
+            self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
+        )
+        self._route_timer = Periodic(
+            self._refresh_routes, s.route_refresh_interval, name="route refresh", run_first=False
+        )
+
+    async def _shutdown(self) -> None:
+        """The graceful shutdown (in the task group)."""
+        raise NotImplementedError
+
+    async def _flush_offsets(self) -> None:
+        """Persist the offsets of held queues, awaited."""
+        raise NotImplementedError
+
+    async def _unlock_all(self) -> None:
+        """Release broker queue locks (orderly consumers only)."""
+
+    def held(self) -> list[MessageQueue]:
+        """The queues this member holds now."""
+        raise NotImplementedError
+
+    # -- parts shared by the subclasses' _build -----------------------------------------------
+
+    def _new_offset_store(self, client: ClientInstance) -> OffsetStore:
+        """Clustering: offsets on the broker; broadcasting: a local file per consumer and
+        group (``<offset_store_dir>/<ip>@<instance>/<group>/offsets.json``), locked while in
+        use. Without ``instance_name`` the instance is ``DEFAULT``, or ``DEFAULT-2``,
+        ``DEFAULT-3``, ... when live consumers on this host hold the earlier ones (several
+        processes, ``aiorocket run --workers N``): unique among live consumers, and the same
+        files again after a restart."""
+        s = self.settings
+        if self._clustering:
+            return RemoteOffsetStore(client, self._group)
+
+        def path(instance: str) -> Path:
+            return s.offset_store_dir / f"{client.ip}@{instance}" / self._group / "offsets.json"
+
+        return LocalFileOffsetStore(
+            path(s.instance_name or "DEFAULT"),
+            alternatives=()
+            if s.instance_name
+            else [path(f"DEFAULT-{i}") for i in range(2, _DEFAULT_SLOTS + 1)],
+            cluster=";".join(sorted(s.namesrv)),
+            instance_name=s.instance_name,
+        )
+
+    def _allocation_strategy(self) -> AllocationStrategy:
+        """The configured allocation strategy (``by_config`` queues get the namespace)."""
+        s = self.settings
+        strategy: AllocationStrategy
+        if callable(s.allocation):
+            strategy = s.allocation
+            return strategy
+        return strategy_named(
+            s.allocation,
+            queues=(
+                MessageQueue(self._wire_topic(q.topic), q.broker_name, q.queue_id)
+                for q in s.allocation_queues
+            ),
+            virtual_nodes=s.consistent_hash_virtual_nodes,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start consuming; returns after routes, the first heartbeat and the first rebalance.
+
+        Prefer ``async with consumer:``.
+
+        Raises:
+            ConfigurationError: the consumer is not fully configured (no listener, no
+                subscription, ...).
+            ClientClosedError: the consumer was closed before.
+            TransportError: no name server or broker could be reached at start.
+            RocketError: another start-up failure.
+        """
+        if self._closing:
+            raise ClientClosedError("the consumer is closed")
+        if self._started:
+            return
+        self._check_startable()
+        self._build()
+        self._started = True
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._runner = asyncio.create_task(self._run(ready), name=f"consumer {self._group}")
+        try:
+            await asyncio.shield(ready)
+        except BaseException:
+            self._closing = True
+            self._stop.set()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._runner), self._cleanup_timeout())
+            raise
+
+    async def close(self) -> None:
+        """Shut down gracefully (see the module docs); safe to call more than once.
+
+        Raises:
+            Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
+        """
+        self._closing = True
+        if self._runner is None:
+            return
+        self._stop.set()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(self._runner)
+
+    async def wait_closed(self) -> None:
+        """Wait until the consumer has stopped (closed, or crashed).
+
+        Raises:
+            BaseExceptionGroup: the consumer crashed on an unexpected error (a bug), which
+                it also logged.
+        """
+        if self._runner is None:
+            return
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(self._runner)
+        if self._crash is not None:
+            self._crash_reported = True
+            raise self._crash
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+        if exc is None and self._crash is not None and not self._crash_reported:
+            self._crash_reported = True
+            raise self._crash
+
+    def _cleanup_timeout(self) -> float:
+        return max(3.0, self.settings.request_timeout)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        assert self._tg is not None
+        task = self._tg.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run(self, ready: asyncio.Future[None]) -> None:
+        """The supervisor: owns the task group from start-up to the end of shutdown."""
+        client = self._client
+        phase = "starting"
+        start_error: Exception | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                client.start(tg.create_task)
+                try:
+                    await self._startup()
+                except Exception as exc:
+                    start_error = exc
+                    raise
+                ready.set_result(None)
+                log.info(
+                    "consumer %s (%s) started with %d queue(s)",
+                    self._group,
+                    client.client_id,
+                    len(self.held()),
+                )
+                phase = "running"
+                await self._stop.wait()
+                phase = "stopping"
+                await self._shutdown()
+                phase = "stopped"
+                for task in list(self._tasks):
+                    task.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                # Start-up failed: the error goes to start()'s caller, unwrapped if it was
+                # raised by a start-up step, as the task group's error if a task crashed.
+                if start_error is not None:
+                    ready.set_exception(start_error)
+                elif isinstance(exc, asyncio.CancelledError):
+                    ready.cancel()
+                else:
+                    ready.set_exception(exc)
+            elif phase != "stopped" and not isinstance(exc, asyncio.CancelledError):
+                # A task of the group failed on something unexpected: a bug. Be loud.
+                self._crash = exc
+                log.error("consumer %s crashed", self._group, exc_info=exc)
+            if phase != "stopped":
+                await self._emergency_cleanup(flush=phase != "starting")
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._tg = None
+            self._closing = True
+            self._offsets.close()  # (the broadcasting offsets file's lock)
+
+    async def _emergency_cleanup(self, *, flush: bool) -> None:
+        # The group died or start-up failed: keep what finished, leave the group, disconnect.
+        timeout = self._cleanup_timeout()
+        if flush:
+            await bounded_cleanup(self._flush_offsets(), timeout=timeout, what="flush offsets")
+        await self._unlock_all()
+        await bounded_cleanup(self._unregister(), timeout=timeout, what="unregister consumer")
+        await self._client.close()
+
+    def _on_new_brokers(self, names: set[str]) -> None:
+        if not self._closing:
+            self._heartbeat_timer.wake()
+
+    # -- periodic work ------------------------------------------------------------------------
+
+    async def _refresh_routes(self, *, at_start: bool = False) -> None:
+        client = self._client
+        changed = False
+        unreachable: list[TransportError] = []
+        for topic in self._subscriptions:
+            before = client.route(topic)
+            try:
+                route = await client.fetch_route(topic)
+            except TopicNotExistError:
+                log.log(
+                    logging.DEBUG if topic.startswith(RETRY_PREFIX) else logging.WARNING,
+                    "topic %s has no route yet",
+                    topic,
+                )
+                continue
+            except (TransportError, BrokerError) as exc:
+                # At start the caller gets the error itself; later, the log is all there is.
+                level = logging.DEBUG if at_start else logging.WARNING
+                log.log(level, "route of %s not refreshed: %s", topic, exc)
+                if isinstance(exc, TransportError):
+                    unreachable.append(exc)
+                continue
+            if before is None or before.subscribe_queues(topic) != route.subscribe_queues(topic):
+                changed = True
+        if at_start and unreachable and len(unreachable) == len(self._subscriptions):
+            raise unreachable[0]  # no name server answered: a start-up error
+        if changed and self._runner is not None and not at_start:
+            self._rebalance_timer.wake()
+
+    def _heartbeat_data(self) -> HeartbeatData:
+        s = self.settings
+        if s.consume_from == "first":
+            where = "CONSUME_FROM_FIRST_OFFSET"
+        elif s.consume_from == "last":
+            where = "CONSUME_FROM_LAST_OFFSET"
+        else:
+            where = "CONSUME_FROM_TIMESTAMP"
+        consumer = ConsumerData(
+            group_name=self._group,
+            consume_type=self._consume_type,
+            message_model="CLUSTERING" if self._clustering else "BROADCASTING",
+            consume_from_where=where,
+            subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
+        )
+        return HeartbeatData(client_id=self._client.client_id, consumers=(consumer,))
+
+    async def _send_heartbeats(self, *, at_start: bool = False) -> None:
+        client = self._client
+        data = self._heartbeat_data()
+        addrs = client.all_broker_addresses()
+        errors: list[RocketError] = []
+        for addr in addrs:
+            try:
+                await client.heartbeat(addr, data)
+            except (TransportError, BrokerError) as exc:
+                errors.append(exc)
+                log.warning("heartbeat to %s failed: %s", addr, exc)
+        if at_start and addrs and len(errors) == len(addrs):
+            raise errors[0]
+
+    # -- client id ----------------------------------------------------------------------------
+
+    async def _claim_client_id(self) -> None:
+        """Before joining (clustering): if the group already has a member with this client's
+        id — another instance started with the same ``instance_name`` on this host, or behind
+        the same address — take a unique one first (:meth:`_disambiguate_client_id`)."""
+        if not self._clustering:
+            return
+        client = self._client
+        for addr in client.all_broker_addresses():
+            try:
+                ids = await client.get_consumer_list(addr, self._group)
+            except (TransportError, BrokerError):
+                continue  # (no member yet answers code 1) the rebalances check again
+            if client.client_id in ids:
+                self._rename_client()
+            return
+
+    async def _disambiguate_client_id(self) -> None:
+        """The group lists this client's id more than once: another instance uses it too.
+        Take a unique id and register it with every broker at once, so the next consumer
+        list holds each member once and allocation leaves no queue without an owner."""
+        self._rename_client()
+        await self._send_heartbeats()
+
+    def _rename_client(self) -> None:
+        client = self._client
+        old = client.client_id
+        base = old.split("#~", 1)[0]
+        client.client_id = f"{base}#~{os.getpid()}-{secrets.token_hex(3)}"
+        log.warning(
+            "consumer group %s: client id %s is used by another live instance (same "
+            "instance_name %r, or the same host and process id); this member continues as %s. "
+            "Give each instance its own instance_name.",
+            self._group,
+            old,
+            self.settings.instance_name,
+            client.client_id,
+        )
+
+    async def _unregister(self) -> None:
+        client = self._client
+        for addr in client.all_broker_addresses():
+            try:
+                await client.unregister_client(addr, consumer_group=self._group)
+            except (TransportError, BrokerError) as exc:
+                log.debug("unregister from %s failed: %s", addr, exc)
+
+    # -- requests from brokers ----------------------------------------------------------------
+
+    async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        log.debug("consumer ids of %s changed; rebalancing now", self._group)
+        self._rebalance_timer.wake()
+        return

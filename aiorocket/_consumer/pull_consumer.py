@@ -1,0 +1,1154 @@
+"""The pull consumer (Java ``DefaultLitePullConsumer`` / ``DefaultLitePullConsumerImpl``): the
+application asks for messages when it is ready.
+
+Group membership is the push consumer's (:class:`~aiorocket._consumer.group_member.
+GroupMember`: routes, heartbeats, unregistering, the supervisor task group, the shutdown
+order) and so is the rebalance (:class:`~aiorocket._consumer.rebalance.Rebalancer`, the same
+allocation strategies), so Java, push and pull members of one group share its queues. Each
+owned queue has the push consumer's pull task (:class:`~aiorocket._consumer.pull_loop.PullLoop`:
+long polling, the same flow-control thresholds) prefetching into its
+:class:`~aiorocket._consumer.process_queue.ProcessQueue`; instead of a consume service, the
+pulled batches wait in a per-queue buffer until the application takes them. A message leaves
+the process queue when it is handed to the application (Java ``poll`` → ``removeMessage``),
+which is what lets the pull task go on: an application that reads slowly holds the cache at
+``pull_threshold_for_queue`` (+ one pull batch) per queue, and an idle one costs parked long
+polls, no CPU.
+
+Positions, per owned queue:
+
+* *position*: the next offset the application gets (everything before it was handed out or
+  filtered out by tag);
+* *acknowledged*: the position when the application last came back, by calling ``poll()``,
+  iterating once more, or ``commit()``: what was handed out before that is done with;
+* *committed*: what the broker (or, broadcasting, the local file) stores. Auto commit writes
+  the acknowledged position every ``auto_commit_interval`` and on revocation; ``commit()``
+  acknowledges everything handed out and writes it at once; ``close()`` does the same as
+  ``commit()`` (``async with`` left by an exception writes only what was acknowledged).
+
+A queue is revoked (rebalance) in this order: it stops delivering, ``on_revoked`` is awaited
+(the queue is still owned, so the application may commit), its acknowledged position is
+written and awaited (auto commit) so the next owner starts there, then its pull task stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._consumer.group_member import GroupMember, flow_limits
+from aiorocket._consumer.process_queue import ProcessQueue
+from aiorocket._consumer.pull_loop import PullLoop, Subscription
+from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
+from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._protocol.bodies import ConsumerRunningInfo, ProcessQueueInfo
+from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.headers import (
+    GetConsumerRunningInfoRequestHeader,
+    PullMessageRequestHeader,
+)
+from aiorocket._protocol.message import decode_messages
+from aiorocket._remoting import Connection, Dispatcher
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    OffsetOutOfRangeError,
+    QueueNotAssignedError,
+    SubscriptionConflictError,
+    broker_error,
+)
+from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
+from aiorocket.settings import ConsumerSettings, build_settings
+
+__all__ = ["PullConsumer", "RebalanceListener"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+#: ``async def (queues) -> None``: told the queues this member got, or is about to lose
+RebalanceListener = Callable[[list[MessageQueue]], Awaitable[None]]
+
+_MIB = 1024 * 1024
+_CLIENT_VERSION = "V4_9_8"
+
+#: Consumer settings about handlers and their workers; a pull consumer has neither, so passing
+#: one is a mistake worth reporting (``offset_persist_interval`` is ``auto_commit_interval``).
+_PUSH_ONLY = frozenset(
+    {
+        "orderly",
+        "order_by",
+        "consume_batch_size",
+        "concurrency",
+        "consume_timeout",
+        "reconsume_later_delay",
+        "shutdown_grace",
+        "offset_persist_interval",
+        "lock_renew_interval",
+        "lock_expiry",
+        "max_continuous_consume_time",
+        "suspend_delay",
+        "unlock_delay",
+    }
+)
+
+
+class _Owned:
+    """An owned queue: its cache and pull task, the pulled batches not yet handed out, and its
+    positions (see the module docs)."""
+
+    __slots__ = (
+        "acked",
+        "buffer",
+        "given",
+        "idx",
+        "loop",
+        "mq",
+        "paused",
+        "pq",
+        "queued",
+        "revoking",
+        "task",
+        "written",
+    )
+
+    def __init__(self, mq: MessageQueue, pq: ProcessQueue, offset: int, written: int) -> None:
+        self.mq = mq
+        self.pq = pq
+        self.task: asyncio.Task[None] | None = None
+        self.loop: PullLoop | None = None
+        #: pulled batches in offset order; ``buffer[0][:idx]`` were handed out already
+        self.buffer: deque[list[ReceivedMessage]] = deque()
+        self.idx = 0
+        #: the position once ``buffer[0]`` was started (see :meth:`position`)
+        self.given = offset
+        #: the acknowledged position
+        self.acked = offset
+        #: the acknowledged position auto commit last wrote (-1: none)
+        self.written = written
+        self.paused = False
+        #: in the consumer's ready ring (buffered, not paused, not revoking)
+        self.queued = False
+        #: a rebalance is taking it away: nothing more is delivered from it
+        self.revoking = False
+
+    def position(self) -> int:
+        """The offset of the next message the application gets from this queue."""
+        if self.idx:
+            return self.buffer[0][self.idx]._r.queue_offset
+        if not self.buffer and self.loop is not None:
+            # Everything pulled was handed out or filtered out by tag: what the next pull
+            # asks for is next (Java's correctTagsOffset, without waiting for that pull).
+            return max(self.given, self.loop.next_offset)
+        return self.given
+
+
+class _Feed:
+    """The pull loops' consume service (``Dispatch``): pulled batches go to their queue's
+    buffer."""
+
+    __slots__ = ("_consumer",)
+
+    #: Java's lite pull consumer applies ``consumeMaxSpan`` too.
+    uses_span_limit = True
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        self._consumer = consumer
+
+    def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        self._consumer._buffer(pq, msgs)
+
+
+class _Positions:
+    """The pull loops' view of offsets (``PullOffsets``): the committed offset rides on each
+    pull; a tag-filtered skip over an empty cache moves the queue's position."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        self._consumer = consumer
+
+    def read(self, mq: MessageQueue) -> int:
+        return self._consumer._offsets.read(mq)
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
+        consumer = self._consumer
+        owned = consumer._owned.get(mq)
+        if owned is None or owned.buffer or offset <= owned.given:
+            return
+        owned.given = offset
+        if owned not in consumer._dirty:
+            # Nothing of it is in the application's hands: the skipped offsets are done.
+            owned.acked = offset
+
+
+class PullConsumer(GroupMember):
+    """Reads topics when the application asks, queues shared across the group.
+
+    ::
+
+        consumer = PullConsumer(group="reports", namesrv="127.0.0.1:9876")
+        consumer.subscribe("orders", "paid")
+
+        async with consumer:
+            async for msg in consumer:            # one message at a time
+                await handle(msg)
+            # or: batch = await consumer.poll(max_messages=100, timeout=1.0)
+
+    **Group or queues.** :meth:`subscribe` topics before starting to share their queues with
+    the group (rebalance, heartbeats and allocation strategies as :class:`PushConsumer`, so
+    Java, push and pull members of one group split the queues between them), or
+    :meth:`assign` fixed queues to read them with no group rebalance (such a consumer sends
+    no heartbeat: the group's members do not count it). Not both.
+
+    **At least once.** A message counts as processed once the application comes back for
+    more after getting it: its next ``poll()``, the next step of ``async for``, or
+    :meth:`commit`. With ``auto_commit`` (the default) that acknowledged position is committed
+    every ``auto_commit_interval`` seconds, when a rebalance takes the queue away, and at
+    :meth:`close`, which also counts the last batch as processed (leaving ``async with`` by
+    an exception does not). After a crash, what was processed since the last commit is
+    delivered again, as with the push consumer; after a clean close, nothing is. When a
+    queue changes hands, its new owner may read the offset before the old owner's
+    revocation commit lands (RocketMQ members rebalance independently) and repeat what was
+    processed since the previous commit. Keep
+    processing idempotent, keyed by ``msg.msg_id`` or a business key. ``close()`` counts
+    every message handed out as processed, so end your reading loop before closing from
+    another task. With ``auto_commit=False`` only :meth:`commit` writes offsets (also on
+    revocation: commit in ``on_revoked``). Several tasks reading one consumer at once
+    acknowledge each other's messages; give each its own consumer or commit explicitly.
+
+    **Prefetch.** Every owned queue is pulled in the background with the push consumer's
+    long polling and flow control (``pull_threshold_for_queue``, ``..._size_for_queue``,
+    ``max_span``, the per-topic variants), so reading slowly bounds memory, an idle consumer
+    costs no CPU, and :meth:`poll` returns at once when messages are waiting.
+
+    **Retries.** :meth:`reconsume_later` sends a message back to ``%RETRY%<group>``, which a
+    subscribing consumer reads too, with its reconsume count raised (``%DLQ%<group>`` after
+    ``max_reconsume_times``); a broadcasting consumer cannot send messages back. Java 4.9's
+    ``DefaultLitePullConsumer`` does not read ``%RETRY%<group>``: in a group shared with one,
+    the retry queue may be allocated to it, and retried messages then wait.
+
+    **Pull consumer or** ``@app.subscriber``? A subscriber (or :class:`PushConsumer`) is the
+    default for services: the library runs your handler concurrently, retries failures and
+    keeps offsets. Use a pull consumer when your code must own the loop: batch jobs that
+    read, process and stop; request-driven services that fetch when asked; pipelines that
+    process in bulk, commit explicitly, ``seek`` back to replay, or ``pause`` queues to apply
+    backpressure of their own.
+
+    Args:
+        group: the consumer group.
+        namesrv: name server addresses.
+        consume_from: where a queue with no committed offset starts: ``"last"``, ``"first"``
+            or a ``datetime``.
+        message_model: ``"clustering"`` (queues shared by the group; offsets on the broker)
+            or ``"broadcasting"`` (every member reads every queue; offsets in a local file).
+        auto_commit: commit the acknowledged positions periodically, on revocation and at
+            close (see above).
+        auto_commit_interval: seconds between automatic commits (Java
+            ``autoCommitIntervalMillis``, 5 s).
+        on_assigned: ``async def (queues)`` awaited after a rebalance gave this member queues
+            (they are pulled already; seeking them is allowed).
+        on_revoked: ``async def (queues)`` awaited before a rebalance takes queues away
+            (they deliver nothing more but are still owned: committing them is allowed).
+            Listeners run in the rebalance task: an exception is logged and ignored, and a
+            listener that never returns stops rebalancing.
+
+    Other keyword arguments are the settings of :class:`~aiorocket.settings.ConsumerSettings`
+    (``pull_batch_size``, thresholds, intervals, ``allocation``, ...); those about handlers
+    (``concurrency``, ``consume_batch_size``, ``orderly``, ...) are refused.
+
+    Raises:
+        ConfigurationError: invalid or push-only settings, a bad group name, a listener that
+            is not ``async def`` (at construction).
+    """
+
+    _consume_type = "CONSUME_ACTIVELY"
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        namesrv: str | Sequence[str],
+        consume_from: Literal["last", "first"] | datetime = "last",
+        message_model: Literal["clustering", "broadcasting"] = "clustering",
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        on_assigned: RebalanceListener | None = None,
+        on_revoked: RebalanceListener | None = None,
+        **settings: Any,
+    ) -> None:
+        refused = sorted(_PUSH_ONLY & set(settings))
+        if refused:
+            raise ConfigurationError(
+                f"{', '.join(refused)}: push consumer setting(s); a pull consumer has no handler"
+            )
+        built = build_settings(
+            ConsumerSettings,
+            {
+                "group": group,
+                "namesrv": namesrv,
+                "consume_from": consume_from,
+                "message_model": message_model,
+                **settings,
+            },
+        )
+        super().__init__(built)
+        if not auto_commit_interval > 0:
+            raise ConfigurationError("auto_commit_interval must be positive")
+        for name, fn in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
+            if fn is not None and not (
+                inspect.iscoroutinefunction(fn)
+                or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+            ):
+                raise ConfigurationError(f"{name} must be an async def function")
+        self._auto_commit = auto_commit
+        self._auto_commit_interval = float(auto_commit_interval)
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._mode: Literal["none", "subscribe", "assign"] = "none"
+        #: assign(): the queues to read (wire names)
+        self._assigned: list[MessageQueue] = []
+        self._owned: dict[MessageQueue, _Owned] = {}
+        #: queues with something to hand out, in turn
+        self._ready: deque[_Owned] = deque()
+        #: queues the application got messages from since it last came back
+        self._dirty: set[_Owned] = set()
+        #: set while _ready is not empty (and on close, to wake readers)
+        self._data = asyncio.Event()
+        #: close() counts what was handed out as processed; an exception leaving
+        #: ``async with`` does not
+        self._close_acks = True
+        # Built by start() (_build), besides GroupMember's parts.
+        self._feed = _Feed(self)
+        self._positions = _Positions(self)
+        self._sender: SendBack
+        self._commit_timer: Periodic
+        self._commit_task: asyncio.Task[Any] | None = None
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Read ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A"``, ``"A ||
+        B"``), sharing its queues with the group. Subscribing a topic again replaces its
+        expression.
+
+        Raises:
+            InvalidNameError: a bad topic name.
+            SubscriptionConflictError: queues were assigned already.
+            ConfigurationError: the consumer was started already.
+        """
+        self._check_not_started("subscribe")
+        if self._mode == "assign":
+            raise SubscriptionConflictError("cannot subscribe: this consumer was assigned queues")
+        validate_name(topic)
+        wire = self._wire_topic(topic)
+        self._subscriptions[wire] = Subscription.create(wire, expression)
+        self._mode = "subscribe"
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """Read exactly these queues, every message (no tag filter), with no group rebalance;
+        assigning again before start replaces the set. Offsets are committed under the group.
+
+        Raises:
+            SubscriptionConflictError: topics were subscribed already.
+            ConfigurationError: no queue, something that is not a :class:`MessageQueue`, or
+                the consumer was started already.
+            InvalidNameError: a bad topic name.
+        """
+        self._check_not_started("assign queues")
+        if self._mode == "subscribe":
+            raise SubscriptionConflictError("cannot assign queues: this consumer subscribed topics")
+        wanted: set[MessageQueue] = set()
+        for q in queues:
+            if not isinstance(q, MessageQueue):
+                raise ConfigurationError(f"assign takes MessageQueue objects, not {q!r}")
+            validate_name(q.topic)
+            wanted.add(self._wire_mq(q))
+        if not wanted:
+            raise ConfigurationError("assign at least one queue")
+        self._assigned = sorted(wanted)
+        self._subscriptions = {
+            t: Subscription.create(t, "*") for t in sorted({mq.topic for mq in wanted})
+        }
+        self._mode = "assign"
+
+    def _wire_mq(self, mq: MessageQueue) -> MessageQueue:
+        topic = self._wire_topic(mq.topic)
+        return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
+
+    def _user_mq(self, mq: MessageQueue) -> MessageQueue:
+        ns = self.settings.namespace
+        if ns and mq.topic.startswith(ns + "%"):
+            return MessageQueue(mq.topic[len(ns) + 1 :], mq.broker_name, mq.queue_id)
+        return mq
+
+    # -- lifecycle (GroupMember) --------------------------------------------------------------
+
+    def _check_startable(self) -> None:
+        if self._mode == "none":
+            raise ConfigurationError("subscribe to a topic or assign queues before starting")
+        if self._mode == "subscribe" and self._clustering:
+            # Retried messages come back through %RETRY%<group> (the push consumer reads it
+            # too; Java 4.9's lite pull consumer does not, and has no send-back).
+            self._subscriptions.setdefault(
+                self._retry_topic, Subscription.create(self._retry_topic, "*")
+            )
+
+    def _build(self) -> None:
+        s = self.settings
+        dispatcher = Dispatcher()
+        if self._mode == "subscribe":
+            dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        dispatcher.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+        # RESET_CONSUMER_CLIENT_OFFSET and CONSUME_MESSAGE_DIRECTLY are push-consumer requests
+        # (MQClientInstance answers them only for DefaultMQPushConsumerImpl): code 3 here.
+        self._client = client = ClientInstance(s, handler=dispatcher)
+        self._stop = asyncio.Event()
+        self._table_lock = asyncio.Lock()
+        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
+        self._offsets = self._new_offset_store(client)
+        self._sender = SendBack(client=client, group=self._group, settings=s)
+        self._rebalancer = Rebalancer(
+            client=client,
+            group=self._group,
+            host=self,
+            offsets=self._offsets,
+            strategy=self._allocation_strategy(),
+            broadcasting=not self._clustering,
+            consume_from=s.consume_from,
+        )
+        for topic in self._subscriptions:
+            self._limits[topic] = flow_limits(s, 1, span=True)
+        self._membership_timers()
+        self._commit_timer = Periodic(
+            self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
+        )
+
+    async def _startup(self) -> None:
+        self._start_wall = int(time.time() * 1000)
+        await self._offsets.load()
+        await self._refresh_routes(at_start=True)
+        grouped = self._mode == "subscribe"
+        if grouped:
+            await self._send_heartbeats(at_start=True)
+            if any(self._client.route(t) is None for t in self._subscriptions):
+                # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
+                await self._refresh_routes()
+        await self._rebalance()
+        # Assigned queues go through the same rounds: a queue whose start offset could not
+        # be found is tried again at the next one.
+        self._rebalance_task = self._spawn(self._rebalance_timer.run(), name="rebalance")
+        if grouped:
+            self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
+            self._client.on_new_brokers = self._on_new_brokers
+        self._spawn(self._route_timer.run(), name="route refresh")
+        if self._auto_commit:
+            self._commit_task = self._spawn(self._commit_timer.run(), name="auto commit")
+
+    async def close(self) -> None:
+        """Commit and shut down: with ``auto_commit``, everything handed out counts as
+        processed and is committed (awaited), then pulls stop and the member leaves its
+        group; safe to call more than once. Later reads raise :class:`ClientClosedError`;
+        a reader waiting in :meth:`poll` gets an empty list, ``async for`` ends.
+
+        Raises:
+            Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
+        """
+        self._wake_readers()
+        await super().close()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            # The block failed, possibly on the batch in hand: commit only what the
+            # application came back from.
+            self._close_acks = False
+        await super().__aexit__(exc_type, exc, tb)
+
+    def _wake_readers(self) -> None:
+        self._closing = True
+        self._data.set()
+
+    async def _shutdown(self) -> None:
+        # 1. No more rebalancing: the owned set is final; readers get nothing more.
+        self._rebalance_timer.stop()
+        self._rebalance_task.cancel()
+        self._wake_readers()
+        async with self._table_lock:
+            # 2. Pulls stop.
+            for owned in self._owned.values():
+                owned.pq.mark_draining()
+                if owned.task is not None:
+                    owned.task.cancel()
+            self._ready.clear()
+        # 3. Offsets: what was handed out (a clean close) or acknowledged, committed and
+        #    awaited; the client unregisters; both shielded and bounded.
+        if self._close_acks:
+            self._acknowledge()
+        await bounded_cleanup(
+            self._flush_offsets(), timeout=self._cleanup_timeout(), what="flush offsets"
+        )
+        for timer in (self._route_timer, self._commit_timer):
+            timer.stop()
+        for task in list(self._tasks):
+            if self._mode != "subscribe" or task is not self._heartbeat_task:
+                task.cancel()
+        if self._mode == "subscribe":
+            self._heartbeat_timer.stop()
+            self._heartbeat_task.cancel()
+            await bounded_cleanup(
+                self._unregister(), timeout=self._cleanup_timeout(), what="unregister consumer"
+            )
+        # 4. Connections closed.
+        await self._client.close()
+        log.info("pull consumer %s closed", self._group)
+
+    async def _emergency_cleanup(self, *, flush: bool) -> None:
+        self._wake_readers()
+        await super()._emergency_cleanup(flush=flush)
+
+    async def _flush_offsets(self) -> None:
+        if self._auto_commit:
+            self._store_acknowledged(list(self._owned.values()))
+        await self._offsets.persist_all(list(self._owned), sync=True)
+
+    # -- rebalance (QueueHost) ----------------------------------------------------------------
+
+    async def _rebalance(self) -> None:
+        if self._closing:
+            return
+        async with self._table_lock:
+            topics = list(self._subscriptions)
+            if self._mode == "assign":
+                wanted: dict[str, list[MessageQueue]] = {t: [] for t in topics}
+                for mq in self._assigned:
+                    wanted[mq.topic].append(mq)
+                plan = plan_rebalance(self._owned, wanted, topics)
+            else:
+                plan = await self._rebalancer.plan(topics)
+            if not plan.empty:
+                revoked = [self._owned[mq] for mq in plan.drop if mq in self._owned]
+                for owned in revoked:
+                    owned.revoking = True
+                    self._unready(owned)
+                if revoked and self._on_revoked is not None:
+                    await self._tell(self._on_revoked, [o.mq for o in revoked], "on_revoked")
+                before = set(self._owned)
+                await self._rebalancer.apply(plan)
+                added = [mq for mq in plan.add if mq in self._owned and mq not in before]
+                if added and self._on_assigned is not None:
+                    await self._tell(self._on_assigned, added, "on_assigned")
+        self._stats.rebalances += 1
+
+    async def _tell(self, listener: RebalanceListener, mqs: list[MessageQueue], what: str) -> None:
+        try:
+            await listener(sorted(self._user_mq(mq) for mq in mqs))
+        except Exception:
+            log.exception("%s listener of %s failed", what, self._group)
+
+    def held(self) -> list[MessageQueue]:
+        """The queues this member owns now (wire names)."""
+        return list(self._owned)
+
+    def start_queue(self, mq: MessageQueue, offset: int, *, locked_at: float | None = None) -> None:
+        """Own ``mq`` and prefetch it from ``offset`` (rebalancer callback)."""
+        pq = ProcessQueue(mq, now=asyncio.get_running_loop().time())
+        owned = _Owned(mq, pq, offset, written=self._offsets.read(mq))
+        self._owned[mq] = owned
+        owned.task = self._start_pulling(owned, offset)
+
+    def _start_pulling(self, owned: _Owned, offset: int) -> asyncio.Task[None]:
+        topic = owned.mq.topic
+        loop_ = PullLoop(
+            pq=owned.pq,
+            subscription=self._subscriptions[topic],
+            client=self._client,
+            group=self._group,
+            settings=self.settings,
+            offsets=self._positions,
+            dispatch=self._feed,
+            stats=self._stats,
+            limits=lambda: self._limits[topic],
+            on_offset_illegal=self._on_offset_illegal,
+        )
+        owned.loop = loop_
+        return self._spawn(loop_.run(offset), name=f"pull {owned.mq}")
+
+    async def stop_queue(self, mq: MessageQueue) -> None:
+        """Stop owning ``mq``: nothing more is delivered from it, its acknowledged position is
+        committed and awaited (auto commit), its offset forgotten."""
+        owned = self._owned.pop(mq, None)
+        if owned is None:
+            return
+        owned.pq.mark_dropped()
+        if owned.task is not None:
+            owned.task.cancel()
+        self._forget_buffer(owned)
+        if self._auto_commit:
+            self._store_acknowledged([owned])
+        # Awaited, so the broker has it before the next owner reads it.
+        await self._offsets.persist(mq, sync=True)
+        self._offsets.remove(mq)
+
+    def queues_changed(self, topic: str, count: int) -> None:
+        """Recompute ``topic``'s flow limits (per-topic thresholds split over its queues)."""
+        self._limits[topic] = flow_limits(self.settings, count, span=True)
+
+    async def _on_offset_illegal(self, pq: ProcessQueue, offset: int) -> None:
+        owned = self._owned.get(pq.queue)
+        if owned is None or owned.pq is not pq:
+            return
+        log.warning("%s: offset reset to %d", pq.queue, offset)
+        self._reseat(owned, offset)
+
+    def _reseat(self, owned: _Owned, offset: int) -> None:
+        """Restart ``owned`` at ``offset``: a fresh cache and pull task, nothing buffered."""
+        owned.pq.mark_dropped()
+        task = owned.task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        self._forget_buffer(owned)
+        owned.pq = ProcessQueue(owned.mq, now=asyncio.get_running_loop().time())
+        if owned.paused:
+            owned.pq.pause()
+        owned.given = owned.acked = offset
+        owned.task = self._start_pulling(owned, offset)
+
+    def _forget_buffer(self, owned: _Owned) -> None:
+        self._unready(owned)
+        owned.buffer.clear()
+        owned.idx = 0
+        self._dirty.discard(owned)
+
+    # -- the buffer ---------------------------------------------------------------------------
+
+    def _buffer(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        owned = self._owned.get(pq.queue)
+        if owned is None or owned.pq is not pq:
+            return  # a stale pull of a queue that was revoked or re-seated
+        owned.buffer.append(msgs)
+        if not owned.queued and not owned.paused and not owned.revoking:
+            owned.queued = True
+            self._ready.append(owned)
+            self._data.set()
+
+    def _unready(self, owned: _Owned) -> None:
+        if owned.queued:
+            owned.queued = False
+            self._ready.remove(owned)
+            if not self._ready and not self._closing:
+                self._data.clear()
+
+    def _acknowledge(self) -> None:
+        """The application came back: what it was handed so far is processed."""
+        for owned in self._dirty:
+            owned.acked = owned.position()
+        self._dirty.clear()
+
+    def _take(self, n: int) -> list[ReceivedMessage]:
+        """Hand out up to ``n`` buffered messages, a pulled batch at a time from each ready
+        queue in turn."""
+        out: list[ReceivedMessage] = []
+        ready = self._ready
+        dirty = self._dirty
+        while n > 0 and ready:
+            owned = ready[0]
+            buf = owned.buffer
+            head = buf[0]
+            i = owned.idx
+            left = len(head) - i
+            dirty.add(owned)
+            if left > n:
+                out.extend(head[i : i + n])
+                owned.idx = i + n
+                break
+            out.extend(head[i:] if i else head)
+            n -= left
+            self._finish_batch(owned, head)
+        return out
+
+    def _finish_batch(self, owned: _Owned, head: list[ReceivedMessage]) -> None:
+        # The whole pulled batch was handed out: it leaves the cache (the pull task may go
+        # on), and the queue's turn passes to the next one.
+        owned.buffer.popleft()
+        owned.idx = 0
+        offset = owned.pq.remove(head)
+        if offset >= 0:
+            owned.given = offset
+        ready = self._ready
+        ready.popleft()
+        if owned.buffer:
+            ready.append(owned)
+        else:
+            owned.queued = False
+            if not ready and not self._closing:
+                self._data.clear()
+
+    def _check_readable(self) -> None:
+        if not self._started:
+            raise ConfigurationError("the consumer has not been started")
+        if self._closing:
+            if self._crash is not None:
+                raise ClientClosedError("the consumer crashed") from self._crash
+            raise ClientClosedError("the consumer is closed")
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def poll(
+        self, max_messages: int = 32, timeout: float | None = 5.0
+    ) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` messages, as soon as any are buffered; waits up to
+        ``timeout`` seconds (``None``: until some arrive) and returns ``[]`` on timeout or
+        when the consumer is closed meanwhile. Calling it acknowledges everything returned
+        before (see the class docs).
+
+        Raises:
+            ConfigurationError: not started, or ``max_messages`` below 1.
+            ClientClosedError: the consumer is closed.
+        """
+        self._check_readable()
+        if max_messages < 1:
+            raise ConfigurationError("max_messages must be at least 1")
+        if self._dirty:
+            self._acknowledge()
+        out = self._take(max_messages)
+        if out or timeout == 0:
+            return out
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not out:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._data.wait()
+            except TimeoutError:
+                return []
+            if self._closing:
+                return []
+            out = self._take(max_messages)
+        return out
+
+    def __aiter__(self) -> PullConsumer:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        """The next message (waiting for one); the iteration ends when the consumer closes.
+        Each step acknowledges the messages returned before it.
+
+        Raises:
+            ConfigurationError: the consumer was never started.
+        """
+        if self._dirty:
+            self._acknowledge()
+        ready = self._ready
+        while not ready:
+            if self._closing:
+                raise StopAsyncIteration
+            if not self._started:
+                raise ConfigurationError("the consumer has not been started")
+            await self._data.wait()
+        if self._closing:
+            raise StopAsyncIteration
+        owned = ready[0]
+        head = owned.buffer[0]
+        i = owned.idx
+        msg = head[i]
+        i += 1
+        if i < len(head):
+            owned.idx = i
+        else:
+            self._finish_batch(owned, head)
+        self._dirty.add(owned)
+        return msg
+
+    # -- positions ----------------------------------------------------------------------------
+
+    def _require_owned(self, queue: MessageQueue, *, revoking: bool = False) -> _Owned:
+        self._check_readable()
+        owned = self._owned.get(self._wire_mq(queue))
+        if owned is None:
+            raise QueueNotAssignedError(queue)
+        if owned.revoking and not revoking:
+            raise QueueNotAssignedError(queue, "is being revoked by a rebalance")
+        return owned
+
+    def assignment(self) -> set[MessageQueue]:
+        """The queues this consumer owns now (after :meth:`assign`, before start: those)."""
+        if not self._started and self._mode == "assign":
+            return {self._user_mq(mq) for mq in self._assigned}
+        return {self._user_mq(mq) for mq, o in self._owned.items() if not o.revoking}
+
+    def position(self, queue: MessageQueue) -> int:
+        """The offset of the next message :meth:`poll` returns from ``queue`` (also in
+        ``on_revoked``, for a queue being revoked).
+
+        Raises:
+            QueueNotAssignedError: the queue is not owned.
+            ClientClosedError: the consumer is closed.
+        """
+        return self._require_owned(queue, revoking=True).position()
+
+    async def committed(self, queue: MessageQueue) -> int | None:
+        """The committed offset of ``queue`` (any queue of a subscribed or other topic): the
+        last one this consumer committed if it owns the queue, else the broker's (the local
+        file's, broadcasting); ``None`` if there is none.
+
+        Raises:
+            ConfigurationError: not started.
+            ClientClosedError: the consumer is closed.
+            TransportError, BrokerError: the broker could not be asked.
+        """
+        self._check_readable()
+        mq = self._wire_mq(queue)
+        if mq in self._owned:
+            offset = self._offsets.read(mq)
+            if offset >= 0:
+                return offset
+        if not self._clustering:
+            return await self._offsets.read_stored(mq) if mq not in self._owned else None
+        addr = await self._master(mq)
+        return await self._client.query_consumer_offset(addr, self._group, mq)
+
+    async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        """Commit, awaited: with no argument everything handed out so far (it counts as
+        processed); with ``{queue: offset}`` exactly those offsets ("the next message to
+        read"; lower than before rewinds the group). Works with ``auto_commit`` off or on.
+
+        Raises:
+            QueueNotAssignedError: a queue in ``offsets`` is not owned.
+            ConfigurationError: not started, or a negative offset.
+            ClientClosedError: the consumer is closed.
+            TransportError, BrokerError: the broker did not take an offset (the first error,
+                after every queue was tried).
+        """
+        self._check_readable()
+        if offsets is None:
+            self._acknowledge()
+            targets = list(self._owned.values())
+            for owned in targets:
+                owned.written = owned.acked
+            pairs = [(o.mq, o.acked) for o in targets]
+        else:
+            pairs = []
+            for queue, offset in offsets.items():
+                found = self._owned.get(self._wire_mq(queue))
+                if found is None:
+                    raise QueueNotAssignedError(queue)
+                if offset < 0:
+                    raise ConfigurationError(f"offset {offset} of {queue} is negative")
+                pairs.append((found.mq, offset))
+            for mq, _ in pairs:
+                # An explicit commit stands until more progress is acknowledged.
+                owned = self._owned[mq]
+                owned.written = owned.acked
+        for mq, offset in pairs:
+            self._offsets.update(mq, offset, increase_only=False)
+        await self._write(pairs)
+
+    async def _write(self, pairs: list[tuple[MessageQueue, int]]) -> None:
+        if not pairs:
+            return
+        if not self._clustering:
+            await self._offsets.persist_all([mq for mq, _ in pairs], sync=True)
+            return
+
+        async def one(mq: MessageQueue, offset: int) -> None:
+            addr = await self._master(mq)
+            await self._client.update_consumer_offset(addr, self._group, mq, offset, oneway=False)
+
+        results = await asyncio.gather(*(one(mq, o) for mq, o in pairs), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    def _store_acknowledged(self, owned: Iterable[_Owned]) -> list[MessageQueue]:
+        changed = []
+        for o in owned:
+            if o.acked != o.written:
+                self._offsets.update(o.mq, o.acked, increase_only=False)
+                o.written = o.acked
+                changed.append(o.mq)
+        return changed
+
+    async def _auto_commit_now(self) -> None:
+        self._stats.sample(asyncio.get_running_loop().time())
+        live = [o for o in self._owned.values() if not o.revoking]
+        if self._store_acknowledged(live):
+            # Oneway, as the push consumer's periodic persistence (RemoteBrokerOffsetStore).
+            await self._offsets.persist_all(list(self._owned))
+
+    async def _master(self, mq: MessageQueue) -> str:
+        addr = self._client.master_address(mq.broker_name)
+        if addr is None:
+            await self._client.fetch_route(mq.topic)
+            addr = self._client.master_address(mq.broker_name)
+        if addr is None:
+            raise broker_error(
+                ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for broker {mq.broker_name}"
+            )
+        return addr
+
+    async def _bounds(self, mq: MessageQueue) -> tuple[int, int]:
+        addr = await self._master(mq)
+        lo = await self._client.get_min_offset(addr, mq)
+        hi = await self._client.get_max_offset(addr, mq)
+        return lo, hi
+
+    async def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Read ``queue`` from ``offset`` on: what was buffered is dropped and the next
+        message :meth:`poll` returns from the queue is the one at ``offset``. With auto commit
+        the new position is committed at the next tick (seeking back replays, also after a
+        restart). Asks the broker for the queue's range first (Java ``seek``).
+
+        Raises:
+            QueueNotAssignedError: the queue is not owned (or was revoked meanwhile).
+            OffsetOutOfRangeError: ``offset`` is below the queue's smallest stored offset or
+                above its next offset to be written.
+            ClientClosedError: the consumer is closed.
+            TransportError, BrokerError: the broker could not be asked.
+        """
+        owned = self._require_owned(queue)
+        lo, hi = await self._bounds(owned.mq)
+        if not lo <= offset <= hi:
+            raise OffsetOutOfRangeError(queue, offset, lo, hi)
+        self._seek_now(queue, owned, offset)
+
+    def _seek_now(self, queue: MessageQueue, owned: _Owned, offset: int) -> None:
+        if self._owned.get(owned.mq) is not owned or owned.revoking:
+            raise QueueNotAssignedError(queue, "was revoked by a rebalance during the seek")
+        self._check_readable()
+        log.info("%s: seek to %d", owned.mq, offset)
+        self._reseat(owned, offset)
+
+    async def seek_to_beginning(self, queue: MessageQueue) -> None:
+        """:meth:`seek` to the queue's smallest stored offset.
+
+        Raises:
+            As :meth:`seek`.
+        """
+        owned = self._require_owned(queue)
+        lo, _ = await self._bounds(owned.mq)
+        self._seek_now(queue, owned, lo)
+
+    async def seek_to_end(self, queue: MessageQueue) -> None:
+        """:meth:`seek` past the queue's last message: only messages stored later are read.
+
+        Raises:
+            As :meth:`seek`.
+        """
+        owned = self._require_owned(queue)
+        _, hi = await self._bounds(owned.mq)
+        self._seek_now(queue, owned, hi)
+
+    async def seek_to_time(self, queue: MessageQueue, when: datetime) -> None:
+        """:meth:`seek` to the first message stored at or after ``when`` (past the last
+        message if none is that recent). A naive ``datetime`` is local time.
+
+        The broker's SEARCH_OFFSET_BY_TIMESTAMP answers *a* message stored closest to the
+        time: maybe one just before it, maybe one of several stored in the same millisecond
+        (a batch). The store times of its neighbours are read (one-message pulls) to step to
+        the first one at or after ``when``; a binary search when the neighbours do not
+        settle it.
+
+        Raises:
+            As :meth:`seek`.
+        """
+        owned = self._require_owned(queue)
+        mq = owned.mq
+        ts = int(when.timestamp() * 1000)
+        addr = await self._master(mq)
+        hint = await self._client.search_offset(addr, mq, ts)
+        lo, hi = await self._bounds(mq)
+        hint = min(max(hint, lo), hi)
+
+        async def before(offset: int) -> bool:
+            # Store times grow with the offset; an unreadable message counts as "not before".
+            stored = await self._store_time(addr, mq, offset)
+            return stored is not None and stored < ts
+
+        # The answer is the first offset in [left, right] that is not before the time
+        # (right: none is). Usually the hint or its right neighbour, found in one more pull.
+        if hint < hi and await before(hint):
+            left, right = hint + 1, hi
+            if left < right:
+                if await before(left):
+                    left += 1
+                else:
+                    right = left
+        else:
+            left, right = lo, hint
+            if left < right:
+                if await before(right - 1):
+                    left = right
+                else:
+                    right -= 1
+        while left < right:
+            mid = (left + right) // 2
+            if await before(mid):
+                left = mid + 1
+            else:
+                right = mid
+        self._seek_now(queue, owned, left)
+
+    async def _store_time(self, addr: str, mq: MessageQueue, offset: int) -> int | None:
+        """The store time (ms) of the message at ``offset``, None if it cannot be read."""
+        header = PullMessageRequestHeader(
+            consumer_group=self._group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=1,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            subscription="*",
+            sub_version=0,
+            broker_name=mq.broker_name,
+        )
+        resp = await self._client.pull_message(addr, header, timeout=self.settings.request_timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        records = decode_messages(resp.body)
+        return records[0].store_timestamp if records else None
+
+    # -- flow ---------------------------------------------------------------------------------
+
+    def pause(self, *queues: MessageQueue) -> None:
+        """Stop delivering and pulling these queues until :meth:`resume`: nothing of them is
+        returned by a later :meth:`poll` (buffered messages wait), they are not pulled, and
+        their positions and offsets stay. A pause lasts while the queue is owned, through
+        rebalances that keep it; a queue revoked and given back later starts unpaused.
+
+        Raises:
+            QueueNotAssignedError: a queue is not owned (nothing was paused).
+            ClientClosedError: the consumer is closed.
+        """
+        targets = [self._require_owned(q) for q in queues]
+        for owned in targets:
+            owned.paused = True
+            owned.pq.pause()
+            self._unready(owned)
+
+    def resume(self, *queues: MessageQueue) -> None:
+        """Deliver and pull these queues again (buffered messages first).
+
+        Raises:
+            QueueNotAssignedError: a queue is not owned (nothing was resumed).
+            ClientClosedError: the consumer is closed.
+        """
+        targets = [self._require_owned(q) for q in queues]
+        for owned in targets:
+            owned.paused = False
+            owned.pq.resume()
+            if owned.buffer and not owned.queued:
+                owned.queued = True
+                self._ready.append(owned)
+                self._data.set()
+
+    def paused(self) -> set[MessageQueue]:
+        """The owned queues paused now."""
+        return {self._user_mq(mq) for mq, o in self._owned.items() if o.paused}
+
+    # -- retries, topics ----------------------------------------------------------------------
+
+    async def reconsume_later(self, msg: ReceivedMessage, delay_level: int = 0) -> None:
+        """Send ``msg`` back to the broker: it comes again through ``%RETRY%<group>`` after
+        the delay of ``delay_level`` (0: the broker's choice, 3 + its reconsume count, as for
+        a push consumer's failures), or lands in ``%DLQ%<group>`` past
+        ``max_reconsume_times``. The message itself still counts as processed once you move
+        on (it is the copy in ``%RETRY%`` that comes back). Broadcasting consumers have no
+        send-back (every member has its own copy; Java drops failed broadcast messages).
+
+        Raises:
+            ConfigurationError: a broadcasting consumer, or not started.
+            ClientClosedError: the consumer is closed.
+            TransportError, BrokerError: neither the send-back nor the fallback resend into
+                ``%RETRY%<group>`` got there; do not count the message as processed.
+        """
+        self._check_readable()
+        if not self._clustering:
+            raise ConfigurationError("a broadcasting consumer cannot send messages back")
+        await self._sender.send_back_or_raise(msg, delay_level, msg.broker_name)
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic`` (asks the name server; works before start too).
+
+        Raises:
+            InvalidNameError: a bad topic name.
+            TopicNotExistError: the name server has no route for it.
+            TransportError: no name server answered.
+        """
+        validate_name(topic)
+        wire = self._wire_topic(topic)
+        if self._started and not self._closing:
+            route = await self._client.fetch_route(wire)
+        else:
+            client = ClientInstance(self.settings)
+            client.start(asyncio.get_running_loop().create_task)
+            try:
+                route = await client.fetch_route(wire)
+            finally:
+                await client.close()
+        return sorted(self._user_mq(mq) for mq in route.subscribe_queues(wire))
+
+    # -- requests from brokers ----------------------------------------------------------------
+
+    async def _on_running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerRunningInfoRequestHeader.from_ext(cmd.ext_fields)
+        if header.consumer_group != self._group:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer Group <{header.consumer_group}> not exist in this consumer",
+            )
+        return cmd.make_response(ResponseCode.SUCCESS, body=self._running_info().to_json())
+
+    def _running_info(self) -> ConsumerRunningInfo:
+        s = self.settings
+        props = {
+            name: str(value)
+            for name, value in s.model_dump().items()
+            if name not in ("secret_key", "access_key", "allocation") and value is not None
+        }
+        props.update(
+            {
+                "PROP_NAMESERVER_ADDR": ";".join(s.namesrv),
+                "PROP_CONSUME_TYPE": self._consume_type,
+                "PROP_CLIENT_VERSION": _CLIENT_VERSION,
+                "PROP_CONSUMER_START_TIMESTAMP": str(self._start_wall),
+                "autoCommit": "true" if self._auto_commit else "false",
+            }
+        )
+        wall = time.time() - asyncio.get_running_loop().time()
+        table = {}
+        for mq, owned in self._owned.items():
+            snap = owned.pq.snapshot()
+            table[mq] = ProcessQueueInfo(
+                commit_offset=self._offsets.read(mq),
+                cached_msg_min_offset=max(snap.min_offset, 0),
+                cached_msg_max_offset=max(snap.max_offset, 0),
+                cached_msg_count=snap.cached_count,
+                cached_msg_size_in_mib=snap.cached_bytes // _MIB,
+                dropped=snap.dropped,
+                last_pull_timestamp=int((snap.last_pull_time + wall) * 1000),
+                last_consume_timestamp=int((snap.last_consume_time + wall) * 1000),
+            )
+        return ConsumerRunningInfo(
+            properties=props,
+            subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
+            mq_table=table,
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closing else "started" if self._started else "new"
+        return f"PullConsumer(group={self._group!r}, {state}, queues={len(self._owned)})"

@@ -1,0 +1,300 @@
+"""``aiorocket admin``: the operators' commands on :class:`~aiorocket.Admin` (no Java).
+
+::
+
+    aiorocket admin topics                        every topic the name server knows
+    aiorocket admin route TOPIC                   brokers and queue counts of a topic
+    aiorocket admin lag GROUP                     per queue: broker max offset, committed
+                                                  offset, lag, last consumed store time
+    aiorocket admin reset-offset GROUP TOPIC --to earliest|latest|TIME
+    aiorocket admin message ID [--topic T]        a message by offset id (or client id + topic)
+    aiorocket admin message --key K --topic T     messages by key
+    aiorocket admin create-topic TOPIC [--queues N]
+    aiorocket admin delete-topic TOPIC
+
+Every command takes ``-n/--namesrv`` (default ``$AIOROCKET_NAMESRV``, else 127.0.0.1:9876) and
+``--json``; output is a plain table on a terminal, JSON for scripts. Errors are one line on
+stderr: exit 1 when the server refuses or cannot be reached, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from aiorocket import Admin, GroupLag, ReceivedMessage
+from aiorocket.errors import ConfigurationError, RocketError, TransportError
+
+__all__ = ["add_admin_parser", "parse_time", "render_table", "run_admin"]
+
+_DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def add_admin_parser(sub: Any) -> None:
+    """Add the ``admin`` subcommand (and its own subcommands) to a subparsers object."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "admin",
+        help="inspect and administer a cluster: topics, routes, lag, offsets, messages",
+        description="Operate a RocketMQ 4.x cluster (embedded or Java) from Python.",
+    )
+    leaf = argparse.ArgumentParser(add_help=False)
+    leaf.add_argument(
+        "-n",
+        "--namesrv",
+        default=os.environ.get("AIOROCKET_NAMESRV", _DEFAULT_NAMESRV),
+        help="name server address(es), host:port;host:port (default $AIOROCKET_NAMESRV "
+        f"or {_DEFAULT_NAMESRV})",
+    )
+    leaf.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    leaf.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
+    leaf.add_argument("--access-key", default=None, help="ACL access key")
+    leaf.add_argument("--secret-key", default=None, help="ACL secret key")
+    cmds = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    cmds.add_parser("topics", parents=[leaf], help="list every topic")
+    r = cmds.add_parser("route", parents=[leaf], help="where a topic's queues live")
+    r.add_argument("topic")
+    lag = cmds.add_parser("lag", parents=[leaf], help="a consumer group's lag per queue")
+    lag.add_argument("group")
+    rs = cmds.add_parser("reset-offset", parents=[leaf], help="move a group's offsets of a topic")
+    rs.add_argument("group")
+    rs.add_argument("topic")
+    rs.add_argument(
+        "--to",
+        required=True,
+        help="earliest, latest, epoch milliseconds, or an ISO time (2024-05-01T12:00:00+00:00; "
+        "local time without an offset)",
+    )
+    m = cmds.add_parser("message", parents=[leaf], help="look a message up by id or key")
+    m.add_argument("id", nargs="?", help="offset message id, or client id with --topic")
+    m.add_argument("--key", default=None, help="look up by key (needs --topic)")
+    m.add_argument("--topic", default=None, help="the topic (for --key and client ids)")
+    m.add_argument("--max", type=int, default=64, help="most messages by key (64)")
+    c = cmds.add_parser("create-topic", parents=[leaf], help="create or update a topic")
+    c.add_argument("topic")
+    c.add_argument("--queues", type=int, default=8, help="read and write queues (8)")
+    c.add_argument("--cluster", default=None, help="only this cluster's brokers")
+    c.add_argument("--order", action="store_true", help="mark the topic ordered")
+    d = cmds.add_parser("delete-topic", parents=[leaf], help="delete a topic")
+    d.add_argument("topic")
+    d.add_argument("--cluster", default=None, help="only this cluster's brokers")
+
+
+def parse_time(text: str) -> str | int | dt.datetime:
+    """``earliest``/``latest``, epoch milliseconds, or an ISO-8601 time (a time without an
+    offset is local time).
+
+    Raises:
+        ConfigurationError: none of those.
+    """
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--to must be earliest, latest, epoch milliseconds or an ISO time, not {text!r}"
+        ) from None
+    return when if when.tzinfo is not None else when.astimezone()
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned text columns, two spaces apart; numbers right-aligned."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    numeric = [
+        all(isinstance(row[i], int | float) for row in rows) and bool(rows)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+
+
+def _time(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _lag_json(lag: GroupLag) -> dict[str, Any]:
+    return {
+        "group": lag.group,
+        "total": lag.total,
+        "by_topic": lag.by_topic(),
+        "consume_tps": lag.consume_tps,
+        "queues": [
+            {
+                "topic": q.queue.topic,
+                "broker": q.queue.broker_name,
+                "queue": q.queue.queue_id,
+                "broker_offset": q.broker_offset,
+                "committed_offset": q.committed_offset,
+                "lag": q.lag,
+                "last_timestamp": q.last_timestamp,
+            }
+            for q in lag.queues
+        ],
+    }
+
+
+def _message_json(m: ReceivedMessage) -> dict[str, Any]:
+    try:
+        body: str | None = m.body.decode()
+    except UnicodeDecodeError:
+        body = None
+    return {
+        "msg_id": m.msg_id,
+        "offset_msg_id": m.offset_msg_id,
+        "topic": m.topic,
+        "queue": m.queue.queue_id,
+        "queue_offset": m.queue_offset,
+        "tags": m.tags,
+        "keys": list(m.keys),
+        "store_timestamp": m.store_timestamp,
+        "born_timestamp": m.born_timestamp,
+        "reconsume_times": m.reconsume_times,
+        "properties": dict(m.properties),
+        "body": body,
+        "body_size": len(m.body),
+    }
+
+
+async def _run(args: argparse.Namespace) -> tuple[Any, str]:
+    """Run the command; returns ``(json value, table text)``."""
+    settings: dict[str, Any] = {
+        "request_timeout": args.timeout,
+        "connect_timeout": args.timeout,
+    }
+    if args.access_key or args.secret_key:
+        settings.update(access_key=args.access_key, secret_key=args.secret_key)
+    cmd = args.admin_command
+    value: Any
+    target: Any = None
+    if cmd == "reset-offset":
+        target = parse_time(args.to)  # bad input fails before connecting
+    if cmd == "message" and (args.key is None) == (args.id is None):
+        raise ConfigurationError("give a message id, or --key with --topic")
+    if cmd == "message" and args.key is not None and args.topic is None:
+        raise ConfigurationError("--key needs --topic")
+    async with Admin(namesrv=args.namesrv, **settings) as admin:
+        if cmd == "topics":
+            topics = await admin.topics()
+            return topics, "\n".join(topics)
+        if cmd == "route":
+            route = await admin.route(args.topic)
+            rows = []
+            for name in sorted(route.brokers):
+                read, write, perm = route.queues.get(name, (0, 0, 0))
+                for bid, addr in sorted(route.brokers[name].items()):
+                    rows.append([name, bid, addr, read, write, perm])
+            value = {
+                "topic": route.topic,
+                "brokers": {n: {str(i): a for i, a in b.items()} for n, b in route.brokers.items()},
+                "queues": {
+                    n: {"read": r, "write": w, "perm": p} for n, (r, w, p) in route.queues.items()
+                },
+            }
+            headers = ["BROKER", "ID", "ADDRESS", "READ", "WRITE", "PERM"]
+            return value, render_table(headers, rows)
+        if cmd == "lag":
+            lag = await admin.lag(args.group)
+            rows = [
+                [
+                    q.queue.topic,
+                    q.queue.broker_name,
+                    q.queue.queue_id,
+                    q.broker_offset,
+                    q.committed_offset,
+                    q.lag,
+                    _time(q.last_timestamp),
+                ]
+                for q in lag.queues
+            ]
+            headers = ["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "COMMITTED", "LAG", "LAST"]
+            totals = " ".join(f"{t}={n}" for t, n in sorted(lag.by_topic().items()))
+            text = (
+                render_table(headers, rows)
+                + f"\n\ntotal lag {lag.total} ({totals}); consume tps {lag.consume_tps:.2f}"
+            )
+            return _lag_json(lag), text
+        if cmd == "reset-offset":
+            offsets = await admin.reset_offset(args.group, args.topic, target)
+            rows = [[mq.topic, mq.broker_name, mq.queue_id, o] for mq, o in offsets.items()]
+            value = [
+                {"topic": mq.topic, "broker": mq.broker_name, "queue": mq.queue_id, "offset": o}
+                for mq, o in offsets.items()
+            ]
+            return value, render_table(["TOPIC", "BROKER", "QUEUE", "OFFSET"], rows)
+        if cmd == "message":
+            if args.key is not None:
+                msgs = await admin.messages_by_key(args.topic, args.key, max_num=args.max)
+            else:
+                msgs = [await admin.message(args.id, topic=args.topic)]
+            rows = [
+                [
+                    m.msg_id,
+                    m.topic,
+                    m.queue.queue_id,
+                    m.queue_offset,
+                    m.tags or "",
+                    " ".join(m.keys),
+                    _time(m.store_timestamp),
+                    len(m.body),
+                ]
+                for m in msgs
+            ]
+            headers = ["MSG ID", "TOPIC", "QUEUE", "OFFSET", "TAGS", "KEYS", "STORED", "BYTES"]
+            value = [_message_json(m) for m in msgs]
+            if args.id is not None:
+                value = value[0]
+            return value, render_table(headers, rows) if rows else "no message"
+        if cmd == "create-topic":
+            brokers = await admin.create_topic(
+                args.topic, queues=args.queues, cluster=args.cluster, order=args.order
+            )
+            value = {"topic": args.topic, "queues": args.queues, "brokers": brokers}
+            return value, f"topic {args.topic} ({args.queues} queues) on {', '.join(brokers)}"
+        if cmd == "delete-topic":
+            brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
+            value = {"topic": args.topic, "brokers": brokers}
+            return value, f"topic {args.topic} deleted from {', '.join(brokers)}"
+    raise ConfigurationError(f"unknown admin command {cmd!r}")  # pragma: no cover
+
+
+def run_admin(args: argparse.Namespace) -> int:
+    """Entry point of ``aiorocket admin``; returns the exit code."""
+    try:
+        value, text = asyncio.run(_run(args))
+    except ConfigurationError as exc:
+        print(f"aiorocket admin: {exc}", file=sys.stderr)
+        return 2
+    except TransportError as exc:
+        print(f"aiorocket admin: cannot reach {args.namesrv}: {exc}", file=sys.stderr)
+        return 1
+    except RocketError as exc:
+        print(f"aiorocket admin: {type(exc).__name__}: {exc}".rstrip(), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"aiorocket admin: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(value, indent=2, sort_keys=True))
+    else:
+        print(text)
+    return 0

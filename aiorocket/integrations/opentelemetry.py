@@ -1,0 +1,121 @@
+"""OpenTelemetry metrics of a running :class:`~aiorocket.App` (``pip install
+"aiorocket[opentelemetry]"``).
+
+::
+
+    from aiorocket.integrations.opentelemetry import instrument
+
+    instrumentation = instrument(app)          # the global MeterProvider, or meter_provider=…
+    async with app:
+        ...                                    # your reader/exporter collects the metrics
+
+Every metric of :data:`aiorocket.app.metrics.METRICS` becomes an observable instrument
+(gauges as observable gauges, counters as observable counters) with the same attributes.
+Readers usually collect from their own thread, while the consumers' statistics live on the
+event loop: a task on the loop takes a snapshot every ``interval`` seconds and the callbacks
+report the latest one (a collection made on the loop itself reads the live values).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+
+try:
+    from opentelemetry import metrics
+    from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "aiorocket.integrations.opentelemetry needs opentelemetry-api: "
+        'pip install "aiorocket[opentelemetry]"'
+    ) from exc
+
+from aiorocket.app import App
+from aiorocket.app.metrics import METRICS, MetricSample, MetricSpec, collect
+
+__all__ = ["AppInstrumentation", "instrument"]
+
+
+class AppInstrumentation:
+    """The instruments of one app; :meth:`start` the snapshot task on the app's loop (done by
+    :func:`instrument` when called on a running loop) and :meth:`stop` it when done.
+
+    Args:
+        app: the app.
+        meter_provider: where the instruments live (default: the global provider).
+        interval: seconds between snapshots for collections made off the loop.
+    """
+
+    def __init__(
+        self, app: App, *, meter_provider: MeterProvider | None = None, interval: float = 5.0
+    ) -> None:
+        self._app = app
+        self._interval = interval
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._snapshot: dict[str, list[MetricSample]] = {}
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("aiorocket")
+        for spec in METRICS:
+            if spec.kind == "counter":
+                meter.create_observable_counter(
+                    spec.name, callbacks=[self._callback(spec)], description=spec.help
+                )
+            else:
+                meter.create_observable_gauge(
+                    spec.name, callbacks=[self._callback(spec)], description=spec.help
+                )
+
+    def refresh(self) -> None:
+        """Take a snapshot now (on the app's loop)."""
+        snapshot: dict[str, list[MetricSample]] = {}
+        for sample in collect(self._app):
+            snapshot.setdefault(sample.name, []).append(sample)
+        self._snapshot = snapshot
+
+    def start(self) -> None:
+        """Start refreshing the snapshot every ``interval`` seconds on the running loop."""
+        self._loop = asyncio.get_running_loop()
+        self.refresh()
+        if self._task is None:
+            self._task = self._loop.create_task(self._run(), name="aiorocket-otel-snapshot")
+
+    async def stop(self) -> None:
+        """Stop the snapshot task."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            self.refresh()
+
+    def _callback(self, spec: MetricSpec) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            try:
+                on_loop = asyncio.get_running_loop() is self._loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                self.refresh()  # collected on the app's own loop: live values
+            for sample in self._snapshot.get(spec.name, []):
+                yield Observation(sample.value, dict(zip(spec.labels, sample.labels, strict=True)))
+
+        return observe
+
+
+def instrument(
+    app: App, *, meter_provider: MeterProvider | None = None, interval: float = 5.0
+) -> AppInstrumentation:
+    """Create the app's instruments; on a running loop, start the snapshot task too.
+
+    Raises:
+        ImportError: opentelemetry-api is not installed (at import).
+    """
+    inst = AppInstrumentation(app, meter_provider=meter_provider, interval=interval)
+    with contextlib.suppress(RuntimeError):
+        inst.start()
+    return inst
