@@ -1,0 +1,231 @@
+"""aiorocket against the real Apache RocketMQ 4.9.8 broker with ACL on (``aclEnable=true``).
+
+The broker's ``plain_acl.yml`` (4.9.8 format, read by ``PlainPermissionManager``) has no
+global white addresses and no per-account ``whiteRemoteAddress``: a white-listed address skips
+the signature check (``PlainPermissionManager.validate`` returns before it), so an empty list
+is what makes every request's HMAC-SHA1 signature really checked (REMOTING.md §8).
+
+* With the right keys the producer sends and a push consumer consumes: its heartbeat, the
+  consumer-list query rebalance makes, pulls, a send-back (``CONSUMER_SEND_MSG_BACK``) and its
+  offset commits are all signed and accepted (consumption needs every one of them).
+* A wrong secret key, an unknown access key and a topic the account may not use are refused.
+  A 4.x broker has no response code for that: the validator's ``AclException`` becomes
+  SYSTEM_ERROR (1) with ``exceptionSimpleDesc`` as the remark, which aiorocket raises as
+  :class:`~aiorocket.errors.AccessDeniedError`, not retriable, with the broker's reason.
+
+``mqadmin`` does not sign its requests here (it would read ``tools.yml`` from the kit's own
+directory), so these tests check the broker's state with a signed
+:class:`~aiorocket.QueueReader` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import aiorocket as rmq
+from aiorocket.errors import AccessDeniedError, BrokerSystemError
+from tests.interop.apache.kit import JavaCluster
+from tests.interop.harness import unique_name
+
+#: the account the tests use; every topic but :data:`DENIED_TOPIC` is allowed
+ACCESS_KEY = "aiorocket-ak"
+SECRET_KEY = "aiorocket-sk-0123"
+#: an admin account (``admin: true`` without resource rules may use every topic and group)
+ADMIN_KEY = "aiorocket-admin"
+ADMIN_SECRET = "aiorocket-admin-sk"
+#: the topic the account has ``DENY`` on (``topicPerms``)
+DENIED_TOPIC = unique_name("AclDenied")
+
+JAVA_BROKER_CONF = {"aclEnable": "true"}
+JAVA_BROKER_FILES = {
+    "plain_acl.yml": f"""\
+globalWhiteRemoteAddresses: []
+
+accounts:
+  - accessKey: {ACCESS_KEY}
+    secretKey: {SECRET_KEY}
+    admin: false
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: PUB|SUB
+    topicPerms:
+      - {DENIED_TOPIC}=DENY
+  - accessKey: {ADMIN_KEY}
+    secretKey: {ADMIN_SECRET}
+    admin: true
+"""
+}
+
+#: consumer settings that keep the tests quick (``tests/consumer/conftest.py``'s ``FAST``)
+FAST: dict[str, Any] = {
+    "rebalance_interval": 1.0,
+    "offset_persist_interval": 0.5,
+    "shutdown_grace": 5.0,
+}
+#: seconds to wait for deliveries (two cores shared with other Java brokers)
+DELIVERY_TIMEOUT = 60.0
+
+GOOD = {"access_key": ACCESS_KEY, "secret_key": SECRET_KEY}
+
+REFUSED_CREDENTIALS = [
+    pytest.param(
+        {"access_key": ACCESS_KEY, "secret_key": "not-the-secret-key"},
+        f"Check signature failed for accessKey={ACCESS_KEY}",
+        id="wrong-secret-key",
+    ),
+    pytest.param(
+        {"access_key": "nobody-we-know", "secret_key": SECRET_KEY},
+        "No acl config for nobody-we-know",
+        id="unknown-access-key",
+    ),
+]
+
+
+async def wait_for(cond: Callable[[], bool], what: str, timeout: float = DELIVERY_TIMEOUT) -> None:
+    """Poll ``cond`` until it holds.
+
+    Raises:
+        AssertionError: not within ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def producer(cluster: JavaCluster, **keys: str) -> AsyncIterator[rmq.Producer]:
+    async with rmq.Producer(namesrv=cluster.namesrv, group=unique_name("AclP"), **keys) as p:
+        yield p
+
+
+def consumer(
+    cluster: JavaCluster, topic: str, group: str, handler: Any, **keys: str
+) -> rmq.PushConsumer:
+    c = rmq.PushConsumer(
+        group=group,
+        namesrv=cluster.namesrv,
+        consume_from="first",
+        access_key=keys["access_key"],
+        secret_key=keys["secret_key"],
+        **FAST,
+    )
+    c.subscribe(topic)
+    c.register_listener(handler)
+    return c
+
+
+async def ignore(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
+    raise AssertionError("a refused consumer must not get messages")
+
+
+def check_refusal(exc: AccessDeniedError, reason: str) -> None:
+    # One line naming the cause; typed so callers can tell it from a real system error
+    # (it still is one: code 1) and never retried.
+    assert exc.reason == reason
+    assert str(exc) == f"[code 1] access denied by the broker's ACL: {reason}"
+    assert "\n" not in str(exc)
+    assert exc.code == 1
+    assert isinstance(exc, BrokerSystemError)
+    assert not exc.retriable
+    # the raw remark is the Java broker's: AclException.toString() and a stack frame
+    assert exc.remark.startswith(f"org.apache.rocketmq.acl.common.AclException: {reason}, ")
+
+
+async def test_signed_producer_and_push_consumer_are_accepted(java_cluster: JavaCluster) -> None:
+    topic, group = unique_name("AclOk"), unique_name("AclOkG")
+    count = 8
+    async with producer(java_cluster, **GOOD) as p:
+        sent = [await p.send(rmq.Message(topic, f"acl-{i}".encode())) for i in range(count)]
+    queues = {r.queue for r in sent}
+
+    got: list[rmq.ReceivedMessage] = []
+
+    async def handle(
+        msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext
+    ) -> rmq.ConsumeStatus:
+        got.extend(msgs)
+        # The first delivery of acl-0 fails: the consumer sends it back to the broker
+        # (CONSUMER_SEND_MSG_BACK, signed, which ACL checks against the group's retry
+        # topic) and it comes again from %RETRY%<group>.
+        if msgs[0].body == b"acl-0" and msgs[0].reconsume_times == 0:
+            return rmq.ConsumeStatus.RECONSUME_LATER
+        return rmq.ConsumeStatus.CONSUME_SUCCESS
+
+    c = consumer(java_cluster, topic, group, handle, **GOOD)
+    async with c:
+        await wait_for(
+            lambda: any(m.body == b"acl-0" and m.reconsume_times == 1 for m in got),
+            "every message and the retried one",
+        )
+        await wait_for(lambda: len({m.body for m in got}) == count, "every message")
+        stats = c.statistics()
+        # the send-back itself was accepted (a refused one is resent by the client instead)
+        assert stats.send_back_failures == 0
+        assert stats.pull_errors == 0
+    assert sorted(m.body for m in got if m.reconsume_times == 0) == sorted(
+        f"acl-{i}".encode() for i in range(count)
+    )
+
+    # Closing flushed the offsets (UPDATE_CONSUMER_OFFSET, signed); a signed query shows the
+    # broker stored them: the consumer's commits were accepted, not just sent.
+    async with rmq.QueueReader(namesrv=java_cluster.namesrv, **GOOD) as reader:
+        for mq in queues:
+            assert await reader.committed_offset(group, mq) == await reader.max_offset(mq)
+
+
+@pytest.mark.parametrize(("keys", "reason"), REFUSED_CREDENTIALS)
+async def test_bad_credentials_are_refused_with_a_typed_error(
+    java_cluster: JavaCluster, keys: dict[str, str], reason: str
+) -> None:
+    topic = unique_name("AclBad")
+    # the topic exists (sent with the right keys), so the consumer finds its broker
+    async with producer(java_cluster, **GOOD) as p:
+        await p.send(rmq.Message(topic, b"exists"))
+
+    async with producer(java_cluster, **keys) as p:
+        with pytest.raises(AccessDeniedError) as sending:
+            await p.send(rmq.Message(topic, b"refused"))
+    check_refusal(sending.value, reason)
+
+    c = consumer(java_cluster, topic, unique_name("AclBadG"), ignore, **keys)
+    # start() returns after the first heartbeat; the broker refuses it
+    with pytest.raises(AccessDeniedError) as starting:
+        await c.start()
+    check_refusal(starting.value, reason)
+    await c.close()
+
+    # nothing was stored by the refused producer
+    async with rmq.QueueReader(namesrv=java_cluster.namesrv, **GOOD) as reader:
+        totals = await reader.max_offsets(await reader.queues(topic))
+    assert sum(totals.values()) == 1
+
+
+async def test_topic_without_permission_is_refused(java_cluster: JavaCluster) -> None:
+    # The admin account creates the denied topic, so it has a route: the refusal below is the
+    # ACL's, not a missing topic.
+    async with producer(java_cluster, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET) as p:
+        await p.send(rmq.Message(DENIED_TOPIC, b"by the admin"))
+
+    # PlainPermissionManager.checkPerm: the account's topicPerms say DENY for this topic
+    reason = f"No default permission for topic:{DENIED_TOPIC}"
+    async with producer(java_cluster, **GOOD) as p:
+        with pytest.raises(AccessDeniedError) as sending:
+            await p.send(rmq.Message(DENIED_TOPIC, b"refused"))
+        check_refusal(sending.value, reason)
+        # the same account may still use other topics: the refusal is per resource
+        allowed = await p.send(rmq.Message(unique_name("AclAllowed"), b"fine"))
+        assert allowed.status is rmq.SendStatus.SEND_OK
+
+    # a heartbeat names the subscribed topics, which need SUB permission
+    c = consumer(java_cluster, DENIED_TOPIC, unique_name("AclDeniedG"), ignore, **GOOD)
+    with pytest.raises(AccessDeniedError) as starting:
+        await c.start()
+    check_refusal(starting.value, reason)
+    await c.close()
