@@ -7,6 +7,8 @@ a topic (8 queues, 128 B bodies) and drains it, in one run, with:
 * (b) ``PushConsumer`` with a per-message ``async def`` handler (``consume_batch_size`` 1);
 * (a) and (b) again with ``orderly=True`` (broker queue locks, one handler call per queue at a
   time, 8 queues in parallel), printed beside the concurrent figures;
+* ``PullConsumer`` read by the application: ``async for`` one message at a time, and
+  ``poll(max_messages=32)`` batches, beside (a) and (b);
 * the pure decode loop (``decode_messages``) over the very bytes the broker serves;
 * (a) and (b) again against a broker serving 256 messages per pull instead of 32;
 * (a) and (b) again on uvloop (when installed), the loop ``aiorocket run`` picks;
@@ -228,6 +230,31 @@ async def drain(
     return t1 - t0, c1 - c0
 
 
+async def pull_drain(
+    addr: str, n: int, group: str, *, poll: bool, topic: str = TOPIC
+) -> tuple[float, float]:
+    """Read the whole topic with a fresh ``PullConsumer`` group: ``async for`` one message at
+    a time, or ``poll`` batches of 32; (seconds, CPU seconds) from start to the last message."""
+    consumer = rmq.PullConsumer(group=group, namesrv=addr, consume_from="first")
+    consumer.subscribe(topic)
+    count = 0
+    t0, c0 = time.perf_counter(), _cpu()
+    async with consumer:
+        if poll:
+            while count < n:
+                batch = await consumer.poll(max_messages=32, timeout=60)
+                if not batch:
+                    raise RuntimeError(f"pull drain stalled at {count} of {n}")
+                count += len(batch)
+        else:
+            async for _msg in consumer:
+                count += 1
+                if count >= n:
+                    break
+        t1, c1 = time.perf_counter(), _cpu()
+    return t1 - t0, c1 - c0
+
+
 def _has_uvloop() -> bool:
     try:
         import uvloop  # noqa: F401
@@ -383,6 +410,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 runs.append(await drain(addr, n, group, batch=batch, orderly=orderly))
             results[name] = _summary(runs, n)
             print(f"{name}: {results[name]}", flush=True)
+        for name, poll in (("pull_async_for", False), ("pull_poll_batch", True)):
+            runs = []
+            for i in range(args.repeat):
+                group = f"bench-{name}-{i}".replace("_", "-")
+                runs.append(await pull_drain(addr, n, group, poll=poll))
+            results[name] = _summary(runs, n)
+            print(f"{name}: {results[name]}", flush=True)
         if args.loop == "asyncio" and _has_uvloop():
             # The same drains on uvloop (what `aiorocket run` uses when it is installed), each
             # in a thread of its own running a uvloop loop; this loop just waits meanwhile.
@@ -456,6 +490,8 @@ def main() -> int:
         "orderly_batch_handler",
         "per_message_handler",
         "orderly_per_message_handler",
+        "pull_poll_batch",
+        "pull_async_for",
         "batch_handler_256",
         "per_message_handler_256",
         "batch_handler_uvloop",
