@@ -1,0 +1,177 @@
+"""The embedded broker's fault hooks (fail_next, notify_rebalance, redeliver, drop_below), and
+SYSTEM_BUSY answers: clients back off and recover."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from aiorocket import (
+    ConcurrentContext,
+    Message,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
+from aiorocket._client.instance import ClientInstance
+from aiorocket._protocol.codes import RequestCode, ResponseCode
+from aiorocket._protocol.headers import PullMessageRequestHeader
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.errors import ConfigurationError, SystemBusyError
+from aiorocket.settings import ClientSettings
+
+from .helpers import FAST_DELAYS, wait_for
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> EmbeddedBroker:  # type: ignore[misc]
+    config = BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS)
+    async with EmbeddedBroker(data_dir=tmp_path / "b", config=config) as b:
+        yield b
+
+
+async def test_fail_next_answers_the_code_and_the_producer_backs_off(
+    broker: EmbeddedBroker,
+) -> None:
+    async with Producer(namesrv=broker.address, group="pg", retries=0) as p:
+        await p.send(Message("Busy", b"warm-up"))
+        broker.fail_next(RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_BUSY)
+        with pytest.raises(SystemBusyError):
+            await p.send(Message("Busy", b"refused"))
+        assert [(f.request_code, f.response_code) for f in broker.injected_failures] == [
+            (RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_BUSY)
+        ]
+        assert (await p.send(Message("Busy", b"ok"))).queue_offset >= 0  # used up
+    async with Producer(namesrv=broker.address, group="pg", retries=2) as p:
+        broker.fail_next(RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_BUSY, times=2)
+        result = await p.send(Message("Busy", b"third time lucky"))
+    assert result.queue_offset >= 0
+    busy = broker.injected_failures[1:]
+    assert len(busy) == 2
+    # backed off before asking again (50 ms, jittered down to half at most), not at once
+    assert busy[1].at - busy[0].at >= 0.02
+    with pytest.raises(ConfigurationError):
+        broker.fail_next(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS)
+
+
+async def test_pulls_answered_system_busy_back_off_and_recover(tmp_path: Path) -> None:
+    config = BrokerConfig(default_queues=1, delay_levels=FAST_DELAYS)
+    got: list[bytes] = []
+    async with (
+        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
+        Producer(namesrv=broker.address, group="pg") as producer,
+    ):
+        await producer.send(Message("BusyPull", b"first"))
+        consumer = PushConsumer(
+            group="busy", namesrv=broker.address, consume_from="first", rebalance_interval=1.0
+        )
+        consumer.subscribe("BusyPull")
+
+        @consumer.listener
+        async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+            got.extend(m.body for m in msgs)
+
+        broker.fail_next(RequestCode.PULL_MESSAGE, ResponseCode.SYSTEM_BUSY, times=12)
+        async with consumer:
+            await wait_for(lambda: not broker._require_faults().armed, 30, "busy answers")
+            for i in range(5):
+                await producer.send(Message("BusyPull", b"%d" % i))
+            await wait_for(lambda: len(got) == 6, 10, "every message after the busy spell")
+            busy = broker.injected_failures
+            assert consumer.statistics().pull_errors >= 12
+    spread = busy[-1].at - busy[0].at
+    # two pull loops (the topic's queue and the retry queue) sharing 12 refusals, each
+    # waiting 0.05 s, 0.1 s, 0.2 s, ... (±20 %) after each: without a backoff they would come
+    # within milliseconds
+    assert spread >= 0.4, f"12 busy answers within {spread:.3f} s: no backoff"
+    assert sorted(got) == sorted([b"first", *(b"%d" % i for i in range(5))])
+
+
+async def test_notify_rebalance_makes_members_rebalance_at_once(broker: EmbeddedBroker) -> None:
+    consumer = PushConsumer(group="nr", namesrv=broker.address, rebalance_interval=60.0)
+    consumer.subscribe("Notified")
+
+    @consumer.listener
+    async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+        return None
+
+    async with consumer:
+        before = consumer.statistics().rebalances
+        assert await broker.notify_rebalance("nr") == 1
+        await wait_for(lambda: consumer.statistics().rebalances > before, 5, "a rebalance")
+        assert await broker.notify_rebalance("nobody") == 0
+
+
+async def test_redeliver_replays_one_queue_from_an_offset(broker: EmbeddedBroker) -> None:
+    got: Counter[tuple[int, int]] = Counter()
+    async with Producer(namesrv=broker.address, group="pg") as producer:
+        for q in (0, 1):
+            for i in range(5):
+                await producer.send(
+                    Message("Replay", b"%d-%d" % (q, i)),
+                    queue=MessageQueue("Replay", "broker-a", q),
+                )
+        # Long polls and no periodic persistence: the broker's offsets stay behind what was
+        # consumed, so a queue dropped without cause would be replayed from 0.
+        consumer = PushConsumer(
+            group="replay",
+            namesrv=broker.address,
+            consume_from="first",
+            offset_persist_interval=60.0,
+            rebalance_interval=0.5,
+        )
+        consumer.subscribe("Replay")
+
+        @consumer.listener
+        async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+            got.update((m.queue.queue_id, m.queue_offset) for m in msgs)
+
+        async with consumer:
+            await wait_for(lambda: len(got) == 10, 10, "first delivery")
+            assert await broker.redeliver("Replay", 0, 2) == ["replay"]
+            await wait_for(lambda: sum(got.values()) == 13, 10, "offsets 2..4 again")
+            await asyncio.sleep(1.0)  # rebalances come and go: nothing else is replayed
+    assert got == Counter(
+        {**{(q, i): 1 for q in (0, 1) for i in range(5)}, **{(0, i): 2 for i in (2, 3, 4)}}
+    )
+    with pytest.raises(ConfigurationError):
+        await broker.redeliver("Replay", 9, 0)
+
+
+async def test_drop_below_makes_old_offsets_out_of_range(broker: EmbeddedBroker) -> None:
+    async with Producer(namesrv=broker.address, group="pg") as producer:
+        for i in range(10):
+            await producer.send(
+                Message("Dropped", b"%d" % i), queue=MessageQueue("Dropped", "broker-a", 0)
+            )
+    assert broker.drop_below("Dropped", 0, 6) == 6
+    assert broker.drop_below("Dropped", 0, 99) == 10  # clamped to the queue's end
+    with pytest.raises(ConfigurationError):
+        broker.drop_below("Dropped", 1, 1)  # an empty queue
+    client = ClientInstance(ClientSettings(namesrv=(broker.address,)))
+    async with asyncio.TaskGroup() as tg:
+        client.start(tg.create_task)
+        try:
+            await client.fetch_route("Dropped")
+            header = PullMessageRequestHeader(
+                consumer_group="reader",
+                topic="Dropped",
+                queue_id=0,
+                queue_offset=3,
+                max_msg_nums=32,
+                sys_flag=0x4,  # (the subscription travels with the pull)
+                commit_offset=0,
+                suspend_timeout_millis=0,
+                subscription="*",
+                sub_version=0,
+            )
+            resp = await client.pull_message(client.require_master("broker-a"), header, timeout=5)
+        finally:
+            await client.close()
+    assert resp.code == ResponseCode.PULL_OFFSET_MOVED
+    assert resp.header.next_begin_offset == 10
+    assert resp.header.min_offset == 10

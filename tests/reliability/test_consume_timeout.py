@@ -1,0 +1,113 @@
+"""Handler calls running past ``consume_timeout``: their messages are sent back for a retry
+(Java ``cleanExpireMsg``) and, by default, the call is cancelled so its worker is free again;
+``cancel_timed_out_handlers=False`` keeps Java's behaviour (the call runs on). A message whose
+send-back fails stays cached and is consumed again locally, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket._protocol.codes import RequestCode, ResponseCode
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+
+from .helpers import FAST_DELAYS, wait_for
+
+TOPIC = "Slow"
+
+
+class Handler:
+    """Hangs on the first delivery of b"stuck"; everything else succeeds at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, int]] = []
+        self.cancelled = 0
+        self.finished_stuck = 0
+        self.release = asyncio.Event()
+
+    async def __call__(self, msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+        for m in msgs:
+            self.calls.append((m.body, m.reconsume_times))
+            if m.body == b"stuck" and m.reconsume_times == 0:
+                try:
+                    await self.release.wait()
+                except asyncio.CancelledError:
+                    self.cancelled += 1
+                    raise
+                self.finished_stuck += 1
+
+    def delivered(self, body: bytes) -> int:
+        return sum(1 for b, _ in self.calls if b == body)
+
+
+async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool = False) -> int:
+    config = BrokerConfig(default_queues=1, delay_levels=FAST_DELAYS)
+    async with (
+        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
+        Producer(namesrv=broker.address, group="sp") as producer,
+    ):
+        consumer = PushConsumer(
+            group="slow",
+            namesrv=broker.address,
+            consume_from="first",
+            concurrency=1,
+            consume_timeout=0.5,
+            cancel_timed_out_handlers=cancel,
+            reconsume_later_delay=0.2,
+        )
+        consumer.subscribe(TOPIC)
+        consumer.listener(handler)
+        await producer.send(Message(TOPIC, b"stuck"))
+        async with consumer:
+            await wait_for(lambda: handler.delivered(b"stuck") == 1, 10, "the stuck call")
+            await producer.send(Message(TOPIC, b"next"))
+            if fail_back:
+                # neither the send-back nor the client's own resend gets through (set before
+                # the clean-up, which runs every consume_timeout, finds the call)
+                assert consumer.statistics().handlers_cancelled == 0
+                broker.fail_next(RequestCode.CONSUMER_SEND_MSG_BACK, ResponseCode.SYSTEM_ERROR)
+                broker.fail_next(RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_ERROR)
+            if cancel:
+                # the one worker is free again within 1-2 timeouts: b"next" gets through
+                await wait_for(lambda: handler.delivered(b"next") == 1, 5, "b'next'")
+            else:
+                await asyncio.sleep(2.0)
+                assert handler.delivered(b"next") == 0  # the worker is still held
+                handler.release.set()
+                await wait_for(lambda: handler.delivered(b"next") == 1, 5, "b'next'")
+            # the timed-out message comes back once (retry topic, or locally after a failed
+            # send-back) and succeeds
+            await wait_for(lambda: handler.delivered(b"stuck") == 2, 10, "the retry")
+            await asyncio.sleep(0.5)
+            cancelled = consumer.statistics().handlers_cancelled
+        if fail_back:
+            assert len(broker.injected_failures) == 2  # the retry did not come from the broker
+    assert handler.delivered(b"stuck") == 2
+    assert handler.delivered(b"next") == 1
+    return cancelled
+
+
+async def test_a_timed_out_handler_is_cancelled_and_its_worker_freed(tmp_path: Path) -> None:
+    handler = Handler()
+    assert await run(tmp_path, handler, cancel=True) == 1
+    assert handler.cancelled == 1
+    assert handler.finished_stuck == 0
+
+
+async def test_cancel_timed_out_handlers_off_keeps_javas_behaviour(tmp_path: Path) -> None:
+    handler = Handler()
+    assert await run(tmp_path, handler, cancel=False) == 0
+    assert handler.cancelled == 0
+    assert handler.finished_stuck == 1  # ran to its end; its outcome was ignored
+
+
+@pytest.mark.parametrize("cancel", [True, False])
+async def test_a_timed_out_message_that_cannot_be_sent_back_is_kept(
+    tmp_path: Path, cancel: bool
+) -> None:
+    handler = Handler()
+    await run(tmp_path, handler, cancel=cancel, fail_back=True)
+    assert [t for b, t in handler.calls if b == b"stuck"] == [0, 1]  # consumed again locally

@@ -1,0 +1,137 @@
+"""The pull-expired watchdog (Java ``ProcessQueue.isPullExpired``, checked by each rebalance):
+a pull task silent for twice ``pull_timeout`` outside a legitimate wait is restarted and
+logged, instead of leaving its queue undelivered until a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+
+from .helpers import wait_for
+
+TOPIC = "Watchdog"
+
+
+async def test_a_silent_pull_task_is_restarted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="aiorocket.consumer")
+    got: list[bytes] = []
+    async with (
+        EmbeddedBroker(data_dir=tmp_path / "b", config=BrokerConfig(default_queues=1)) as broker,
+        Producer(namesrv=broker.address, group="wp") as producer,
+    ):
+        await producer.send(Message(TOPIC, b"before"))
+        consumer = PushConsumer(
+            group="watchdog",
+            namesrv=broker.address,
+            consume_from="first",
+            pull_suspend_timeout=0.2,
+            pull_timeout=0.5,  # silent for more than 1 s: restarted
+            rebalance_interval=0.5,
+        )
+        consumer.subscribe(TOPIC)
+
+        @consumer.listener
+        async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+            got.extend(m.body for m in msgs)
+
+        async with consumer:
+            await wait_for(lambda: got == [b"before"], 10, "the first message")
+            client = consumer._client
+            real = client.pull_prepared
+            lost: list[str] = []
+
+            async def pull_prepared(*args: Any, **kwargs: Any) -> Any:
+                task = asyncio.current_task()
+                name = task.get_name() if task is not None else ""
+                if not lost and TOPIC in name and "%RETRY%" not in name:
+                    # a pull whose answer never comes and that never times out (a lost
+                    # callback, a bug): its task would stay silent for ever
+                    lost.append(name)
+                    await asyncio.Event().wait()
+                return await real(*args, **kwargs)
+
+            client.pull_prepared = pull_prepared  # type: ignore[method-assign]
+            await wait_for(lambda: bool(lost), 5, "a pull lost")
+            await producer.send(Message(TOPIC, b"after"))
+            took = await wait_for(lambda: b"after" in got, 10, "delivery after the restart")
+            assert consumer.statistics().pull_restarts == 1
+            await asyncio.sleep(1.5)  # healthy pull loops are never restarted
+            assert consumer.statistics().pull_restarts == 1
+    assert got == [b"before", b"after"]
+    assert took < 5.0
+    logged = [r.getMessage() for r in caplog.records if "silent" in r.message]
+    assert len(logged) == 1
+    assert "restarting it at offset 1" in logged[0]
+
+
+async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
+    release = asyncio.Event()
+    got: list[bytes] = []
+    async with (
+        EmbeddedBroker(data_dir=tmp_path / "b", config=BrokerConfig(default_queues=1)) as broker,
+        Producer(namesrv=broker.address, group="wp") as producer,
+    ):
+        for i in range(5):
+            await producer.send(Message(TOPIC, b"%d" % i))
+        consumer = PushConsumer(
+            group="watchdog-fc",
+            namesrv=broker.address,
+            consume_from="first",
+            pull_suspend_timeout=0.2,
+            pull_timeout=0.5,
+            rebalance_interval=0.3,
+            pull_batch_size=1,
+            pull_threshold_for_queue=1,  # one cached message stops the pulls
+        )
+        consumer.subscribe(TOPIC)
+
+        @consumer.listener
+        async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+            await release.wait()
+            got.extend(m.body for m in msgs)
+
+        async with consumer:
+            await asyncio.sleep(2.0)  # the queue waits for capacity, far past 2 × pull_timeout
+            consumer.pause()
+            release.set()
+            await asyncio.sleep(1.5)  # paused, as long
+            consumer.resume()
+            await wait_for(lambda: len(got) == 5, 10, "every message")
+            assert consumer.statistics().pull_restarts == 0
+
+
+async def test_a_pull_task_not_started_yet_is_not_silent(tmp_path: Path) -> None:
+    """A rebalance round may add a queue and the next round run before its new pull task ran
+    once (an uncontended lock does not yield): that task is young, not silent."""
+    async with EmbeddedBroker(
+        data_dir=tmp_path / "b", config=BrokerConfig(default_queues=1)
+    ) as broker:
+        consumer = PushConsumer(
+            group="watchdog-young",
+            namesrv=broker.address,
+            pull_suspend_timeout=0.2,
+            pull_timeout=0.5,
+            rebalance_interval=60.0,
+        )
+        consumer.subscribe(TOPIC)
+
+        @consumer.listener
+        async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+            return None
+
+        async with consumer:
+            [mq] = [q for q in consumer.statistics().queues if q.topic == TOPIC]
+            await asyncio.sleep(1.5)  # longer than 2 × pull_timeout since the consumer began
+            await consumer.stop_queue(mq)
+            consumer.start_queue(mq, 0)
+            consumer._restart_silent_pulls()  # at once, as the next round would
+            assert consumer.statistics().pull_restarts == 0
