@@ -1,4 +1,4 @@
-"""Orderly consumption against the embedded broker over loopback TCP (issue 6): per-queue
+"""Orderly consumption against the embedded broker over loopback TCP: per-queue
 sequencing, SUSPEND, COMMIT/ROLLBACK without auto-commit, the retry limit, broker locks (held,
 renewed, released after the running handler, released at shutdown), broadcasting."""
 

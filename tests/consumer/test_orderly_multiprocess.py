@@ -1,4 +1,4 @@
-"""Orderly consumer processes against one embedded broker (issue 6 acceptance; RELIABILITY.md
+"""Orderly consumer processes against one embedded broker (RELIABILITY.md
 R6, R7).
 
 Each process (``orderly_proc.py``) records the start and end of every handler call and its

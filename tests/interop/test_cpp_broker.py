@@ -1,4 +1,4 @@
-"""The embedded broker and name server, driven by the Apache C++ client (issue 3 acceptance).
+"""The embedded broker and name server, driven by the Apache C++ client.
 
 The C++ producer sends in its three modes (sync, orderly by key, oneway); its PushConsumer,
 concurrent and orderly, must receive every message intact; a second consumer in the same group

@@ -1,5 +1,4 @@
-"""The Apache C++ client's orderly sends read by aiorocket's orderly consumer (issue 6
-acceptance).
+"""The Apache C++ client's orderly sends read by aiorocket's orderly consumer.
 
 The C++ producer (``cpp_peer.py produce --mode orderly``) sends numbered messages with
 ``send_orderly``, its queue selector mapping each order key to one queue; two aiorocket

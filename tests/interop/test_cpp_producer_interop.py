@@ -1,4 +1,4 @@
-"""aiorocket's producer read by the Apache C++ PushConsumer (issue 4 acceptance).
+"""aiorocket's producer read by the Apache C++ PushConsumer.
 
 Messages go from :class:`aiorocket._producer.producer.Producer` over TCP to the embedded broker,
 and from there to the C++ client running in a subprocess (``cpp_peer.py``), which must see

@@ -1,4 +1,4 @@
-"""SparkForwarder (issue 8): consumer batches become Spark DataFrames and are acknowledged
+"""SparkForwarder: consumer batches become Spark DataFrames and are acknowledged
 only after ``fn`` ran; a process killed mid-run and restarted loses nothing and repeats only
 the batch it was processing."""
 

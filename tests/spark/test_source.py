@@ -1,4 +1,4 @@
-"""The ``rocketmq`` Spark source (issue 8): streaming recovery, admission control, offset
+"""The ``rocketmq`` Spark source: streaming recovery, admission control, offset
 ranges, timestamps, consumer-group commits. One local[2] SparkSession for the module; the
 broker runs on its own thread."""
 
