@@ -5,7 +5,8 @@ its peers):
 
 * ``codec.py`` (P9), ``broker.py`` (P7), ``producer.py`` (P3, with the C++ ``send_sync`` loop),
   ``consumer.py`` (P1, P2, P5: concurrent batch and per-message drains, orderly drains, the pure
-  decode loop, the C++ PushConsumer, the idle cost), ``latency.py`` (P4, with the C++
+  decode loop, the C++ PushConsumer, the idle cost), ``orderly_keys.py`` (an orderly drain
+  with a 10 ms handler ordered by key against ordered by queue), ``latency.py`` (P4, with the C++
   PushConsumer), ``backlog.py`` (P6), ``spark_source.py`` (P8) when it is present, and
   ``java_peers.py`` (the Java 4.9.8 push consumer and producer on the embedded and the Java
   broker) when the Apache RocketMQ kit is there;
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, tuple[str, str, list[str], list[str]]] = {
         ["--seconds", "2", "--windows", "2", "--latency-samples", "500"],
     ),
     "consumer": ("consumer.py", "consumer", [], ["--quick"]),
+    "orderly_keys": ("orderly_keys.py", "orderly_keys", [], ["--quick"]),
     "latency": ("latency.py", "latency", [], ["--quick"]),
     "backlog": ("backlog.py", "backlog", ["--seconds", "120"], ["--quick"]),
     "spark": ("spark_source.py", "spark", [], ["--quick"]),
@@ -73,6 +75,7 @@ TIME_LIMITS = {
     "broker": 120.0,
     "producer": 120.0,
     "consumer": 300.0,
+    "orderly_keys": 90.0,
     "latency": 150.0,
     "backlog": 240.0,
     "spark": 240.0,
@@ -527,6 +530,33 @@ def consumer_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
                 note=f"CPU {c:.2f} us/msg" if c else "",
             )
         )
+    # The application-driven reads, beside the push consumer's drains of the same run.
+    for key, figure, push_key, push_name in (
+        ("pull_poll_batch", "PullConsumer drain, poll(32)", "batch_handler", "push, batch handler"),
+        (
+            "pull_async_for",
+            "PullConsumer drain, async for",
+            "per_message_handler",
+            "push, per-message handler",
+        ),
+    ):
+        v, s, c = fig(key)
+        if v is None:
+            continue
+        base = fig(push_key)[0]
+        rows.append(
+            Row(
+                "-",
+                figure,
+                v,
+                "msg/s",
+                s,
+                push_name,
+                base,
+                _ratio(v, base),
+                note=f"CPU {c:.2f} us/msg" if c else "",
+            )
+        )
     idle = doc["idle_64_queues"]
     one_each = idle["outstanding_pulls"] <= idle["queues"] + 1
     rows.append(
@@ -585,6 +615,29 @@ def latency_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
             s["max"] <= 150,
             f"{ours['messages']} messages measured",
         ),
+    ]
+
+
+def orderly_keys_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
+    """Orderly drain with a 10 ms handler, ordered by key against ordered by queue."""
+    figure = "orderly drain, 10 ms handler, ordered by key"
+    if doc is None:
+        return [_missing("-", figure, "-", why)]
+    q, k = doc["queue_ordered"], doc["key_ordered"]
+    ok = all(d["every_key_in_order"] and d["max_calls_of_one_key_at_once"] == 1 for d in (q, k))
+    return [
+        Row(
+            "-",
+            figure,
+            k["msgs_per_s"],
+            "msg/s",
+            peer="ordered by queue",
+            peer_value=q["msgs_per_s"],
+            ratio=doc["speedup"],
+            note=f"{doc['keys']} keys x {doc['per_key']} in one queue, {doc['handler_ms']:g} ms "
+            f"handler: {k['seconds']:.2f} s vs {q['seconds']:.2f} s"
+            + ("" if ok else "; ORDER BROKEN"),
+        )
     ]
 
 
@@ -703,6 +756,7 @@ def java_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
 #: ("-") follow the goal rows they explain
 ROW_BUILDERS: dict[str, Callable[[dict[str, Any] | None, str], list[Row]]] = {
     "consumer": consumer_rows,
+    "orderly_keys": orderly_keys_rows,
     "producer": producer_rows,
     "latency": latency_rows,
     "backlog": backlog_rows,
