@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+
+import anyio
 
 from aiorocket.errors import RocketError
 
@@ -15,7 +16,8 @@ log = logging.getLogger("aiorocket")
 
 
 class Periodic:
-    """Runs ``fn`` every ``interval`` seconds until cancelled; :meth:`wake` runs it early.
+    """Runs ``fn`` every ``interval`` seconds until :meth:`stop` (or a cancellation);
+    :meth:`wake` runs it early.
 
     Expected failures (``RocketError`` and ``OSError``: a broker down, a timeout) are logged and
     the loop carries on at the next tick; anything else is a bug and propagates, crashing the
@@ -37,7 +39,10 @@ class Periodic:
         self.name = name
         self._run_first = run_first
         self._wake = asyncio.Event()
-        self._stopped = False
+        # Level-triggered: once stopped, every await inside run() is cancelled until it
+        # returns, so a cancellation that ``fn`` loses (3.11's ``wait_for``) cannot keep the
+        # loop, and its owner's task group, alive.
+        self._scope = anyio.CancelScope()
         self.runs = 0
         self.failures = 0
 
@@ -46,35 +51,28 @@ class Periodic:
         self._wake.set()
 
     def stop(self) -> None:
-        """Make :meth:`run` return after the current run, even if a cancellation was lost.
-
-        Owners call this before cancelling the task: Python 3.11's ``wait_for`` can swallow a
-        cancellation that races with its inner future, and a loop that survived its cancel
-        would keep an owner's task group from ever closing.
-        """
-        self._stopped = True
-        self._wake.set()
+        """End :meth:`run` now: the current run of the function is cancelled and :meth:`run`
+        returns normally. Works before :meth:`run` started too."""
+        self._scope.cancel()
 
     async def run(self) -> None:
-        """Loop forever (until cancelled)."""
-        loop = asyncio.get_running_loop()
-        if not self._run_first:
-            await self._sleep(self.interval)
-        while not self._stopped:
-            started = loop.time()
-            self._wake.clear()
-            try:
-                await self._fn()
-            except (RocketError, OSError) as exc:
-                self.failures += 1
-                log.warning("%s failed: %s", self.name, exc)
-            self.runs += 1
-            await self._sleep(max(0.0, self.interval - (loop.time() - started)))
+        """Loop until :meth:`stop` (returns) or a cancellation (raises it)."""
+        with self._scope:
+            if not self._run_first:
+                await self._sleep(self.interval)
+            while not self._scope.cancel_called:
+                started = anyio.current_time()
+                self._wake.clear()
+                try:
+                    await self._fn()
+                except (RocketError, OSError) as exc:
+                    self.failures += 1
+                    log.warning("%s failed: %s", self.name, exc)
+                self.runs += 1
+                await self._sleep(max(0.0, self.interval - (anyio.current_time() - started)))
 
     async def _sleep(self, delay: float) -> None:
-        # stop() sets the event too, so a stopped loop never waits here.
         if self._wake.is_set():
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await self._wake.wait()
+        with anyio.move_on_after(delay):
+            await self._wake.wait()

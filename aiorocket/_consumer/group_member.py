@@ -15,17 +15,18 @@ the group, is logged, and is re-raised by :meth:`~GroupMember.wait_closed` and b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+import anyio
+
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._concurrency import Periodic
 from aiorocket._consumer.allocation import AllocationStrategy, strategy_named
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
@@ -109,7 +110,6 @@ class GroupMember:
         self._heartbeat_timer: Periodic
         self._route_timer: Periodic
         self._persist_timer: Periodic
-        self._rebalance_task: asyncio.Task[Any]
         self._heartbeat_task: asyncio.Task[Any]
 
     # -- configuration ------------------------------------------------------------------------
@@ -251,8 +251,9 @@ class GroupMember:
         except BaseException:
             self._closing = True
             self._stop.set()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(self._runner), self._cleanup_timeout())
+            # The runner's clean-up, awaited even if this call is being cancelled, but bounded.
+            with anyio.move_on_after(self._cleanup_timeout(), shield=True):
+                await asyncio.wait([self._runner])
             raise
 
     async def close(self) -> None:
@@ -265,8 +266,12 @@ class GroupMember:
         if self._runner is None:
             return
         self._stop.set()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._runner)
+        # Shielded: a caller being cancelled (an anyio task group, a lifespan) still gets the
+        # whole shutdown, bounded by shutdown_grace and the cleanup timeouts, and its
+        # cancellation afterwards; asyncio.wait neither cancels the runner nor swallows a
+        # cancellation of this call.
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([self._runner])
 
     async def wait_closed(self) -> None:
         """Wait until the consumer has stopped (closed, or crashed).
@@ -277,8 +282,7 @@ class GroupMember:
         """
         if self._runner is None:
             return
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._runner)
+        await asyncio.wait([self._runner])
         if self._crash is not None:
             self._crash_reported = True
             raise self._crash
@@ -300,6 +304,23 @@ class GroupMember:
 
     def _cleanup_timeout(self) -> float:
         return max(3.0, self.settings.request_timeout)
+
+    async def _cleanup(self, step: Awaitable[object], what: str) -> bool:
+        """Await one last step of a shutdown (flush offsets, unlock queues, unregister):
+        shielded, since the cancellation that may have started the shutdown must not cut it
+        short, and bounded by the cleanup timeout, since it must not hang it either. Failures
+        are logged, not raised; returns whether the step completed."""
+        timeout = self._cleanup_timeout()
+        with anyio.move_on_after(timeout, shield=True) as scope:
+            try:
+                await step
+            except Exception:
+                log.warning("%s failed", what, exc_info=True)
+                return False
+        if scope.cancelled_caught:
+            log.warning("%s did not finish within %.1f s", what, timeout)
+            return False
+        return True
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
         assert self._tg is not None
@@ -361,11 +382,10 @@ class GroupMember:
 
     async def _emergency_cleanup(self, *, flush: bool) -> None:
         # The group died or start-up failed: keep what finished, leave the group, disconnect.
-        timeout = self._cleanup_timeout()
         if flush:
-            await bounded_cleanup(self._flush_offsets(), timeout=timeout, what="flush offsets")
+            await self._cleanup(self._flush_offsets(), "flush offsets")
         await self._unlock_all()
-        await bounded_cleanup(self._unregister(), timeout=timeout, what="unregister consumer")
+        await self._cleanup(self._unregister(), "unregister consumer")
         await self._client.close()
 
     def _on_new_brokers(self, names: set[str]) -> None:

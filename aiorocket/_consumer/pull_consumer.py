@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._concurrency import Periodic
 from aiorocket._consumer.group_member import GroupMember, flow_limits
 from aiorocket._consumer.process_queue import ProcessQueue
 from aiorocket._consumer.pull_loop import PullLoop, Subscription
@@ -331,7 +331,6 @@ class PullConsumer(GroupMember):
         self._positions = _Positions(self)
         self._sender: SendBack
         self._commit_timer: Periodic
-        self._commit_task: asyncio.Task[Any] | None = None
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -445,13 +444,13 @@ class PullConsumer(GroupMember):
         await self._rebalance()
         # Assigned queues go through the same rounds: a queue whose start offset could not
         # be found is tried again at the next one.
-        self._rebalance_task = self._spawn(self._rebalance_timer.run(), name="rebalance")
+        self._spawn(self._rebalance_timer.run(), name="rebalance")
         if grouped:
             self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
             self._client.on_new_brokers = self._on_new_brokers
         self._spawn(self._route_timer.run(), name="route refresh")
         if self._auto_commit:
-            self._commit_task = self._spawn(self._commit_timer.run(), name="auto commit")
+            self._spawn(self._commit_timer.run(), name="auto commit")
 
     async def close(self) -> None:
         """Commit and shut down: with ``auto_commit``, everything handed out counts as
@@ -484,7 +483,6 @@ class PullConsumer(GroupMember):
     async def _shutdown(self) -> None:
         # 1. No more rebalancing: the owned set is final; readers get nothing more.
         self._rebalance_timer.stop()
-        self._rebalance_task.cancel()
         self._wake_readers()
         async with self._table_lock:
             # 2. Pulls stop.
@@ -497,9 +495,7 @@ class PullConsumer(GroupMember):
         #    awaited; the client unregisters; both shielded and bounded.
         if self._close_acks:
             self._acknowledge()
-        await bounded_cleanup(
-            self._flush_offsets(), timeout=self._cleanup_timeout(), what="flush offsets"
-        )
+        await self._cleanup(self._flush_offsets(), "flush offsets")
         for timer in (self._route_timer, self._commit_timer):
             timer.stop()
         for task in list(self._tasks):
@@ -507,10 +503,7 @@ class PullConsumer(GroupMember):
                 task.cancel()
         if self._mode == "subscribe":
             self._heartbeat_timer.stop()
-            self._heartbeat_task.cancel()
-            await bounded_cleanup(
-                self._unregister(), timeout=self._cleanup_timeout(), what="unregister consumer"
-            )
+            await self._cleanup(self._unregister(), "unregister consumer")
         # 4. Connections closed.
         await self._client.close()
         log.info("pull consumer %s closed", self._group)

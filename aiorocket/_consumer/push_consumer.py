@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._concurrency import Periodic
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService, Handler
 from aiorocket._consumer.consume_orderly import OrderlyConsumeService, OrderlyHandler
 from aiorocket._consumer.group_member import GroupMember, flow_limits
@@ -216,7 +216,6 @@ class PushConsumer(GroupMember):
         self._locks: BrokerLocks | None = None
         self._clean_timer: Periodic | None = None
         self._lock_timer: Periodic | None = None
-        self._lock_task: asyncio.Task[Any] | None = None
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -446,9 +445,9 @@ class PushConsumer(GroupMember):
             for i in range(self.settings.concurrency):
                 self._spawn(self._service.worker(), name=f"consume worker {i}")
         await self._rebalance()
-        self._rebalance_task = self._spawn(self._rebalance_timer.run(), name="rebalance")
+        self._spawn(self._rebalance_timer.run(), name="rebalance")
         if self._lock_timer is not None:
-            self._lock_task = self._spawn(self._lock_timer.run(), name="lock renewal")
+            self._spawn(self._lock_timer.run(), name="lock renewal")
         self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
         self._spawn(self._route_timer.run(), name="route refresh")
         self._spawn(self._persist_timer.run(), name="persist offsets")
@@ -589,11 +588,7 @@ class PushConsumer(GroupMember):
                 mqs.add(mq)
         self._releasing.clear()
         if mqs:
-            await bounded_cleanup(
-                self._locks.unlock(sorted(mqs)),
-                timeout=self._cleanup_timeout(),
-                what="unlock orderly queues",
-            )
+            await self._cleanup(self._locks.unlock(sorted(mqs)), "unlock orderly queues")
 
     # -- queues (QueueHost) -------------------------------------------------------------------
 
@@ -680,14 +675,10 @@ class PushConsumer(GroupMember):
     async def _shutdown(self) -> None:
         s = self.settings
         client = self._client
-        # 1. No more rebalancing or lock renewal: the held set is final. (stop() as well as
-        #    cancel(): a cancellation lost inside 3.11's wait_for must not keep a loop alive.)
+        # 1. No more rebalancing or lock renewal: the held set is final.
         self._rebalance_timer.stop()
-        self._rebalance_task.cancel()
-        if self._lock_task is not None:
-            if self._lock_timer is not None:
-                self._lock_timer.stop()
-            self._lock_task.cancel()
+        if self._lock_timer is not None:
+            self._lock_timer.stop()
         async with self._table_lock:
             # 2. Pulls stop; queues drain (finished work still commits).
             for held in self._held.values():
@@ -703,15 +694,10 @@ class PushConsumer(GroupMember):
                 task.cancel()
         # 4. Offsets flushed, orderly queues unlocked (after the flush, so the next owner
         #    reads the final offsets), client unregistered: shielded and bounded.
-        await bounded_cleanup(
-            self._flush_offsets(), timeout=self._cleanup_timeout(), what="flush offsets"
-        )
+        await self._cleanup(self._flush_offsets(), "flush offsets")
         await self._unlock_all()
         self._heartbeat_timer.stop()
-        self._heartbeat_task.cancel()
-        await bounded_cleanup(
-            self._unregister(), timeout=self._cleanup_timeout(), what="unregister consumer"
-        )
+        await self._cleanup(self._unregister(), "unregister consumer")
         # 5. Connections closed.
         await client.close()
         log.info("consumer %s closed", self._group)

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
+import anyio
+
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
-from aiorocket._concurrency import Periodic, bounded_cleanup
+from aiorocket._concurrency import Periodic
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
 from aiorocket._protocol.codes import MessageSysFlag
@@ -44,6 +46,9 @@ from aiorocket.settings import ProducerSettings, build_settings
 __all__ = ["Producer"]
 
 log = logging.getLogger("aiorocket.producer")
+
+#: seconds close() gives the brokers to unregister the producer
+_UNREGISTER_TIMEOUT = 3.0
 
 _STATUS = {
     0: SendStatus.SEND_OK,
@@ -85,7 +90,6 @@ class Producer:
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._uniq = UniqKeyGenerator(self._client.ip, os.getpid(), random.getrandbits(31))
         self._tg: asyncio.TaskGroup | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._closed = False
 
@@ -116,10 +120,8 @@ class Producer:
         self._heartbeat = Periodic(
             self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
         )
-        self._tasks = [
-            self._tg.create_task(self._refresh.run()),
-            self._tg.create_task(self._heartbeat.run()),
-        ]
+        self._tg.create_task(self._refresh.run())
+        self._tg.create_task(self._heartbeat.run())
         self._started = True
 
     async def close(self) -> None:
@@ -131,13 +133,20 @@ class Producer:
             return
         self._refresh.stop()
         self._heartbeat.stop()
-        for t in self._tasks:
-            t.cancel()
-        await bounded_cleanup(self._unregister(), timeout=3.0, what="unregister producer")
-        await self._client.close()
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            await tg.__aexit__(None, None, None)
+        # Shielded: a caller being cancelled still unregisters and closes its connections;
+        # bounded: an unreachable broker must not hang the close.
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(_UNREGISTER_TIMEOUT) as scope:
+                try:
+                    await self._unregister()
+                except Exception:
+                    log.warning("unregister producer failed", exc_info=True)
+            if scope.cancelled_caught:
+                log.warning("unregister producer did not finish within %.1f s", _UNREGISTER_TIMEOUT)
+            await self._client.close()
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                await tg.__aexit__(None, None, None)
 
     async def __aenter__(self) -> Self:
         await self.start()

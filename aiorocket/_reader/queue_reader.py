@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import enum
 import logging
 import queue
@@ -32,6 +33,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from aiorocket._client.owner import ClientOwner
 from aiorocket._consumer.pull_loop import to_received
@@ -551,8 +554,9 @@ _END: Final = object()
 
 
 class SyncQueueReader:
-    """A :class:`QueueReader` for plain (blocking) code: the async reader runs on a private
-    event loop in a daemon thread, and each method waits for its result.
+    """A :class:`QueueReader` for plain (blocking) code: the async reader runs on an event
+    loop in a daemon thread behind an anyio blocking portal, and each method waits for its
+    result.
 
     ::
 
@@ -585,8 +589,8 @@ class SyncQueueReader:
         if prefetch < 1:
             raise ConfigurationError("prefetch must be at least 1")
         self._prefetch = prefetch
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._portal_cm: contextlib.AbstractContextManager[BlockingPortal] | None = None
+        self._portal: BlockingPortal | None = None
         self._closed = False
         self._lock = threading.Lock()
 
@@ -604,20 +608,11 @@ class SyncQueueReader:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the queue reader is closed")
-            if self._loop is not None:
+            if self._portal is not None:
                 return
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
-
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            thread = threading.Thread(target=run, name="aiorocket-queue-reader", daemon=True)
-            thread.start()
-            ready.wait()
-            self._loop, self._thread = loop, thread
+            cm = start_blocking_portal(backend="asyncio")
+            self._portal = cm.__enter__()
+            self._portal_cm = cm
         self._run(self._reader.start())
 
     def close(self) -> None:
@@ -626,15 +621,15 @@ class SyncQueueReader:
             if self._closed:
                 return
             self._closed = True
-            loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+            portal, cm = self._portal, self._portal_cm
+        if portal is None or cm is None:
             return
         try:
-            asyncio.run_coroutine_threadsafe(self._reader.close(), loop).result()
+            portal.call(self._reader.close)
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join()
-            loop.close()
+            # Reads still running (an iteration left unfinished) are cancelled, not awaited.
+            portal.call(portal.stop, True)
+            cm.__exit__(None, None, None)
 
     def __enter__(self) -> Self:
         self.start()
@@ -649,14 +644,18 @@ class SyncQueueReader:
         self.close()
 
     def _submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
-        loop = self._loop
-        if loop is None or self._closed:
+        portal = self._portal
+        if portal is None or self._closed:
             coro.close()
             raise ClientClosedError("the queue reader is closed" if self._closed else "not started")
-        if threading.current_thread() is self._thread:
+        try:
+            return portal.start_task_soon(_awaited, coro)
+        except RuntimeError:
+            # Called from the portal's own thread, or the portal stopped meanwhile.
             coro.close()
-            raise RuntimeError("a SyncQueueReader cannot be called from its own loop thread")
-        return asyncio.run_coroutine_threadsafe(coro, loop)
+            if self._closed:
+                raise ClientClosedError("the queue reader is closed") from None
+            raise
 
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return self._submit(coro).result()
@@ -709,12 +708,12 @@ class SyncQueueReader:
         """See :meth:`QueueReader.read_range_batches`; up to ``prefetch`` lists are read
         ahead of the caller."""
         buf: queue.Queue[Any] = queue.Queue()
-        slots: list[asyncio.Semaphore] = []
+        slots: list[tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = []
 
         async def produce() -> None:
             # Runs on the loop: pulls ahead while at most `prefetch` lists wait in `buf`.
             sem = asyncio.Semaphore(self._prefetch)
-            slots.append(sem)
+            slots.append((asyncio.get_running_loop(), sem))
             try:
                 async for msgs in self._reader.read_range_batches(
                     mq,
@@ -735,8 +734,6 @@ class SyncQueueReader:
                 buf.put(_END)
 
         future = self._submit(produce())
-        loop = self._loop
-        assert loop is not None
         try:
             while True:
                 item = buf.get()
@@ -746,7 +743,9 @@ class SyncQueueReader:
                     if isinstance(item.exc, Exception):
                         raise item.exc
                     raise ClientClosedError("the queue reader was closed during the read")
-                loop.call_soon_threadsafe(slots[0].release)
+                # Not through the portal: a per-list wake-up, without a round trip.
+                loop, sem = slots[0]
+                loop.call_soon_threadsafe(sem.release)
                 yield item
         finally:
             if not future.done():
@@ -779,6 +778,11 @@ class SyncQueueReader:
     def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         """See :meth:`QueueReader.commit_many`."""
         self._run(self._reader.commit_many(group, offsets))
+
+
+async def _awaited(aw: Awaitable[_T]) -> _T:
+    """``aw``'s result (a blocking portal takes an async function, not an awaitable)."""
+    return await aw
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The concurrency kit: periodic runner, backoff, bounded cleanup."""
+"""The concurrency kit: periodic runner and backoff."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from aiorocket._concurrency import Backoff, Periodic, bounded_cleanup
+from aiorocket._concurrency import Backoff, Periodic
 from aiorocket.errors import ConnectError
 
 
@@ -58,34 +58,6 @@ def test_backoff_grows_caps_and_resets() -> None:
         Backoff(initial=0)
 
 
-async def test_bounded_cleanup_finishes_under_cancellation_and_is_bounded() -> None:
-    done: list[str] = []
-
-    async def flush() -> None:
-        await asyncio.sleep(0.05)
-        done.append("flushed")
-
-    async def shutdown() -> None:
-        await bounded_cleanup(flush(), timeout=1, what="flush")
-
-    task = asyncio.create_task(shutdown())
-    await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert done == ["flushed"]
-
-    async def hang() -> None:
-        await asyncio.sleep(100)
-
-    assert await bounded_cleanup(hang(), timeout=0.05, what="hang") is False
-
-    async def fail() -> None:
-        raise ConnectError("x")
-
-    assert await bounded_cleanup(fail(), timeout=1, what="fail") is False
-
-
 async def test_stop_ends_the_loop_even_without_a_cancellation() -> None:
     runs = 0
 
@@ -99,3 +71,52 @@ async def test_stop_ends_the_loop_even_without_a_cancellation() -> None:
     p.stop()
     await asyncio.wait_for(task, 1)
     assert runs in (1, 2)
+
+
+async def test_stop_ends_the_loop_even_when_the_function_loses_a_cancellation() -> None:
+    """A function that swallows one cancellation (as 3.11's ``wait_for`` can) and waits on is
+    cancelled again at once: stop() keeps cancelling until run() returns."""
+    entered = asyncio.Event()
+    swallowed = 0
+
+    async def stubborn() -> None:
+        nonlocal swallowed
+        entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            swallowed += 1
+        await asyncio.sleep(30)
+
+    p = Periodic(stubborn, 60.0, name="stubborn")
+    task = asyncio.create_task(p.run())
+    await asyncio.wait_for(entered.wait(), 1)
+    p.stop()
+    await asyncio.wait_for(task, 1)
+    assert swallowed == 1
+    assert task.exception() is None  # a stopped loop returns, it does not raise
+
+
+async def test_a_loop_stopped_before_it_runs_never_calls_the_function() -> None:
+    calls = 0
+
+    async def tick() -> None:
+        nonlocal calls
+        calls += 1
+
+    p = Periodic(tick, 10.0, name="tick")
+    p.stop()
+    await asyncio.wait_for(p.run(), 1)
+    assert calls == 0
+
+
+async def test_a_cancelled_loop_raises_the_cancellation() -> None:
+    async def tick() -> None:
+        await asyncio.sleep(30)
+
+    p = Periodic(tick, 10.0, name="tick")
+    task = asyncio.create_task(p.run())
+    await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 1)

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
+import anyio.to_thread
+
 from aiorocket import ConcurrentContext, ConsumeStatus, ReceivedMessage
 from aiorocket.errors import ClientClosedError, ConfigurationError
 from aiorocket.integrations.spark.source import arrow_table
@@ -201,7 +203,10 @@ class SparkForwarder:
     async def _run(self, batch: _Batch) -> None:
         ok = False
         try:
-            await asyncio.to_thread(self._call, batch)
+            # anyio's worker threads, not the loop's default executor (a handful of threads
+            # on a small machine, shared with everything else that blocks); a cancellation
+            # waits for fn to return instead of leaving it running unobserved.
+            await anyio.to_thread.run_sync(self._call, batch)
             ok = True
         except Exception:
             self._failed += 1
