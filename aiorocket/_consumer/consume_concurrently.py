@@ -32,6 +32,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
+import anyio
+
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
 from aiorocket._consumer.offset_store import OffsetStore
@@ -428,9 +430,11 @@ class ConcurrentConsumeService:
         for req in kept:
             self._queue.put(req)
         self._check_idle()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
+        # A cancel scope, not 3.11's wait_for: a cancellation arriving as the wait ends is
+        # never swallowed, so a consumer cancelled mid-shutdown still stops.
+        with anyio.move_on_after(timeout) as scope:
+            await self._idle.wait()
+        if scope.cancelled_caught:
             log.warning(
                 "shutdown grace of %.1f s over with %d handler call(s) still running",
                 timeout,

@@ -21,6 +21,8 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio.to_thread
+
 from aiorocket._client.instance import ClientInstance
 from aiorocket.errors import BrokerError, ConfigurationError, TransportError, broker_error
 from aiorocket.models import MessageQueue
@@ -205,8 +207,8 @@ class LocalFileOffsetStore(_MemoryTable):
             OSError: the directory or the lock file cannot be created.
         """
         if self._lock_fd is None:
-            await asyncio.to_thread(self._claim)
-        self._stored, self._others = await asyncio.to_thread(self._read)
+            await anyio.to_thread.run_sync(self._claim)
+        self._stored, self._others = await anyio.to_thread.run_sync(self._read)
 
     def close(self) -> None:
         """Release the file's lock (idempotent); offsets must have been persisted before."""
@@ -328,7 +330,7 @@ class LocalFileOffsetStore(_MemoryTable):
         async with self._write_lock:
             merged = {**self._stored, **table}
             try:
-                await asyncio.to_thread(self._write_file, self._encode(merged))
+                await anyio.to_thread.run_sync(self._write_file, self._encode(merged))
             except OSError as exc:
                 log.warning("cannot write offsets file %s: %s", self.path, exc)
                 return

@@ -23,6 +23,8 @@ import json
 import logging
 from collections.abc import Iterator
 
+import anyio
+
 try:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -95,9 +97,10 @@ async def serve(app: App, *, host: str = "0.0.0.0", port: int = 9100) -> asyncio
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), 10.0)
-            while (await asyncio.wait_for(reader.readline(), 10.0)) not in (b"\r\n", b"\n", b""):
-                pass
+            with anyio.fail_after(10.0):
+                line = await reader.readline()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
             parts = line.decode("latin-1").split()
             path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
             status, ctype, body = 404, "text/plain", b"not found\n"
