@@ -23,6 +23,7 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import BrokerSystemError, ConfigurationError, InvalidSelectorError
 from aiorocket.models import Message, MessageQueue
+from tests.embedded.test_broker_cli import _start as start_cli
 from tests.embedded.test_broker_kit import RawClient
 
 from .conftest import FAST, wait_for
@@ -258,3 +259,29 @@ def test_bad_expressions_are_refused_at_subscribe_with_their_position() -> None:
         app.subscriber("T", group="g", sql="a = NULL")
     with pytest.raises(ConfigurationError, match="not both"):
         app.subscriber("T", group="g", tags="A", sql="a = 1")
+
+
+async def test_cli_flag_enables_property_filtering(tmp_path: Path) -> None:
+    proc, address = await start_cli(tmp_path, "--enable-property-filter")
+    try:
+        header = PullMessageRequestHeader(
+            consumer_group="cli",
+            topic="SqlCli",
+            queue_id=0,
+            queue_offset=0,
+            max_msg_nums=32,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            subscription="a = 1",
+            expression_type="SQL92",
+            sub_version=0,
+        )
+        async with RawClient(address) as c:
+            assert (await c.send("SqlCli", b"x")).code == 0
+            resp = await c.request(RequestCode.PULL_MESSAGE, header.to_ext())
+        # not refused: filtered (nothing matches), the offset moved past the message
+        assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    finally:
+        proc.kill()
+        await proc.wait()
