@@ -5,6 +5,7 @@ with positions, and Hypothesis against a three-valued-logic model."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -206,7 +207,7 @@ NAMES = ("a", "b", "c", "TAGS")
 Node = tuple[Any, ...]
 
 
-def _word(draw: st.DrawFn, word: str) -> str:
+def _word(draw: Callable[[st.SearchStrategy[str]], str], word: str) -> str:
     return draw(st.sampled_from((word, word.lower(), word.capitalize())))
 
 
@@ -231,7 +232,7 @@ def nodes(draw: st.DrawFn, depth: int = 3) -> Node:
     return (kind, draw(nodes(depth - 1)), draw(nodes(depth - 1)))
 
 
-def render(node: Node, draw: st.DrawFn) -> str:
+def render(node: Node, draw: Callable[[st.SearchStrategy[str]], str]) -> str:
     kind = node[0]
     if kind == "cmp":
         _, name, op, value = node
@@ -258,16 +259,16 @@ def model(node: Node, props: dict[str, str]) -> bool | None:
     if kind in ("cmp", "between", "in", "null"):
         raw = props.get(node[1])
         if kind == "null":
-            return (raw is None) != node[2]
+            return (raw is None) != bool(node[2])
         if raw is None:
             return None
         if kind == "in":
-            return (raw in node[2]) != node[3]
+            return (raw in node[2]) != bool(node[3])
         v = int(raw)
         if kind == "between":
-            inside = node[2] <= v <= node[3]
-            return inside != node[4]
-        op, lit = node[2], node[3]
+            inside = bool(node[2] <= v <= node[3])
+            return inside != bool(node[4])
+        op, lit = node[2], int(node[3])
         return {
             "=": v == lit,
             "<>": v != lit,
