@@ -5,7 +5,8 @@ Everything the library raises on purpose derives from :class:`RocketError`::
     RocketError
     ├── ConfigurationError            bad settings or arguments, found before any I/O
     │   ├── InvalidNameError          a topic or group name RocketMQ would refuse
-    │   └── SubscriptionConflictError a pull consumer asked to both subscribe and assign
+    │   ├── SubscriptionConflictError a pull consumer asked to both subscribe and assign
+    │   └── InvalidSelectorError      an SQL92 filter expression that does not compile
     ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
     ├── ClientClosedError             the producer / consumer / connection was closed by its owner
     ├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
@@ -67,6 +68,7 @@ __all__ = [
     "FlushSlaveTimeoutError",
     "FrameTooLargeError",
     "InvalidNameError",
+    "InvalidSelectorError",
     "LocalProtocolError",
     "MessageIllegalError",
     "MessageTooLargeError",
@@ -122,6 +124,26 @@ class SubscriptionConflictError(ConfigurationError):
     """A pull consumer was asked to ``subscribe`` and to ``assign``: a consumer either shares
     its topics' queues with its group or reads the queues it was given, never both (Java
     ``DefaultLitePullConsumerImpl``: "Subscribe and assign are mutually exclusive")."""
+
+
+class InvalidSelectorError(ConfigurationError):
+    """An SQL92 filter expression that RocketMQ's ``SelectorParser`` would refuse.
+
+    Raised by ``subscribe(topic, sql=...)`` before anything is sent. ``position`` is the
+    0-based index into ``expression`` where the problem was found; ``line`` and ``column``
+    (1-based) locate it the way the Java parser reports it.
+    """
+
+    def __init__(self, message: str, expression: str, position: int) -> None:
+        self.expression = expression
+        self.position = position
+        before = expression[:position]
+        self.line = before.count("\n") + 1
+        self.column = position - (before.rfind("\n") + 1) + 1
+        super().__init__(
+            f"{message} at line {self.line}, column {self.column} (position {position}) "
+            f"of {expression!r}"
+        )
 
 
 class QueueNotAssignedError(RocketError, LookupError):

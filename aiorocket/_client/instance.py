@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 from aiorocket._protocol import acl
 from aiorocket._protocol.bodies import (
+    CheckClientRequestBody,
     ConsumerListBody,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
+    SubscriptionData,
     TopicRouteData,
     UnlockBatchRequestBody,
 )
@@ -466,6 +468,25 @@ class ClientInstance:
             )
         )
         return resp.version
+
+    async def check_client_config(
+        self, addr: str, group: str, subscription: SubscriptionData
+    ) -> None:
+        """CHECK_CLIENT_CONFIG (46): ask the broker whether it serves ``subscription`` (Java's
+        ``MQClientAPIImpl.checkClientInBroker``, sent before a non-TAG subscriber starts).
+
+        Raises:
+            BrokerError: refused, e.g. BrokerSystemError (1) without ``enablePropertyFilter``
+                or SubscriptionParseFailedError (23) for an expression it cannot compile.
+            TransportError.
+        """
+        body = CheckClientRequestBody(self.client_id, group, subscription)
+        _check(
+            await self.invoke(
+                addr,
+                RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, body=body.to_json()),
+            )
+        )
 
     async def unregister_client(
         self, addr: str, *, producer_group: str | None = None, consumer_group: str | None = None

@@ -43,6 +43,7 @@ from aiorocket.errors import (
     RocketError,
     TopicNotExistError,
     TransportError,
+    broker_error,
 )
 from aiorocket.models import MessageQueue, validate_name
 from aiorocket.settings import ConsumerSettings
@@ -453,6 +454,32 @@ class GroupMember:
                 log.warning("heartbeat to %s failed: %s", addr, exc)
         if at_start and addrs and len(errors) == len(addrs):
             raise errors[0]
+
+    async def _check_client_config(self) -> None:
+        """Before the first heartbeat, ask every broker whether it serves each SQL92
+        subscription (``MQClientInstance.checkClientInBroker``): a broker without
+        ``enablePropertyFilter`` refuses, and the start fails with its answer instead of
+        every pull failing later. An unreachable broker is left to the heartbeat's checks.
+
+        Raises:
+            BrokerError: a broker refused a subscription.
+        """
+        client = self._client
+        subs = [sub for sub in self._subscriptions.values() if sub.sql is not None]
+        if not subs:
+            return
+        for addr in client.all_broker_addresses():
+            for sub in subs:
+                try:
+                    await client.check_client_config(addr, self._group, sub.data())
+                except TransportError as exc:
+                    log.warning("subscription check at %s failed: %s", addr, exc)
+                except BrokerError as exc:
+                    raise broker_error(
+                        exc.code,
+                        f"broker {addr} refused the SQL92 subscription to {sub.topic} "
+                        f"({sub.sql!r}): {exc.remark}",
+                    ) from exc
 
     # -- client id ----------------------------------------------------------------------------
 

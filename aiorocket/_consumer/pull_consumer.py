@@ -46,7 +46,7 @@ from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.group_member import GroupMember, flow_limits
 from aiorocket._consumer.process_queue import ProcessQueue
-from aiorocket._consumer.pull_loop import PullLoop, Subscription
+from aiorocket._consumer.pull_loop import PullLoop, Subscription, check_selector
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
@@ -334,22 +334,27 @@ class PullConsumer(GroupMember):
 
     # -- configuration ------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Read ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A"``, ``"A ||
-        B"``), sharing its queues with the group. Subscribing a topic again replaces its
+        B"``), or, with ``sql=``, whose properties match an SQL92 expression such as ``"region
+        = 'eu' AND amount > 100"`` (filtered by the broker, which must have property filtering
+        enabled), sharing its queues with the group. Subscribing a topic again replaces its
         expression.
 
         Raises:
             InvalidNameError: a bad topic name.
+            InvalidSelectorError: ``sql`` does not compile (the message gives the position).
             SubscriptionConflictError: queues were assigned already.
-            ConfigurationError: the consumer was started already.
+            ConfigurationError: both a tag expression and ``sql``, or the consumer was started
+                already.
         """
         self._check_not_started("subscribe")
+        check_selector(expression, sql)
         if self._mode == "assign":
             raise SubscriptionConflictError("cannot subscribe: this consumer was assigned queues")
         validate_name(topic)
         wire = self._wire_topic(topic)
-        self._subscriptions[wire] = Subscription.create(wire, expression)
+        self._subscriptions[wire] = Subscription.create(wire, expression, sql)
         self._mode = "subscribe"
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
@@ -437,6 +442,7 @@ class PullConsumer(GroupMember):
         await self._refresh_routes(at_start=True)
         grouped = self._mode == "subscribe"
         if grouped:
+            await self._check_client_config()
             await self._send_heartbeats(at_start=True)
             if any(self._client.route(t) is None for t in self._subscriptions):
                 # A Java broker creates %RETRY%<group> when the first heartbeat names the group.

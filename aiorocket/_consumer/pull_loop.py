@@ -51,12 +51,27 @@ from aiorocket._protocol.codes import PullSysFlag
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import MessageRecord, decode_messages
 from aiorocket._protocol.properties import RETRY_TOPIC, TAGS
+from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, compile_sql92
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
-from aiorocket.errors import BrokerError, ClientClosedError, RemoteProtocolError, TransportError
+from aiorocket.errors import (
+    BrokerError,
+    ClientClosedError,
+    ConfigurationError,
+    RemoteProtocolError,
+    TransportError,
+)
 from aiorocket.models import MessageQueue, ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
-__all__ = ["Dispatch", "PullGate", "PullLoop", "PullOffsets", "Subscription", "to_received"]
+__all__ = [
+    "Dispatch",
+    "PullGate",
+    "PullLoop",
+    "PullOffsets",
+    "Subscription",
+    "check_selector",
+    "to_received",
+]
 
 log = logging.getLogger("aiorocket.consumer")
 
@@ -67,26 +82,72 @@ _T = TypeVar("_T")
 _FOUND, _NO_NEW_MSG, _NO_MATCHED_MSG, _OFFSET_ILLEGAL = 0, 19, 20, 21
 
 
+def check_selector(expression: str | None, sql: str | None) -> None:
+    """Check the arguments of ``subscribe``: a tag expression or ``sql=``, not both (Java's
+    ``MessageSelector`` is one or the other), and an SQL92 expression that compiles.
+
+    Raises:
+        ConfigurationError: both were given, or ``sql`` is not a string.
+        InvalidSelectorError: ``sql`` does not compile (the message gives the position).
+    """
+    if sql is None:
+        return
+    if not isinstance(sql, str):
+        raise ConfigurationError(f"sql must be a string, not {type(sql).__name__}")
+    if expression is not None and expression.strip() not in ("", "*"):
+        raise ConfigurationError(
+            "subscribe takes a tag expression or sql=..., not both "
+            f"(got expression {expression!r} and sql {sql!r})"
+        )
+    compile_sql92(sql)
+
+
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """One subscribed topic (wire name, namespace applied) and its tag filter."""
+    """One subscribed topic (wire name, namespace applied) and its tag filter, or its SQL92
+    expression (``sql``; the tag filter is then match-all: the broker filters, and the Java
+    client re-checks nothing for SQL92 either)."""
 
     topic: str
     filter: TagFilter
     sub_version: int
+    sql: str | None = None
 
     @classmethod
-    def create(cls, topic: str, expression: str | None) -> Subscription:
-        """Parse ``expression``; the version is the creation time in ms, as in Java."""
-        return cls(topic, parse_tag_expression(expression), int(time.time() * 1000))
+    def create(cls, topic: str, expression: str | None, sql: str | None = None) -> Subscription:
+        """Parse ``expression`` (or compile ``sql``); the version is the creation time in ms,
+        as in Java.
+
+        Raises:
+            InvalidSelectorError: ``sql`` does not compile.
+        """
+        version = int(time.time() * 1000)
+        if sql is not None:
+            compile_sql92(sql)
+            return cls(topic, parse_tag_expression(None), version, sql)
+        return cls(topic, parse_tag_expression(expression), version)
 
     @property
     def expression(self) -> str:
         """The ``subString`` sent to brokers."""
-        return self.filter.expression
+        return self.sql if self.sql is not None else self.filter.expression
+
+    @property
+    def expression_type(self) -> str:
+        """``TAG`` or ``SQL92``: the ``expressionType`` of heartbeats and pulls."""
+        return EXPRESSION_TYPE_SQL92 if self.sql is not None else EXPRESSION_TYPE_TAG
 
     def data(self) -> SubscriptionData:
         """The heartbeat form (``SubscriptionData`` with sorted tags and their hashes)."""
+        if self.sql is not None:
+            return SubscriptionData(
+                topic=self.topic,
+                sub_string=self.sql,
+                tags_set=(),
+                code_set=(),
+                sub_version=self.sub_version,
+                expression_type=EXPRESSION_TYPE_SQL92,
+            )
         tags = tuple(sorted(self.filter.tags))
         return SubscriptionData(
             topic=self.topic,
@@ -291,7 +352,7 @@ class PullLoop:
                 suspend_timeout_millis=suspend_ms,
                 subscription=self._sub.expression if s.post_subscription else None,
                 sub_version=self._sub.sub_version,
-                expression_type="TAG",
+                expression_type=self._sub.expression_type,
                 broker_name=mq.broker_name,
             )
         )

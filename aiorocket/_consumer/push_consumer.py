@@ -51,6 +51,7 @@ from aiorocket._consumer.pull_loop import (
     PullGate,
     PullLoop,
     Subscription,
+    check_selector,
     to_received,
 )
 from aiorocket._consumer.rebalance import Rebalancer
@@ -219,18 +220,23 @@ class PushConsumer(GroupMember):
 
     # -- configuration ------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Consume ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A"``,
-        ``"A || B"``). Subscribing a topic again replaces its expression.
+        ``"A || B"``), or, with ``sql=``, whose properties match an SQL92 expression such as
+        ``"region = 'eu' AND amount > 100"`` (filtered by the broker, which must have
+        property filtering enabled). Subscribing a topic again replaces its expression.
 
         Raises:
             InvalidNameError: a bad topic name.
-            ConfigurationError: the consumer was started already.
+            InvalidSelectorError: ``sql`` does not compile (the message gives the position).
+            ConfigurationError: both a tag expression and ``sql``, or the consumer was started
+                already.
         """
         self._check_not_started("subscribe")
+        check_selector(expression, sql)
         validate_name(topic)
         wire = self._wire_topic(topic)
-        self._subscriptions[wire] = Subscription.create(wire, expression)
+        self._subscriptions[wire] = Subscription.create(wire, expression, sql)
 
     def register_listener(self, handler: Handler | OrderlyHandler) -> None:
         """Set the handler: ``async def (msgs, ctx) -> ConsumeStatus | None``.
@@ -436,6 +442,7 @@ class PushConsumer(GroupMember):
         self._start_wall = int(time.time() * 1000)
         await self._offsets.load()
         await self._refresh_routes(at_start=True)
+        await self._check_client_config()
         await self._claim_client_id()
         await self._send_heartbeats(at_start=True)
         if any(self._client.route(t) is None for t in self._subscriptions):

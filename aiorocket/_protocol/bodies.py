@@ -35,6 +35,7 @@ __all__ = [
     "CONSUME_TYPES",
     "MESSAGE_MODELS",
     "BrokerData",
+    "CheckClientRequestBody",
     "ClusterInfo",
     "ConsumeMessageDirectlyResult",
     "ConsumerData",
@@ -431,6 +432,46 @@ class HeartbeatData:
                 ConsumerData.from_dict(c, f"{w}.consumerDataSet[{i}]")
                 for i, c in enumerate(consumers)
             ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckClientRequestBody:
+    """The CHECK_CLIENT_CONFIG (46) request body (Java ``CheckClientRequestBody``): a consumer
+    asks each broker whether it can serve a non-TAG subscription before it starts."""
+
+    client_id: str
+    group: str
+    subscription: SubscriptionData | None
+
+    def to_json(self) -> bytes:
+        """Encode the body."""
+        return fastjson.dumps(
+            {
+                "clientId": self.client_id,
+                "group": self.group,
+                "subscriptionData": None
+                if self.subscription is None
+                else self.subscription.to_dict(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Self:
+        """Decode the body; ``subscriptionData`` may be absent.
+
+        Raises:
+            RemoteProtocolError: the body is not JSON or a member is malformed.
+        """
+        w = "CheckClientRequestBody"
+        obj = _load_object(data, w)
+        sub = obj.get("subscriptionData")
+        return cls(
+            client_id=_opt_str(obj, "clientId", w) or "",
+            group=_opt_str(obj, "group", w) or "",
+            subscription=None
+            if sub is None
+            else SubscriptionData.from_dict(sub, f"{w}.subscriptionData"),
         )
 
 

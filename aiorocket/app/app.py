@@ -16,6 +16,7 @@ from typing import Any, Literal, Self, TypeVar
 from pydantic import BaseModel
 
 from aiorocket._consumer import PushConsumer
+from aiorocket._consumer.pull_loop import check_selector
 from aiorocket._producer.producer import Producer
 from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
 from aiorocket.app.health import QueueHealth, queue_health
@@ -84,9 +85,12 @@ class _Subscriber:
     fn: Callable[..., Awaitable[Any]]
     sig: HandlerSignature
     stats: SubscriberStatistics = field(default_factory=SubscriberStatistics)
+    sql: str | None = None  # an SQL92 subscription: the broker filters, ``tags`` is None
 
     @property
     def expression(self) -> str:
+        if self.sql is not None:
+            return self.sql
         return "*" if self.tags is None else " || ".join(sorted(self.tags))
 
     def matches(self, msg: ReceivedMessage) -> bool:
@@ -134,6 +138,7 @@ class App:
         *,
         group: str,
         tags: str = "*",
+        sql: str | None = None,
         orderly: bool = False,
         order_by: OrderBy = "queue",
         batch: bool = False,
@@ -165,15 +170,22 @@ class App:
         order, while different keys run concurrently (up to ``concurrency``); a failure holds
         back only its key. Messages without a key keep queue order among themselves.
 
+        ``sql="region = 'eu' AND amount > 100"`` instead of ``tags`` subscribes by SQL92 over
+        the message properties (the broker filters; it must have property filtering enabled).
+        Such a subscriber is the only one of its group on its topic.
+
         Subscribers are push consumers: the library calls the handler, retries, commits.
         When your code must own the loop instead (a batch job that reads and stops, a service
         that fetches on request, bulk processing with explicit commits, ``seek`` to replay,
         ``pause`` for backpressure), use :class:`aiorocket.PullConsumer`.
 
         Raises:
-            ConfigurationError: bad names, a non-async handler, an unsupported body type, or a
-                conflict with another subscriber of the same group.
+            ConfigurationError: bad names, a non-async handler, an unsupported body type, a
+                conflict with another subscriber of the same group, or both ``tags`` and
+                ``sql``.
+            InvalidSelectorError: ``sql`` does not compile (the message gives the position).
         """
+        check_selector(tags, sql)
         validate_name(topic)
         validate_name(group, "consumer group")
         if self._started:
@@ -188,7 +200,8 @@ class App:
             sub = _Subscriber(
                 topic=topic,
                 group=group,
-                tags=_parse_tags(tags),
+                tags=_parse_tags(tags) if sql is None else None,
+                sql=sql,
                 orderly=orderly,
                 order_by=order_by,
                 batch=batch,
@@ -211,7 +224,10 @@ class App:
                         f"by {order_by!r}; use two groups"
                     )
                 if other.topic == topic and (
-                    other.tags is None or sub.tags is None or other.tags & sub.tags
+                    other.tags is None
+                    or sub.tags is None
+                    or other.tags & sub.tags
+                    or (other.sql is not None or sub.sql is not None)
                 ):
                     raise ConfigurationError(
                         f"two subscribers of group {group!r} overlap on topic {topic!r}; "
@@ -372,6 +388,9 @@ class App:
         )
         expressions: dict[str, set[str] | None] = {}
         for s in subs:
+            if s.sql is not None:
+                consumer.subscribe(s.topic, sql=s.sql)  # alone on its topic (see subscriber)
+                continue
             if s.tags is None or expressions.get(s.topic, set()) is None:
                 expressions[s.topic] = None
             else:

@@ -39,6 +39,11 @@ def add_broker_parser(sub: Any) -> None:
     p.add_argument("--cluster-name", default="DefaultCluster", help="cluster name")
     p.add_argument("--advertised-host", default=None, help="IPv4 address put in routes")
     p.add_argument("--advertised-port", type=int, default=None, help="port put in routes")
+    p.add_argument(
+        "--enable-property-filter",
+        action="store_true",
+        help="serve consumers that filter by SQL92 (Java's enablePropertyFilter)",
+    )
     p.add_argument("--access-key", default=None, help="ACL access key (with --secret-key)")
     p.add_argument("--secret-key", default=None, help="ACL secret key")
     p.add_argument(
@@ -62,6 +67,7 @@ async def _serve(args: argparse.Namespace) -> int:
         auto_create_topics=args.auto_create_topics,
         retention_hours=args.retention_hours,
         max_pull_messages=args.max_pull_messages,
+        enable_property_filter=args.enable_property_filter,
         access_key=args.access_key,
         secret_key=args.secret_key,
     )

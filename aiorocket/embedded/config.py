@@ -120,6 +120,9 @@ class BrokerConfig:
     channel_scan_interval: float = 10.0
     #: ``notifyConsumerIdsChangedEnable``.
     notify_consumer_ids_changed: bool = True
+    #: ``enablePropertyFilter``: serve SQL92 subscriptions (off by default, as in Java, where
+    #: consumers subscribing by SQL92 are then refused).
+    enable_property_filter: bool = False
     #: QUERY_CONSUMER_OFFSET for a group with no stored offset: True answers offset 0 while the
     #: queue still starts at offset 0, as a young 4.9.8 broker does; False always answers 22.
     new_group_offset_zero: bool = True

@@ -20,7 +20,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from aiorocket._protocol.bodies import ConsumerData, SubscriptionData
+from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, Sql92Filter, compile_sql92
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
+from aiorocket.errors import InvalidSelectorError
 
 __all__ = [
     "ClientChannel",
@@ -50,17 +52,26 @@ class ClientChannel:
 class Subscription:
     """A consumer group's subscription to one topic, with broker-computed tag codes.
 
-    ``tag_filter`` is ``None`` for an expression type the broker does not filter by (SQL92).
+    ``tag_filter`` is ``None`` for any other expression type; ``sql_filter`` is the compiled
+    expression of an SQL92 subscription, ``None`` when it does not compile (Java's
+    ``ConsumerFilterManager`` then keeps no filter data for it).
     """
 
     data: SubscriptionData
     tag_filter: TagFilter | None
+    sql_filter: Sql92Filter | None = None
 
     @classmethod
     def of(cls, data: SubscriptionData) -> Subscription:
         """Build from heartbeat data, recomputing the tag codes from ``subString``."""
-        if (data.expression_type or "TAG").upper() == "TAG":
+        expression_type = (data.expression_type or "TAG").upper()
+        if expression_type == "TAG":
             return cls(data, parse_tag_expression(data.sub_string))
+        if expression_type == EXPRESSION_TYPE_SQL92:
+            try:
+                return cls(data, None, compile_sql92(data.sub_string))
+            except InvalidSelectorError as exc:
+                log.warning("group subscription to %s not compiled: %s", data.topic, exc)
         return cls(data, None)
 
 

@@ -1,6 +1,7 @@
 """The smaller broker request handlers, grouped as Java groups them:
 
-* client management (``ClientManageProcessor``): HEART_BEAT (34), UNREGISTER_CLIENT (35);
+* client management (``ClientManageProcessor``): HEART_BEAT (34), UNREGISTER_CLIENT (35),
+  CHECK_CLIENT_CONFIG (46);
 * consumer management (``ConsumerManageProcessor``): GET_CONSUMER_LIST_BY_GROUP (38),
   QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15);
 * queries and locks (``AdminBrokerProcessor``): SEARCH_OFFSET_BY_TIMESTAMP (29),
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 
 from aiorocket._protocol.bodies import (
+    CheckClientRequestBody,
     ConsumerListBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -36,6 +38,7 @@ from aiorocket._protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, compile_sql92
 from aiorocket._remoting import Connection, Dispatcher
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.groups import ClientGroups
@@ -50,6 +53,7 @@ from aiorocket.embedded.topics import (
     is_valid_name,
     retry_topic,
 )
+from aiorocket.errors import InvalidSelectorError
 
 __all__ = ["BrokerProcessors"]
 
@@ -102,6 +106,7 @@ class BrokerProcessors:
         for code, handler in (
             (rc.HEART_BEAT, self.heartbeat),
             (rc.UNREGISTER_CLIENT, self.unregister_client),
+            (rc.CHECK_CLIENT_CONFIG, self.check_client_config),
             (rc.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list),
             (rc.QUERY_CONSUMER_OFFSET, self.query_consumer_offset),
             (rc.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset),
@@ -164,6 +169,33 @@ class BrokerProcessors:
             self._groups.unregister_producer(conn, h.producer_group)
         if h.consumer_group:
             self._groups.unregister_consumer(conn, h.consumer_group)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    async def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG: can this broker serve the subscription
+        (``ClientManageProcessor.checkClientConfig``)? TAG always; SQL92 only with
+        ``enable_property_filter`` (else code 1) and when it compiles (else code 23 with the
+        parser's message).
+
+        Raises:
+            RemoteProtocolError: the body is not a ``CheckClientRequestBody``.
+        """
+        sub = CheckClientRequestBody.from_json(cmd.body or b"{}").subscription
+        if sub is None:
+            return cmd.make_response(ResponseCode.SUCCESS)
+        expression_type = (sub.expression_type or "TAG").upper()
+        if expression_type == "TAG":
+            return cmd.make_response(ResponseCode.SUCCESS)
+        if expression_type != EXPRESSION_TYPE_SQL92 or not self._config.enable_property_filter:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark="The broker does not support consumer to filter message by "
+                + expression_type,
+            )
+        try:
+            compile_sql92(sub.sub_string)
+        except InvalidSelectorError as exc:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
         return cmd.make_response(ResponseCode.SUCCESS)
 
     # -- consumer management -----------------------------------------------------------------
