@@ -25,6 +25,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,8 @@ _TYPE_MASK = int(MessageSysFlag.TRANSACTION_ROLLBACK)  # 0xC: both transaction b
 _COMMIT = int(MessageSysFlag.TRANSACTION_COMMIT)
 _ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK)
 _BATCH = 32
+#: transaction ids remembered as ended, to ignore a second END of the same transaction
+_ENDED_MAX = 100_000
 
 
 def _now_ms() -> int:
@@ -128,6 +131,11 @@ class TransactionService:
         self._config = config
         self._store_address = store_address
         self._spawn = spawn
+        # Transactions ended since start, by UNIQ_KEY (bounded): a second commit of the same
+        # transaction — a check-back answered after the producer's own late END, or two
+        # check-backs of one half both answered — only records its op, so a message is not
+        # delivered twice. Java lets that race duplicate the message; this is an addition.
+        self._ended: OrderedDict[str, None] = OrderedDict()
         #: check-backs sent so far
         self.checks_sent = 0
         #: halves moved to ``TRANS_CHECK_MAX_TIME_TOPIC`` so far
@@ -165,8 +173,12 @@ class TransactionService:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=refusal)
         assert half is not None
         last: PutResult | None = None
+        uniq = half.properties.get(mp.UNIQ_KEY)
+        repeated = uniq is not None and uniq in self._ended
         try:
-            if kind == _COMMIT:
+            if repeated:
+                log.info("transaction %s already ended; %s ignored", uniq, h.msg_id)
+            elif kind == _COMMIT:
                 final = self._final_of(half, h.commit_log_offset)
                 if final is None:
                     return cmd.make_response(
@@ -181,6 +193,10 @@ class TransactionService:
         except (OSError, ClientClosedError) as exc:
             log.error("cannot end transaction %s: %s", h.msg_id, exc)
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=f"store error: {exc}")
+        if uniq is not None:
+            self._ended[uniq] = None
+            if len(self._ended) > _ENDED_MAX:
+                self._ended.popitem(last=False)
         await self._writer.wait_durable(last)
         return cmd.make_response(ResponseCode.SUCCESS)
 
