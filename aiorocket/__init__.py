@@ -14,6 +14,11 @@ from aiorocket._consumer import (
     TopicStatistics,
 )
 from aiorocket._producer.producer import Producer
+from aiorocket._producer.transaction import (
+    TransactionProducer,
+    TransactionSendResult,
+    TransactionState,
+)
 from aiorocket._reader import QueueReader, ReadBatch, ReadStatus, SyncQueueReader
 from aiorocket.app import App, DeadLetter, ReconsumeLater, RetryPolicy
 from aiorocket.errors import RocketError
@@ -62,5 +67,8 @@ __all__ = [
     "SyncQueueReader",
     "TopicRoute",
     "TopicStatistics",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
     "__version__",
 ]

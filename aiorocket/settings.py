@@ -21,6 +21,7 @@ __all__ = [
     "ClientSettings",
     "ConsumerSettings",
     "ProducerSettings",
+    "TransactionProducerSettings",
     "build_settings",
 ]
 
@@ -99,6 +100,20 @@ class ProducerSettings(ClientSettings):
     max_message_size: int = Field(default=4 * 1024 * 1024, gt=0)
     default_topic_queue_nums: int = Field(default=4, gt=0)
     create_topic_key: str = "TBW102"
+
+
+class TransactionProducerSettings(ProducerSettings):
+    """Settings of a :class:`~aiorocket.TransactionProducer`: those of a producer plus the
+    check-back limits (Java ``TransactionMQProducer``: one check thread, 2000 queued).
+
+    Attributes:
+        check_concurrency: check-backs (``check`` calls) run at the same time at most (1).
+        check_backlog: check-backs waiting or running at most; more are dropped, logged (the
+            broker asks again at its next check).
+    """
+
+    check_concurrency: int = Field(default=1, ge=1, le=1024)
+    check_backlog: int = Field(default=2000, ge=1)
 
 
 #: Names accepted by :attr:`ConsumerSettings.allocation` (Java ``AllocateMessageQueueStrategy``).

@@ -31,6 +31,7 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
     GetConsumerListByGroupRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMaxOffsetResponseHeader,
@@ -555,6 +556,19 @@ class ClientInstance:
             await self.invoke_oneway(addr, cmd)
         else:
             _check(await self.invoke(addr, cmd))
+
+    async def end_transaction(
+        self, addr: str, header: EndTransactionRequestHeader, *, remark: str | None = None
+    ) -> None:
+        """END_TRANSACTION (37), oneway as Java's ``endTransactionOneway``.
+
+        Raises:
+            TransportError: the connection could not be used.
+        """
+        cmd = RemotingCommand.request(
+            RequestCode.END_TRANSACTION, header.to_ext(), oneway=True, remark=remark
+        )
+        await self.invoke_oneway(addr, cmd)
 
     async def send_back(
         self, addr: str, header: ConsumerSendMsgBackRequestHeader, *, timeout: float | None = None

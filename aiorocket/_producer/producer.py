@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import anyio
 
@@ -30,6 +30,7 @@ from aiorocket._protocol.properties import (
     WAIT,
     encode_properties,
 )
+from aiorocket._remoting import RequestHandler
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -77,14 +78,17 @@ class Producer:
         ConfigurationError: invalid settings (at construction).
     """
 
+    #: the settings model (a subclass adds its own settings)
+    _settings_class: ClassVar[type[ProducerSettings]] = ProducerSettings
+
     def __init__(
         self, *, namesrv: str | Sequence[str], group: str = "DEFAULT_PRODUCER", **settings: Any
     ) -> None:
         self.settings: ProducerSettings = build_settings(
-            ProducerSettings, {"namesrv": namesrv, "group": group, **settings}
+            self._settings_class, {"namesrv": namesrv, "group": group, **settings}
         )
         validate_name(self._wire_group(), "producer group")
-        self._client = ClientInstance(self.settings)
+        self._client = ClientInstance(self.settings, handler=self._broker_requests())
         self._client.on_new_brokers = self._on_new_brokers
         self._publish: dict[str, TopicPublishInfo] = {}
         self._route_locks: dict[str, asyncio.Lock] = {}
@@ -298,6 +302,10 @@ class Producer:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _broker_requests(self) -> RequestHandler | None:
+        # Requests brokers send this producer; a plain producer serves none.
+        return None
+
     def _wire_group(self) -> str:
         ns = self.settings.namespace
         return f"{ns}%{self.settings.group}" if ns else self.settings.group
@@ -335,6 +343,8 @@ class Producer:
         timeout: float | None,
         *,
         oneway: bool,
+        extra: dict[str, str] | None = None,
+        sys_flag: int = 0,
     ) -> SendResult | None:
         validate_name(msg.topic)
         _check_sharding_key(sharding_key)
@@ -347,8 +357,11 @@ class Producer:
                 f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
             )
         uniq = self._uniq.next(int(time.time() * 1000))
-        props = encode_properties(self._properties(msg, uniq, delay_level, sharding_key))
-        body, sys_flag = msg.body, 0
+        fields = self._properties(msg, uniq, delay_level, sharding_key)
+        if extra:
+            fields.update(extra)
+        props = encode_properties(fields)
+        body = msg.body
         if s.compress_threshold and len(body) >= s.compress_threshold:
             body = compress_body(body, s.compress_level)
             sys_flag |= MessageSysFlag.COMPRESSED

@@ -52,6 +52,7 @@ from aiorocket.embedded.stats import BrokerStats
 from aiorocket.embedded.store import MessageStore
 from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
 from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable
+from aiorocket.embedded.transaction import TransactionService
 from aiorocket.errors import ClientClosedError, ConfigurationError, ConnectionClosedError
 
 __all__ = ["EmbeddedBroker"]
@@ -128,6 +129,7 @@ class EmbeddedBroker:
         self._locks: QueueLocks | None = None
         self._waiters = PullWaiters()
         self._stats: BrokerStats | None = None
+        self._transactions: TransactionService | None = None
         self._dispatcher = Dispatcher()
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
@@ -201,6 +203,17 @@ class EmbeddedBroker:
         if self._topics is None:
             raise ClientClosedError("the broker is not running")
         return self._topics
+
+    @property
+    def transactions(self) -> TransactionService:
+        """Half messages, END_TRANSACTION and the check-back (for inspection and tests).
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        if self._transactions is None or not self._running:
+            raise ClientClosedError("the broker is not running")
+        return self._transactions
 
     @property
     def held_pulls(self) -> int:
@@ -355,6 +368,16 @@ class EmbeddedBroker:
         ):
             d.register(code, send.send)
         d.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.send_back)
+        self._transactions = transactions = TransactionService(
+            writer=writer,
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            config=config,
+            store_address=self._store_address,
+            spawn=self._spawn,
+        )
+        d.register(RequestCode.END_TRANSACTION, transactions.end_transaction)
         stats = BrokerStats(
             now=time.monotonic(),
             now_ms=time.time_ns() // 1_000_000,
@@ -419,6 +442,7 @@ class EmbeddedBroker:
         schedule.start()
         self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
         self._spawn(self._persist_loop(), "aiorocket-broker-persist")
+        self._spawn(transactions.run(), "aiorocket-broker-transactions")
         log.info("embedded broker listening on %s (data in %s)", self.address, root)
 
     async def close(self) -> None:

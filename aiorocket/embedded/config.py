@@ -131,6 +131,15 @@ class BrokerConfig:
     #: piggy-backed on pulls wait for this timer.
     offsets_flush_interval: float = 1.0
 
+    #: ``transactionCheckInterval`` (60 s): how often pending half messages are checked back.
+    transaction_check_interval: float = 60.0
+    #: ``transactionTimeOut`` (6 s): a half message younger than this is not checked yet (its
+    #: ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property, when set, replaces it).
+    transaction_timeout: float = 6.0
+    #: ``transactionCheckMax`` (15): after this many check-backs a half message is discarded
+    #: into ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged).
+    transaction_check_max: int = 15
+
     #: ACL (REMOTING.md §8): when both are set every broker request must be signed with them.
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
@@ -177,11 +186,15 @@ class BrokerConfig:
             "channel_expiry",
             "channel_scan_interval",
             "offsets_flush_interval",
+            "transaction_check_interval",
+            "transaction_timeout",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive")
         if self.max_reconsume_times < 0 or self.retry_queue_nums < 1:
             raise ConfigurationError("max_reconsume_times >= 0 and retry_queue_nums >= 1")
+        if self.transaction_check_max < 1:
+            raise ConfigurationError("transaction_check_max must be at least 1")
         if (self.access_key is None) != (self.secret_key is None):
             raise ConfigurationError("ACL needs both access_key and secret_key")
         if self.access_key == "" or self.secret_key == "":

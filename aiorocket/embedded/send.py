@@ -42,6 +42,7 @@ from aiorocket.embedded.topics import (
     is_valid_name,
     retry_topic,
 )
+from aiorocket.embedded.transaction import to_half
 from aiorocket.errors import (
     ClientClosedError,
     LocalProtocolError,
@@ -284,11 +285,10 @@ class SendProcessor:
                 f"topicConfig.writeQueueNums:[{cfg.write_queue_nums}]",
             )
         props = mp.decode_properties(props_text)
-        if props.get(mp.TRAN_MSG, "").lower() == "true":
+        if header.batch and props.get(mp.TRAN_MSG, "").lower() == "true":
+            # The Java client never batches half messages; a batch has no single half to end.
             return self._response(
-                cmd,
-                ResponseCode.NO_PERMISSION,
-                "the embedded broker does not support transaction messages",
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional"
             )
         if header.batch:
             return await self._send_batch(conn, cmd, header, queue_id, props)
@@ -364,8 +364,18 @@ class SendProcessor:
             reconsume_times=reconsume,
             props=props,
         )
+        # SendMessageProcessor: TRAN_MSG=true (and not a delayed retry) makes a half message,
+        # stored as is (TransactionalMessageBridge.putHalfMessage), never parked.
+        half = props.get(mp.TRAN_MSG, "").lower() == "true" and not (
+            reconsume > 0 and self._writer.delay_level(props) > 0
+        )
+        if half:
+            to_half(rec)
         try:
-            result = self._writer.store_or_park(rec, wait=wait)
+            if half:
+                result = self._writer.store_message(rec)
+            else:
+                result = self._writer.store_or_park(rec, wait=wait)
         except (LocalProtocolError, MessageTooLargeError) as exc:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except (OSError, ClientClosedError) as exc:
@@ -374,7 +384,8 @@ class SendProcessor:
         ext = {
             "msgId": make_offset_msg_id(host, port, result.commit_log_offset),
             # A parked (delayed) message is answered with its real queue and its offset in
-            # SCHEDULE_TOPIC_XXXX, as SendMessageProcessor does.
+            # SCHEDULE_TOPIC_XXXX, as SendMessageProcessor does; a half message likewise with
+            # its offset in the half queue (the producer's tranStateTableOffset).
             "queueId": str(queue_id),
             "queueOffset": str(result.queue_offset),
             "MSG_REGION": "DefaultRegion",

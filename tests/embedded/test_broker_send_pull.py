@@ -154,8 +154,11 @@ async def test_size_and_name_and_permission_checks() -> None:
         for topic in ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"):
             resp = await c.send(topic, b"x")
             assert resp.code == ResponseCode.NO_PERMISSION, topic
+        # a transactional send is parked as a half message, not stored in its topic
         resp = await c.send("Txn", b"x", props={mp.TRAN_MSG: "true"})
-        assert resp.code == ResponseCode.NO_PERMISSION
+        assert resp.code == ResponseCode.SUCCESS
+        assert broker.store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0) == 1
+        assert all(broker.store.max_offset("Txn", q) == 0 for q in range(8))
         resp = await c.send("Props", b"x", props={"p": "v" * 40000})
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL
 

@@ -1,0 +1,542 @@
+"""Transactional (half) messages: Java's ``TransactionalMessageServiceImpl``,
+``TransactionalMessageBridge``, ``TransactionalMessageCheckService`` and
+``EndTransactionProcessor``.
+
+A message sent with ``TRAN_MSG=true`` is stored as a *half message* in
+``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, its real topic and queue kept in ``REAL_TOPIC`` /
+``REAL_QID`` and the prepared bit cleared from its sysFlag, so no consumer of the real topic
+sees it. END_TRANSACTION (37) then either writes it to its real topic (commit) or not
+(rollback); both record an *op message* (tag ``d``, body = the half message's queue offset) in
+``RMQ_SYS_TRANS_OP_HALF_TOPIC``. Everything is in the store, so a restart loses nothing.
+
+A periodic check walks the half queue from the progress offset of the system group
+``CID_RMQ_SYS_TRANS``, skipping halves an op message resolved. A half older than
+``transaction_timeout`` (or its ``CHECK_IMMUNITY_TIME_IN_SECONDS``) is put back at the queue's
+end with ``TRANSACTION_CHECK_TIMES`` + 1 and CHECK_TRANSACTION_STATE (39) is sent for that copy
+to a live producer channel of its ``PGROUP``; after ``transaction_check_max`` checks it is
+moved to ``TRANS_CHECK_MAX_TIME_TOPIC`` instead. Progress offsets live in the consumer-offset
+table, which the broker persists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any
+
+from aiorocket._protocol import properties as mp
+from aiorocket._protocol.codes import MessageSysFlag, RequestCode, ResponseCode
+from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+)
+from aiorocket._protocol.message import MessageRecord, decode_message, encode_message
+from aiorocket._protocol.msgid import make_offset_msg_id
+from aiorocket._remoting import Connection
+from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.groups import ClientGroups
+from aiorocket.embedded.offsets import ConsumerOffsets
+from aiorocket.embedded.store import GetStatus, PutResult
+from aiorocket.embedded.topics import TopicTable, is_valid_name
+from aiorocket.errors import ClientClosedError, ConnectionClosedError, RemoteProtocolError
+
+if TYPE_CHECKING:
+    from aiorocket.embedded.send import MessageWriter
+
+__all__ = [
+    "CHECK_MAX_TOPIC",
+    "HALF_TOPIC",
+    "OP_TOPIC",
+    "SYSTEM_GROUP",
+    "TransactionService",
+    "reset_transaction_value",
+    "to_half",
+]
+
+log = logging.getLogger("aiorocket.embedded")
+
+#: ``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``: pending half messages, one queue.
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+#: ``TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC``: one op message per resolved half.
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+#: ``TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``: halves checked too often.
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: ``MixAll.CID_SYS_RMQ_TRANS``: the group whose offsets record the check's progress.
+SYSTEM_GROUP = "CID_RMQ_SYS_TRANS"
+#: ``TransactionalMessageUtil.REMOVETAG``: the tag of op messages.
+REMOVE_TAG = "d"
+
+_TYPE_MASK = int(MessageSysFlag.TRANSACTION_ROLLBACK)  # 0xC: both transaction bits
+_COMMIT = int(MessageSysFlag.TRANSACTION_COMMIT)
+_ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK)
+_BATCH = 32
+#: transaction ids remembered as ended, to ignore a second END of the same transaction
+_ENDED_MAX = 100_000
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def reset_transaction_value(sys_flag: int, tran_type: int) -> int:
+    """``MessageSysFlag.resetTransactionValue``: replace the two transaction bits."""
+    return (sys_flag & ~_TYPE_MASK) | tran_type
+
+
+def to_half(rec: MessageRecord) -> None:
+    """Turn a received transactional message into its half message, in place
+    (``TransactionalMessageBridge.parseHalfMessageInner``)."""
+    rec.properties[mp.REAL_TOPIC] = rec.topic
+    rec.properties[mp.REAL_QID] = str(rec.queue_id)
+    # Not-type: the store indexes it (a prepared message would not be) in the half topic.
+    rec.sys_flag = reset_transaction_value(rec.sys_flag, 0)
+    rec.topic = HALF_TOPIC
+    rec.queue_id = 0
+
+
+class TransactionService:
+    """END_TRANSACTION and the periodic check-back.
+
+    Args:
+        writer: stores finals, ops, put-back halves and discarded halves.
+        topics: real topics are created if missing; the check-max topic on first discard.
+        groups: producer channels to send check-backs to.
+        offsets: the consumer-offset table holding the check's progress.
+        config: ``transaction_*`` settings.
+        store_address: the broker's current ``(ip, port)``.
+        spawn: runs a check-back send as a broker task.
+    """
+
+    def __init__(
+        self,
+        *,
+        writer: MessageWriter,
+        topics: TopicTable,
+        groups: ClientGroups,
+        offsets: ConsumerOffsets,
+        config: BrokerConfig,
+        store_address: Callable[[], tuple[str, int]],
+        spawn: Callable[[Coroutine[Any, Any, None], str], None],
+    ) -> None:
+        self._writer = writer
+        self._topics = topics
+        self._groups = groups
+        self._offsets = offsets
+        self._config = config
+        self._store_address = store_address
+        self._spawn = spawn
+        # Transactions ended since start, by UNIQ_KEY (bounded): a second commit of the same
+        # transaction — a check-back answered after the producer's own late END, or two
+        # check-backs of one half both answered — only records its op, so a message is not
+        # delivered twice. Java lets that race duplicate the message; this is an addition.
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        #: check-backs sent so far
+        self.checks_sent = 0
+        #: halves moved to ``TRANS_CHECK_MAX_TIME_TOPIC`` so far
+        self.discarded = 0
+
+    # -- END_TRANSACTION ----------------------------------------------------------------------
+
+    async def end_transaction(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """END_TRANSACTION (37): commit (store in the real topic) or roll back a half message;
+        an "unknown" end is only logged (``EndTransactionProcessor``).
+
+        Raises:
+            MissingHeaderFieldError: a mandatory header field is absent or malformed.
+            OSError: the sync flush failed.
+        """
+        h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
+        kind = h.commit_or_rollback
+        origin = "check of" if h.from_transaction_check else "end by"
+        if kind not in (_COMMIT, _ROLLBACK):
+            if kind == 0:
+                log.info(
+                    "%s producer %s: transaction %s still unknown (%s)",
+                    origin,
+                    conn.peer,
+                    h.transaction_id,
+                    cmd.remark or "",
+                )
+            return None
+        half = self._half_at(h.commit_log_offset)
+        refusal = _check_prepared(half, h)
+        if refusal is not None:
+            log.warning("END_TRANSACTION from %s refused: %s (%s)", conn.peer, refusal, h)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=refusal)
+        assert half is not None
+        last: PutResult | None = None
+        uniq = half.properties.get(mp.UNIQ_KEY)
+        repeated = uniq is not None and uniq in self._ended
+        try:
+            if repeated:
+                log.info("transaction %s already ended; %s ignored", uniq, h.msg_id)
+            elif kind == _COMMIT:
+                final = self._final_of(half, h.commit_log_offset)
+                if final is None:
+                    return cmd.make_response(
+                        ResponseCode.SYSTEM_ERROR, remark="the half message has no real topic"
+                    )
+                self._writer.store_message(final)
+            else:
+                log.info("%s producer %s: transaction %s rolled back", origin, conn.peer, h.msg_id)
+            # No await between the final message and its op: a check pass never sees one
+            # without the other.
+            last = self._put_op(half)
+        except (OSError, ClientClosedError) as exc:
+            log.error("cannot end transaction %s: %s", h.msg_id, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=f"store error: {exc}")
+        if uniq is not None:
+            self._ended[uniq] = None
+            if len(self._ended) > _ENDED_MAX:
+                self._ended.popitem(last=False)
+        await self._writer.wait_durable(last)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    def _half_at(self, commit_log_offset: int) -> MessageRecord | None:
+        raw = self._writer.store.read_at(commit_log_offset)
+        if raw is None:
+            return None
+        try:
+            rec, _ = decode_message(raw, decompress=False)
+        except RemoteProtocolError:
+            return None
+        return rec
+
+    def _final_of(self, half: MessageRecord, commit_log_offset: int) -> MessageRecord | None:
+        # EndTransactionProcessor.endMessageTransaction: the properties string is rendered
+        # before REAL_TOPIC/REAL_QID are cleared from the map, so the stored copy keeps them
+        # (and TRAN_MSG, PGROUP), as a 4.9 broker stores it.
+        props = dict(half.properties)
+        topic = props.get(mp.REAL_TOPIC)
+        try:
+            qid = int(props.get(mp.REAL_QID, ""))
+        except ValueError:
+            return None
+        if topic is None or not is_valid_name(topic) or qid < 0:
+            return None
+        if self._topics.get(topic) is None:
+            self._topics.ensure(topic, max(qid + 1, self._config.default_queues))
+        host, port = self._store_address()
+        return MessageRecord(
+            topic=topic,
+            body=half.body,
+            queue_id=qid,
+            flag=half.flag,
+            queue_offset=0,
+            commit_log_offset=0,
+            sys_flag=reset_transaction_value(half.sys_flag, _COMMIT),
+            born_timestamp=half.born_timestamp,
+            born_host=half.born_host,
+            born_port=half.born_port,
+            store_timestamp=0,
+            store_host=host,
+            store_port=port,
+            reconsume_times=half.reconsume_times,
+            prepared_transaction_offset=commit_log_offset,
+            properties=props,
+        )
+
+    def _put_op(self, half: MessageRecord) -> PutResult:
+        # TransactionalMessageBridge.putOpMessage: tag "d", body = the half's queue offset,
+        # in the op queue of the half's queue id.
+        host, port = self._store_address()
+        op = MessageRecord(
+            topic=OP_TOPIC,
+            body=str(half.queue_offset).encode(),
+            queue_id=half.queue_id,
+            flag=0,
+            queue_offset=0,
+            commit_log_offset=0,
+            sys_flag=0,
+            born_timestamp=_now_ms(),
+            born_host=host,
+            born_port=port,
+            store_timestamp=0,
+            store_host=host,
+            store_port=port,
+            reconsume_times=0,
+            prepared_transaction_offset=0,
+            properties={mp.TAGS: REMOVE_TAG, mp.WAIT: "true"},
+        )
+        return self._writer.store_message(op)
+
+    # -- check-back ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Check pending halves every ``transaction_check_interval`` until cancelled."""
+        while True:
+            await asyncio.sleep(self._config.transaction_check_interval)
+            try:
+                self.check()
+            except (OSError, ClientClosedError) as exc:
+                log.error("transaction check failed: %s", exc)
+            except Exception:
+                log.exception("transaction check failed")
+
+    def check(self) -> int:
+        """One pass over the half queue (``TransactionalMessageServiceImpl.check``); returns
+        how many check-backs were sent. Synchronous: no op can be written during a pass.
+
+        Raises:
+            OSError: a store read or write failed.
+        """
+        store = self._writer.store
+        half_max = store.max_offset(HALF_TOPIC, 0)
+        if half_max == 0:
+            return 0
+        offsets = self._offsets
+        half_start = max(
+            offsets.query(SYSTEM_GROUP, HALF_TOPIC, 0) or 0, store.min_offset(HALF_TOPIC, 0)
+        )
+        op_start = max(offsets.query(SYSTEM_GROUP, OP_TOPIC, 0) or 0, store.min_offset(OP_TOPIC, 0))
+        # fillOpRemoveMap: ops of halves already passed only move the op progress along.
+        removed: dict[int, int] = {}
+        done: list[int] = []
+        for op_qo, op in self._read(OP_TOPIC, op_start, store.max_offset(OP_TOPIC, 0)):
+            try:
+                half_qo = int(op.body.decode())
+            except ValueError:
+                done.append(op_qo)
+                continue
+            if half_qo < half_start:
+                done.append(op_qo)
+            else:
+                removed[half_qo] = op_qo
+        config = self._config
+        timeout_ms = int(config.transaction_timeout * 1000)
+        now = _now_ms()
+        sent = 0
+        next_half = half_start
+        # Only the halves present when the pass starts: put-back copies wait for the next.
+        for qo, half in self._read(HALF_TOPIC, half_start, half_max):
+            if qo in removed:
+                done.append(removed.pop(qo))
+                next_half = qo + 1
+                continue
+            props = half.properties
+            try:
+                times = int(props.get(mp.TRANSACTION_CHECK_TIMES, "0"))
+            except ValueError:
+                times = 0
+            if times >= config.transaction_check_max:
+                self._discard(half, times)
+                next_half = qo + 1
+                continue
+            age = now - half.born_timestamp
+            immunity = timeout_ms
+            immunity_text = props.get(mp.CHECK_IMMUNITY_TIME_IN_SECONDS)
+            if immunity_text is not None:
+                immunity = _immunity_ms(immunity_text, timeout_ms)
+                if age < immunity:
+                    # checkPrepareQueueOffset: an immune half is put back (remembering its
+                    # first offset) so that the halves after it are checked meanwhile.
+                    first = props.get(mp.TRAN_PREPARED_QUEUE_OFFSET)
+                    first_qo = int(first) if first is not None and first.isdigit() else None
+                    if first_qo is not None and first_qo in removed:
+                        done.append(removed.pop(first_qo))
+                    else:
+                        if first_qo is None:
+                            props[mp.TRAN_PREPARED_QUEUE_OFFSET] = str(qo)
+                        self._put_back(half)
+                    next_half = qo + 1
+                    continue
+            elif 0 <= age < immunity:
+                break  # the rest is younger still
+            props[mp.TRANSACTION_CHECK_TIMES] = str(times + 1)
+            copy = self._put_back(half)
+            self._send_check(copy)
+            sent += 1
+            next_half = qo + 1
+        offsets.commit(SYSTEM_GROUP, HALF_TOPIC, 0, next_half)
+        offsets.commit(SYSTEM_GROUP, OP_TOPIC, 0, _op_progress(op_start, done))
+        return sent
+
+    def _read(self, topic: str, start: int, end: int) -> Iterator[tuple[int, MessageRecord]]:
+        store = self._writer.store
+        offset = start
+        while offset < end:
+            result = store.get(topic, 0, offset, max_msgs=_BATCH)
+            if result.status is not GetStatus.FOUND:
+                if result.next_begin_offset <= offset:
+                    return
+                offset = result.next_begin_offset  # removed by retention: skip ahead
+                continue
+            for raw, qo in zip(result.messages, result.queue_offsets, strict=True):
+                if qo >= end:
+                    return
+                try:
+                    rec, _ = decode_message(raw, decompress=False)
+                except RemoteProtocolError as exc:
+                    log.error("unreadable message at %s:%d skipped: %s", topic, qo, exc)
+                    continue
+                yield qo, rec
+            offset = result.next_begin_offset
+
+    def _put_back(self, half: MessageRecord) -> MessageRecord:
+        # putBackHalfMsgQueue / renewHalfMessageInner: the same half at the queue's end; the
+        # check-back names this copy, whose offsets END_TRANSACTION will carry.
+        host, port = self._store_address()
+        copy = MessageRecord(
+            topic=HALF_TOPIC,
+            body=half.body,
+            queue_id=half.queue_id,
+            flag=half.flag,
+            queue_offset=0,
+            commit_log_offset=0,
+            sys_flag=half.sys_flag,
+            born_timestamp=half.born_timestamp,
+            born_host=half.born_host,
+            born_port=half.born_port,
+            store_timestamp=0,
+            store_host=host,
+            store_port=port,
+            reconsume_times=half.reconsume_times,
+            prepared_transaction_offset=0,
+            properties=dict(half.properties),
+        )
+        result = self._writer.store_message(copy)
+        copy.queue_offset = result.queue_offset
+        copy.commit_log_offset = result.commit_log_offset
+        copy.store_timestamp = result.store_timestamp
+        return copy
+
+    def _discard(self, half: MessageRecord, times: int) -> None:
+        # DefaultTransactionalMessageCheckListener.resolveDiscardMsg (4.9).
+        log.error(
+            "half message %s of group %s checked %d times, discarded into %s",
+            half.properties.get(mp.UNIQ_KEY),
+            half.properties.get(mp.PGROUP),
+            times,
+            CHECK_MAX_TOPIC,
+        )
+        self._topics.ensure(CHECK_MAX_TOPIC, 1)
+        host, port = self._store_address()
+        self._writer.store_message(
+            MessageRecord(
+                topic=CHECK_MAX_TOPIC,
+                body=half.body,
+                queue_id=0,
+                flag=half.flag,
+                queue_offset=0,
+                commit_log_offset=0,
+                sys_flag=half.sys_flag,
+                born_timestamp=half.born_timestamp,
+                born_host=half.born_host,
+                born_port=half.born_port,
+                store_timestamp=0,
+                store_host=host,
+                store_port=port,
+                reconsume_times=half.reconsume_times,
+                prepared_transaction_offset=0,
+                properties=dict(half.properties),
+            )
+        )
+        self.discarded += 1
+
+    def _send_check(self, half: MessageRecord) -> None:
+        # AbstractTransactionalMessageCheckListener.sendCheckMessage: the message goes with
+        # its real topic and queue; ProducerManager.getAvailableChannel picks a live channel.
+        group = half.properties.get(mp.PGROUP, "")
+        live = [
+            c.channel
+            for c in self._groups.producer_channels(group)
+            if isinstance(c.channel, Connection) and not c.channel.is_closed
+        ]
+        if not live:
+            log.warning("no live producer of group %s to check %s", group, _uniq(half))
+            return
+        conn = random.choice(live)
+        uniq = half.properties.get(mp.UNIQ_KEY)
+        header = CheckTransactionStateRequestHeader(
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commit_log_offset,
+            msg_id=uniq,
+            transaction_id=uniq,
+            offset_msg_id=make_offset_msg_id(
+                half.store_host, half.store_port, half.commit_log_offset
+            ),
+        )
+        sent = MessageRecord(
+            topic=half.properties.get(mp.REAL_TOPIC, half.topic),
+            body=half.body,
+            queue_id=_int(half.properties.get(mp.REAL_QID), half.queue_id),
+            flag=half.flag,
+            queue_offset=half.queue_offset,
+            commit_log_offset=half.commit_log_offset,
+            sys_flag=half.sys_flag,
+            born_timestamp=half.born_timestamp,
+            born_host=half.born_host,
+            born_port=half.born_port,
+            store_timestamp=half.store_timestamp,
+            store_host=half.store_host,
+            store_port=half.store_port,
+            reconsume_times=half.reconsume_times,
+            prepared_transaction_offset=half.prepared_transaction_offset,
+            properties=half.properties,
+        )
+        cmd = RemotingCommand.request(
+            RequestCode.CHECK_TRANSACTION_STATE,
+            header.to_ext(),
+            encode_message(sent),
+            oneway=True,
+        )
+        self.checks_sent += 1
+        log.info("checking transaction %s with producer %s of group %s", uniq, conn.peer, group)
+        self._spawn(_send_oneway(conn, cmd), "aiorocket-transaction-check")
+
+
+async def _send_oneway(conn: Connection, cmd: RemotingCommand) -> None:
+    with contextlib.suppress(ConnectionClosedError):
+        await conn.send_oneway(cmd)
+
+
+def _check_prepared(half: MessageRecord | None, h: EndTransactionRequestHeader) -> str | None:
+    # EndTransactionProcessor.checkPrepareMessage, plus: it must be a half message at all.
+    if half is None or half.topic != HALF_TOPIC:
+        return "Find prepared transaction message failed"
+    if half.properties.get(mp.PGROUP) != h.producer_group:
+        return "The producer group wrong"
+    if half.queue_offset != h.tran_state_table_offset:
+        return "The transaction state table offset wrong"
+    if half.commit_log_offset != h.commit_log_offset:
+        return "The commit log offset wrong"
+    return None
+
+
+def _immunity_ms(text: str, default_ms: int) -> int:
+    # TransactionalMessageServiceImpl.getImmunityTime: seconds; malformed -> the timeout.
+    try:
+        seconds = int(text)
+    except ValueError:
+        return default_ms
+    return seconds * 1000 if seconds >= 0 else default_ms
+
+
+def _op_progress(start: int, done: list[int]) -> int:
+    # calculateOpOffset: advance over the contiguous run of consumed op offsets.
+    offset = start
+    for qo in sorted(done):
+        if qo == offset:
+            offset += 1
+        elif qo > offset:
+            break
+    return offset
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _uniq(rec: MessageRecord) -> str:
+    return rec.properties.get(mp.UNIQ_KEY, str(rec.commit_log_offset))
