@@ -26,8 +26,9 @@ from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop.apache.kit import JavaClient, JavaCluster
 from tests.interop.harness import unique_name
 
-#: the Java broker checks pending halves every second, once they are a second old
-JAVA_BROKER_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"}
+#: the Java broker looks for pending halves every second and checks those 2 s old; a checked
+#: half is put back with a new store time, so a second check needs the answer to be 2 s late
+JAVA_BROKER_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "2000"}
 
 #: how long a JVM may take to start and send on a busy 2-core machine
 BOOT = 90.0
@@ -106,8 +107,12 @@ async def test_transaction_producer_against_the_java_broker(java_cluster: JavaCl
         async with reader.consumer:
             await reader.wait_for({"commit-1", "unknown-1"})
             await asyncio.sleep(2.5)  # two more check intervals: nothing else arrives
-    assert sorted(reader.bodies) == ["commit-1", "unknown-1"]
-    assert checked == ["unknown-1"]
+    # The Java broker checks a half again if its answer is late (a loaded machine) and writes
+    # the message once per COMMIT it gets: at least once, never more than it was checked.
+    assert set(checked) == {"unknown-1"}
+    assert reader.bodies.count("commit-1") == 1
+    assert 1 <= reader.bodies.count("unknown-1") <= len(checked)
+    assert "rollback-1" not in reader.bodies
     assert reader.props["commit-1"]["TRAN_MSG"] == "true"  # the Java broker keeps it
     assert reader.props["commit-1"]["PGROUP"] == group
 
@@ -147,8 +152,9 @@ async def test_java_broker_checks_another_producer_after_a_crash(
         async with reader.consumer:
             await reader.wait_for({"crash"})
             await asyncio.sleep(2.5)
-    assert reader.bodies == ["crash"]
-    assert checked == ["crash"]
+    assert set(checked) == {"crash"}
+    assert set(reader.bodies) == {"crash"}
+    assert len(reader.bodies) <= len(checked)
 
 
 @pytest.fixture
