@@ -253,14 +253,19 @@ async def _peek_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> in
         try:
             data = sock.recv(1, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
-            ready = loop.create_future()
-            loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(sock.fileno(), _set_done, ready)
             try:
                 await ready
             finally:
                 loop.remove_reader(sock.fileno())
             continue
         return data[0] if data else None
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _peer(sock: socket.socket) -> str:

@@ -45,7 +45,9 @@ def tls_connector(context: ssl.SSLContext) -> Connector:
         except (ConnectionResetError, ConnectionAbortedError) as exc:
             # asyncio reports a peer that hung up mid-handshake with an empty message; a
             # plain-only RocketMQ server does exactly that (the ClientHello is no frame).
-            raise type(exc)("closed during the TLS handshake (does the server accept TLS?)") from exc
+            raise type(exc)(
+                "closed during the TLS handshake (does the server accept TLS?)"
+            ) from exc
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

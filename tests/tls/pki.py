@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trustme
 from cryptography.hazmat.primitives import serialization
 
-__all__ = ["Pki", "make_pki"]
+from aiorocket.embedded import BrokerConfig
+
+__all__ = ["Pki", "make_pki", "tls_config"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,8 @@ def make_pki(root: Path) -> Pki:
     pki.client_key.write_bytes(_pkcs8(client.private_key_pem.bytes()))
     trustme.CA().cert_pem.write_to_path(str(pki.other_ca))
     return pki
+
+
+def tls_config(pki: Pki, **kw: Any) -> BrokerConfig:
+    """An embedded broker configuration with the test server certificate (``kw`` on top)."""
+    return BrokerConfig(default_queues=2, tls_cert=pki.server_cert, tls_key=pki.server_key, **kw)

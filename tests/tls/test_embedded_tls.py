@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,30 +29,10 @@ from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, ConnectError, ConnectionClosedError, RocketError
 from aiorocket.tls import client_context
 from tests.consumer.conftest import FAST
-from tests.tls.pki import Pki
+from tests.tls.pki import Pki, tls_config
 
 #: Fail fast: a refused client must not retry for the default 3 s per send.
 QUICK: dict[str, Any] = {"send_timeout": 2.0, "retries": 0, "connect_timeout": 2.0}
-
-
-def tls_config(pki: Pki, **kw: Any) -> BrokerConfig:
-    """A broker configuration with the test server certificate."""
-    return BrokerConfig(default_queues=2, tls_cert=pki.server_cert, tls_key=pki.server_key, **kw)
-
-
-@pytest.fixture
-async def enforcing(pki: Pki, tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    """A broker with a certificate and no mode: enforcing is the default then."""
-    async with EmbeddedBroker(data_dir=tmp_path / "b", config=tls_config(pki)) as b:
-        yield b
-
-
-@pytest.fixture
-async def permissive(pki: Pki, tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    """A broker serving TLS and plain clients on one port."""
-    config = tls_config(pki, tls_mode="permissive")
-    async with EmbeddedBroker(data_dir=tmp_path / "b", config=config) as b:
-        yield b
 
 
 async def produce(namesrv: str, topic: str, bodies: list[bytes], **client: Any) -> None:
@@ -63,15 +42,11 @@ async def produce(namesrv: str, topic: str, bodies: list[bytes], **client: Any) 
             await producer.send(Message(topic, body))
 
 
-async def consume(
-    namesrv: str, topic: str, group: str, expect: int, **client: Any
-) -> list[bytes]:
+async def consume(namesrv: str, topic: str, group: str, expect: int, **client: Any) -> list[bytes]:
     """Bodies a push consumer gets from ``topic`` until it has ``expect`` of them."""
     got: list[bytes] = []
     done = asyncio.Event()
-    consumer = PushConsumer(
-        group=group, namesrv=namesrv, consume_from="first", **FAST, **client
-    )
+    consumer = PushConsumer(group=group, namesrv=namesrv, consume_from="first", **FAST, **client)
     consumer.subscribe(topic)
 
     @consumer.listener
@@ -109,9 +84,9 @@ async def test_enforcing_refuses_plain_client_with_clear_error(enforcing: Embedd
         await produce(enforcing.address, "TlsTopic", [b"x"])
     assert loop.time() - start < 2.0
     chain = [info.value, info.value.__cause__, info.value.__context__]
-    assert any(
-        isinstance(e, ConnectionClosedError) and "TLS enforcing" in str(e) for e in chain
-    ), repr(chain)
+    assert any(isinstance(e, ConnectionClosedError) and "TLS enforcing" in str(e) for e in chain), (
+        repr(chain)
+    )
 
 
 async def test_permissive_serves_tls_and_plain_on_one_port(

@@ -111,9 +111,9 @@ async def test_plain_python_client_refused_by_java_broker(tls_cluster: JavaClust
             await p.send(Message(unique_name("TlsJ"), b"x"))
     assert time.monotonic() - start < 3.5
     chain = [info.value, info.value.__cause__, info.value.__context__]
-    assert any(
-        isinstance(e, ConnectionClosedError) and "TLS enforcing" in str(e) for e in chain
-    ), repr(chain)
+    assert any(isinstance(e, ConnectionClosedError) and "TLS enforcing" in str(e) for e in chain), (
+        repr(chain)
+    )
 
 
 @pytest.fixture
@@ -171,8 +171,6 @@ async def test_java_client_with_tls_against_embedded_broker(
             for i in range(10):
                 await p.send(Message(topic2, f"py-{i}".encode()))
         await consumer.wait_until(lambda c: len(c.of("msg")) >= 10, 30, "10 messages")
-        assert sorted(e["body"] for e in consumer.of("msg")) == sorted(
-            f"py-{i}" for i in range(10)
-        )
+        assert sorted(e["body"] for e in consumer.of("msg")) == sorted(f"py-{i}" for i in range(10))
     finally:
         await consumer.stop()
