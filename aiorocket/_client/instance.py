@@ -143,9 +143,10 @@ def _connector(s: ClientSettings) -> Connector:
     # One context per client: loading the system's CAs takes milliseconds, and the same
     # context serves name servers and brokers alike (Java's NettyRemotingClient does the same).
     if isinstance(s.tls, ssl.SSLContext):
-        return tls_connector(s.tls)
+        return tls_connector(s.tls, shutdown_timeout=s.connect_timeout)
     if s.tls:
-        return tls_connector(client_context(s.tls_ca, verify=s.tls_verify))
+        ctx = client_context(s.tls_ca, verify=s.tls_verify)
+        return tls_connector(ctx, shutdown_timeout=s.connect_timeout)
     return tcp_connector
 
 

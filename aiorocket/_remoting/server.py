@@ -193,9 +193,15 @@ class Server:
                     sock.close()
                     return
                 conn = self._make_protocol()
-                await loop.connect_accepted_socket(
-                    lambda: conn, sock, ssl=self._ssl if tls else None
-                )
+                if tls:
+                    await loop.connect_accepted_socket(
+                        lambda: conn,
+                        sock,
+                        ssl=self._ssl,
+                        ssl_shutdown_timeout=self._handshake_timeout,
+                    )
+                else:
+                    await loop.connect_accepted_socket(lambda: conn, sock)
         except (OSError, TimeoutError) as exc:
             # A failed handshake (an untrusted or missing client certificate, a client that
             # gave up) costs that connection only.

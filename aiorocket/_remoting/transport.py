@@ -28,19 +28,26 @@ async def tcp_connector(host: str, port: int, protocol: asyncio.BaseProtocol) ->
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def tls_connector(context: ssl.SSLContext) -> Connector:
+def tls_connector(context: ssl.SSLContext, *, shutdown_timeout: float = 3.0) -> Connector:
     """A connector that opens TCP and then TLS with ``context`` before ``protocol`` sees a
     byte (RocketMQ has no in-band upgrade: the remoting frames travel inside TLS).
 
     The host connected to is the name checked against the certificate (an IP address is
-    matched against the certificate's IP subjectAltNames; no SNI is sent for it).
+    matched against the certificate's IP subjectAltNames; no SNI is sent for it). Closing
+    waits at most ``shutdown_timeout`` for the peer's close_notify (asyncio's default is 30 s,
+    which a vanished broker would add to every client shutdown).
     """
 
     async def connect(host: str, port: int, protocol: asyncio.BaseProtocol) -> None:
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await loop.create_connection(
-                lambda: protocol, host, port, ssl=context, server_hostname=host
+                lambda: protocol,
+                host,
+                port,
+                ssl=context,
+                server_hostname=host,
+                ssl_shutdown_timeout=shutdown_timeout,
             )
         except (ConnectionResetError, ConnectionAbortedError) as exc:
             # asyncio reports a peer that hung up mid-handshake with an empty message; a

@@ -27,6 +27,7 @@ from aiorocket import (
 )
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, ConnectError, ConnectionClosedError, RocketError
+from aiorocket.testing import ChaosProxy
 from aiorocket.tls import client_context
 from tests.consumer.conftest import FAST
 from tests.tls.pki import Pki, tls_config
@@ -207,3 +208,30 @@ def test_settings_are_validated(pki: Pki) -> None:
     assert BrokerConfig(tls_cert=pki.server_cert).effective_tls_mode == "enforcing"
     with pytest.raises(ConfigurationError, match="cannot build"):
         client_context(pki.server_key)
+
+
+async def test_close_is_bounded_when_the_peer_goes_silent(pki: Pki, tmp_path: Path) -> None:
+    """Closing a TLS client whose broker stopped answering (no close_notify comes back) takes
+    about ``connect_timeout``, not asyncio's 30 s TLS shutdown timeout."""
+    async with (
+        ChaosProxy() as proxy,
+        EmbeddedBroker(
+            data_dir=tmp_path / "b", config=tls_config(pki, advertised_port=proxy.port)
+        ) as b,
+    ):
+        proxy.upstream = b.listen_address
+        producer = Producer(
+            namesrv=b.address,
+            tls=True,
+            tls_ca=pki.ca,
+            connect_timeout=1.0,
+            request_timeout=1.0,
+        )
+        await producer.start()
+        await producer.send(Message("Silent", b"x"))
+        proxy.stall()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await producer.close()
+        assert loop.time() - start < 5.0
+        proxy.reset()  # the broker's side of the connection goes too
