@@ -113,3 +113,19 @@ async def test_spark_source_options_tls(enforcing: EmbeddedBroker, pki: Pki) -> 
             reader.close()
 
     assert await asyncio.to_thread(read_queues) > 0
+
+
+def test_cli_run_passes_tls_to_the_app(pki: Pki) -> None:
+    """``aiorocket run --tls-ca`` reaches an App built at import time through the
+    ``AIOROCKET_TLS*`` environment (keyword arguments of the App still win)."""
+    from aiorocket.cli import _parser
+    from aiorocket.cli._run import apply_tls_options
+
+    args = _parser().parse_args(["run", "pkg.mod:app", "--tls-ca", str(pki.ca)])
+    environ: dict[str, str] = {}
+    apply_tls_options(args, environ)
+    assert environ == {"AIOROCKET_TLS": "true", "AIOROCKET_TLS_CA": str(pki.ca)}
+    plain = _parser().parse_args(["run", "pkg.mod:app"])
+    environ = {}
+    apply_tls_options(plain, environ)
+    assert environ == {}
