@@ -29,7 +29,7 @@ from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, ConnectError, ConnectionClosedError, RocketError
 from aiorocket.testing import ChaosProxy
 from aiorocket.tls import client_context
-from tests.consumer.conftest import FAST
+from tests.consumer.conftest import FAST, wait_for
 from tests.tls.pki import Pki, tls_config
 
 #: Fail fast: a refused client must not retry for the default 3 s per send.
@@ -235,3 +235,24 @@ async def test_close_is_bounded_when_the_peer_goes_silent(pki: Pki, tmp_path: Pa
         await producer.close()
         assert loop.time() - start < 5.0
         proxy.reset()  # the broker's side of the connection goes too
+
+
+async def test_silent_connections_are_dropped_after_the_handshake_timeout(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """A connection that never sends its first byte (or never finishes the handshake) is
+    closed after ``tls_handshake_timeout``; refused handshakes leave nothing behind."""
+    config = tls_config(pki, tls_mode="permissive", tls_handshake_timeout=0.3)
+    async with EmbeddedBroker(data_dir=tmp_path / "b", config=config) as b:
+        host, port = b.listen_address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            async with asyncio.timeout(3):
+                assert await reader.read() == b""  # EOF: the broker hung up
+        finally:
+            writer.close()
+        with pytest.raises(RocketError):
+            await produce(b.address, "T", [b"x"], tls=True, tls_ca=pki.other_ca)
+        server = b._server
+        assert server is not None
+        await wait_for(lambda: not server.connections, 2.0, "refused connections to go")
