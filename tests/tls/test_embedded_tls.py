@@ -24,6 +24,8 @@ from aiorocket import (
     PushConsumer,
     QueueReader,
     ReceivedMessage,
+    TransactionProducer,
+    TransactionState,
 )
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, ConnectError, ConnectionClosedError, RocketError
@@ -161,9 +163,22 @@ async def test_client_certificates_required(pki: Pki, tmp_path: Path) -> None:
 
 
 async def test_every_client_kind_connects_over_tls(enforcing: EmbeddedBroker, pki: Pki) -> None:
-    """Admin, QueueReader and PullConsumer take the same ``tls`` settings."""
+    """TransactionProducer, Admin, QueueReader and PullConsumer take the same ``tls``
+    settings."""
     tls: dict[str, Any] = {"tls": True, "tls_ca": pki.ca}
-    await produce(enforcing.address, "Kinds", [b"a", b"b"], **tls)
+    await produce(enforcing.address, "Kinds", [b"a"], **tls)
+
+    async def commit(msg: Message, arg: Any) -> TransactionState:
+        return TransactionState.COMMIT
+
+    async def check(msg: ReceivedMessage) -> TransactionState:
+        return TransactionState.COMMIT
+
+    async with TransactionProducer(
+        namesrv=enforcing.address, group="kinds-tx", execute_local=commit, check=check, **tls
+    ) as tx:
+        result = await tx.send_in_transaction(Message("Kinds", b"b"))
+        assert result.state is TransactionState.COMMIT
     async with Admin(namesrv=enforcing.address, **tls) as admin:
         assert "Kinds" in await admin.topics()
     async with QueueReader(namesrv=enforcing.address, **tls) as reader:
