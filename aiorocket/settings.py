@@ -6,6 +6,7 @@ Every timing constant is a setting so tests can shrink it.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -43,9 +44,18 @@ class ClientSettings(BaseModel):
         route_refresh_interval: how often routes are polled from the name server (Java: 30 s).
         heartbeat_interval: how often heartbeats go to brokers (Java: 30 s).
         max_frame_size: the largest frame accepted from a peer (16 MiB).
+        tls: connect to name servers and brokers over TLS. ``True`` verifies their
+            certificates against the system's CAs (plus ``tls_ca``) and checks that each one
+            names the address connected to; an ``ssl.SSLContext`` is used as it is (see
+            :func:`aiorocket.tls.client_context`). Java clients verify nothing unless
+            ``tls.client.authServer=true``; aiorocket verifies unless told not to.
+        tls_ca: a PEM file of CA certificates to trust besides the system's (a private CA);
+            needs ``tls=True``.
+        tls_verify: ``False`` skips every certificate check (Java's default; encrypted but
+            not authenticated, for test clusters only); needs ``tls=True``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     namesrv: tuple[str, ...] = Field(min_length=1)
     instance_name: str | None = None
@@ -57,6 +67,18 @@ class ClientSettings(BaseModel):
     route_refresh_interval: float = Field(default=30.0, gt=0)
     heartbeat_interval: float = Field(default=30.0, gt=0)
     max_frame_size: int = Field(default=16 * 1024 * 1024, ge=1024)
+    tls: bool | ssl.SSLContext = False
+    tls_ca: Path | None = None
+    tls_verify: bool = True
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> ClientSettings:
+        if isinstance(self.tls, ssl.SSLContext):
+            if self.tls_ca is not None or not self.tls_verify:
+                raise ValueError("tls_ca and tls_verify apply to tls=True, not to an SSLContext")
+        elif not self.tls and (self.tls_ca is not None or not self.tls_verify):
+            raise ValueError("tls_ca and tls_verify need tls=True")
+        return self
 
     @field_validator("namesrv", mode="before")
     @classmethod

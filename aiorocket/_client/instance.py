@@ -12,6 +12,7 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -49,7 +50,14 @@ from aiorocket._protocol.headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from aiorocket._remoting import ConnectionPool, RequestHandler, Spawn
+from aiorocket._remoting import (
+    ConnectionPool,
+    Connector,
+    RequestHandler,
+    Spawn,
+    tcp_connector,
+    tls_connector,
+)
 from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
@@ -58,6 +66,7 @@ from aiorocket.errors import (
 )
 from aiorocket.models import MessageQueue
 from aiorocket.settings import ClientSettings
+from aiorocket.tls import client_context
 
 __all__ = ["ClientInstance", "PreparedPull", "PullResponse", "SendResponse", "local_ipv4"]
 
@@ -130,6 +139,17 @@ def _pull_response(resp: RemotingCommand) -> PullResponse:
     return PullResponse(resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body)
 
 
+def _connector(s: ClientSettings) -> Connector:
+    # One context per client: loading the system's CAs takes milliseconds, and the same
+    # context serves name servers and brokers alike (Java's NettyRemotingClient does the same).
+    if isinstance(s.tls, ssl.SSLContext):
+        return tls_connector(s.tls, shutdown_timeout=s.connect_timeout)
+    if s.tls:
+        ctx = client_context(s.tls_ca, verify=s.tls_verify)
+        return tls_connector(ctx, shutdown_timeout=s.connect_timeout)
+    return tcp_connector
+
+
 class ClientInstance:
     """Routes, broker addresses and typed RPCs over one shared connection pool.
 
@@ -172,6 +192,7 @@ class ClientInstance:
             connect_timeout=s.connect_timeout,
             max_frame_size=s.max_frame_size,
             request_hook=hook,
+            connector=_connector(s),
         )
 
     async def close(self) -> None:

@@ -3,7 +3,7 @@
 from aiorocket._remoting.connection import Connection, RequestHandler, Spawn
 from aiorocket._remoting.pool import ConnectionPool, parse_address
 from aiorocket._remoting.server import Dispatcher, Server
-from aiorocket._remoting.transport import Connector, memory_pipe, tcp_connector
+from aiorocket._remoting.transport import Connector, memory_pipe, tcp_connector, tls_connector
 
 __all__ = [
     "Connection",
@@ -16,4 +16,5 @@ __all__ = [
     "memory_pipe",
     "parse_address",
     "tcp_connector",
+    "tls_connector",
 ]

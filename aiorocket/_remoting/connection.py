@@ -100,6 +100,8 @@ class Connection(asyncio.BufferedProtocol):
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
         self._next_opaque = 0
+        #: whether the peer ever sent a byte (see connection_lost)
+        self._heard = False
         self._closed = False
         self._close_exc: BaseException | None = None
         self._lost = asyncio.Event()
@@ -127,11 +129,13 @@ class Connection(asyncio.BufferedProtocol):
         return self._decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._heard = True
         self._decoder.buffer_updated(nbytes)
         self._process()
 
     def data_received(self, data: bytes) -> None:
         """Take bytes from a transport that does not lend buffers."""
+        self._heard = True
         self._decoder.feed(data)
         self._process()
 
@@ -162,7 +166,15 @@ class Connection(asyncio.BufferedProtocol):
         self._closed = True
         if self._close_exc is None:
             self._close_exc = exc
-        err = ConnectionClosedError(f"connection to {self._label()} closed")
+        hint = ""
+        if self._pending and not self._heard and self._is_plain():
+            # A RocketMQ server in TLS enforcing mode closes a plain connection without a word
+            # (Java's HandshakeHandler): say so rather than leave a bare "closed".
+            hint = (
+                " by the peer before any response (a server in TLS enforcing mode closes plain"
+                " connections: does it need tls=True?)"
+            )
+        err = ConnectionClosedError(f"connection to {self._label()} closed{hint}")
         if self._close_exc is not None:
             err.__cause__ = self._close_exc
         pending, self._pending = self._pending, {}
@@ -310,6 +322,10 @@ class Connection(asyncio.BufferedProtocol):
         await self._lost.wait()
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _is_plain(self) -> bool:
+        t = self._transport
+        return t is not None and t.get_extra_info("ssl_object") is None
 
     def _label(self) -> str:
         return self.name or f"{self.peer[0]}:{self.peer[1]}"

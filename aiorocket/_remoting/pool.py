@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from aiorocket._protocol.command import RemotingCommand
@@ -111,6 +112,17 @@ class ConnectionPool:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 await self._connector(host, port, conn)
+        except ssl.SSLCertVerificationError as exc:
+            raise ConnectError(
+                f"TLS certificate verification failed for {address}: {exc.verify_message} "
+                "(trust the server's CA with tls_ca=... or a tls=ssl.SSLContext)"
+            ) from exc
+        except ssl.SSLError as exc:
+            # A plain-only server closes on the ClientHello (its first bytes read as an
+            # oversized frame length): the handshake then ends in EOF.
+            raise ConnectError(
+                f"TLS handshake with {address} failed: {exc} (does the server accept TLS?)"
+            ) from exc
         except (OSError, TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {address}: {exc or 'timed out'}") from exc
         if self._closed:

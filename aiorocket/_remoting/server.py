@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
@@ -13,10 +15,15 @@ from aiorocket._protocol.codes import ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from aiorocket._remoting.connection import Connection, RequestHandler
+from aiorocket.tls import TlsMode
 
 __all__ = ["Dispatcher", "Server"]
 
 log = logging.getLogger("aiorocket.remoting")
+
+#: The first byte of a TLS record carrying a handshake (RFC 8446 §5.1, ContentType 22): what
+#: Java's ``NettyRemotingServer.HandshakeHandler`` looks for in a connection's first byte.
+_TLS_HANDSHAKE = 0x16
 
 
 class Dispatcher:
@@ -51,6 +58,12 @@ class Server:
     picks a free one). Request handlers run as tasks of the server's task group; leaving the
     context closes the listener and every connection and cancels handlers still running (held
     long-poll pulls, for instance).
+
+    With ``ssl_context`` and ``tls_mode`` ``"enforcing"`` or ``"permissive"``, each accepted
+    connection is told apart by its first byte, peeked and left in the socket, as Java's
+    ``HandshakeHandler`` does: 0x16 starts TLS on it, anything else is served in plain
+    (permissive) or closed (enforcing). ``tls_handshake_timeout`` bounds the wait for that
+    byte and the handshake.
     """
 
     def __init__(
@@ -61,7 +74,17 @@ class Server:
         port: int = 0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_disconnect: Callable[[Connection], None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_mode: TlsMode = "disabled",
+        tls_handshake_timeout: float = 10.0,
     ) -> None:
+        if tls_mode != "disabled" and ssl_context is None:
+            raise ValueError(f"TLS mode {tls_mode!r} needs an ssl_context")
+        self._ssl = ssl_context if tls_mode != "disabled" else None
+        self._tls_mode = tls_mode
+        self._handshake_timeout = tls_handshake_timeout
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._handler = handler
         self._host = host
         self._port = port
@@ -101,25 +124,109 @@ class Server:
         await self._tg.__aenter__()
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                self._make_protocol, self._host, self._port, reuse_address=True
-            )
+            if self._ssl is not None:
+                self._listener = self._listen()
+            else:
+                self._server = await loop.create_server(
+                    self._make_protocol, self._host, self._port, reuse_address=True
+                )
         except BaseException:
             await self._tg.__aexit__(None, None, None)
             self._tg = None
             raise
-        sock = self._server.sockets[0]
-        name = sock.getsockname()
+        if self._listener is not None:
+            name = self._listener.getsockname()
+            self._accepting = self._tg.create_task(self._accept_loop(self._listener))
+        else:
+            assert self._server is not None
+            name = self._server.sockets[0].getsockname()
+            for s in self._server.sockets:
+                if s.family in (socket.AF_INET, socket.AF_INET6):
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.address = (str(name[0]), int(name[1]))
-        for s in self._server.sockets:
-            if s.family in (socket.AF_INET, socket.AF_INET6):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self
+
+    # -- TLS: an own accept loop, so the first byte can be peeked before a transport exists --
+
+    def _listen(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, self._port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and the like: keep serving the others
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            self._spawn(self._admit(sock))
+
+    async def _admit(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        conn: Connection | None = None
+        try:
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            async with asyncio.timeout(self._handshake_timeout):
+                first = await _peek_byte(loop, sock)
+                if first is None:
+                    sock.close()
+                    return
+                tls = first == _TLS_HANDSHAKE
+                if not tls and self._tls_mode == "enforcing":
+                    log.warning(
+                        "closing plain connection from %s: TLS is enforced on this port",
+                        _peer(sock),
+                    )
+                    sock.close()
+                    return
+                conn = self._make_protocol()
+                if tls:
+                    await loop.connect_accepted_socket(
+                        lambda: conn,
+                        sock,
+                        ssl=self._ssl,
+                        ssl_shutdown_timeout=self._handshake_timeout,
+                    )
+                else:
+                    await loop.connect_accepted_socket(lambda: conn, sock)
+        except (OSError, TimeoutError) as exc:
+            # A failed handshake (an untrusted or missing client certificate, a client that
+            # gave up) costs that connection only.
+            log.info("connection from %s refused: %s", _peer(sock), exc or "timed out")
+            if conn is not None:
+                self.connections.discard(conn)
+            sock.close()
+        except asyncio.CancelledError:
+            if conn is not None:
+                self.connections.discard(conn)
+            sock.close()
+            raise
 
     async def close(self) -> None:
         """Stop accepting, close every connection and cancel running handlers."""
         if self._server is not None:
             self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+            self._accepting = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         conns = list(self.connections)
         for conn in conns:
             conn.close()
@@ -144,3 +251,32 @@ class Server:
             tg, self._tg = self._tg, None
             if tg is not None:
                 await tg.__aexit__(exc_type, exc, tb)
+
+
+async def _peek_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:
+    """The first byte waiting in ``sock``, left there (``MSG_PEEK``); ``None`` at EOF."""
+    while True:
+        try:
+            data = sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(sock.fileno(), _set_done, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        return data[0] if data else None
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _peer(sock: socket.socket) -> str:
+    try:
+        name = sock.getpeername()
+    except OSError:
+        return "?"
+    return f"{name[0]}:{name[1]}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
@@ -23,6 +25,9 @@ class AppSettings(BaseSettings):
         producer_group: the group of the app's shared producer.
         namespace: prefix of topics and groups (Java ``ClientConfig.namespace``).
         access_key, secret_key: ACL credentials, used by the producer and every consumer.
+        tls, tls_ca, tls_verify: TLS to name servers and brokers, for every client of the app
+            (see :class:`~aiorocket.settings.ClientSettings`; ``AIOROCKET_TLS=true``,
+            ``AIOROCKET_TLS_CA=/path/ca.pem``).
         consumer: extra :class:`~aiorocket.settings.ConsumerSettings` for every consumer
             (e.g. ``{"rebalance_interval": 5}``); per-subscriber options win.
         producer: extra :class:`~aiorocket.settings.ProducerSettings` for the producer.
@@ -31,13 +36,18 @@ class AppSettings(BaseSettings):
         status_interval: seconds between the worker's status lines when not on a terminal.
     """
 
-    model_config = SettingsConfigDict(env_prefix="AIOROCKET_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="AIOROCKET_", extra="forbid", frozen=True, arbitrary_types_allowed=True
+    )
 
     namesrv: str = "127.0.0.1:9876"
     producer_group: str = "aiorocket-app"
     namespace: str | None = None
     access_key: str | None = None
     secret_key: str | None = Field(default=None, repr=False)
+    tls: bool | ssl.SSLContext = False
+    tls_ca: Path | None = None
+    tls_verify: bool = True
     consumer: dict[str, Any] = Field(default_factory=dict)
     producer: dict[str, Any] = Field(default_factory=dict)
     stuck_after: float = Field(default=60.0, gt=0)
@@ -53,10 +63,14 @@ class AppSettings(BaseSettings):
     def client_settings(self) -> dict[str, Any]:
         """The settings every client of the app shares."""
         out: dict[str, Any] = {"namesrv": self.namesrv}
-        for name in ("namespace", "access_key", "secret_key"):
+        for name in ("namespace", "access_key", "secret_key", "tls_ca"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if self.tls is not False:
+            out["tls"] = self.tls
+        if not self.tls_verify:
+            out["tls_verify"] = False
         return out
 
 

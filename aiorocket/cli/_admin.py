@@ -55,6 +55,13 @@ def add_admin_parser(sub: Any) -> None:
     leaf.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
     leaf.add_argument("--access-key", default=None, help="ACL access key")
     leaf.add_argument("--secret-key", default=None, help="ACL secret key")
+    leaf.add_argument("--tls", action="store_true", help="connect over TLS (verifying)")
+    leaf.add_argument("--tls-ca", default=None, help="also trust this CA (PEM); implies --tls")
+    leaf.add_argument(
+        "--tls-insecure",
+        action="store_true",
+        help="TLS without certificate checks (test clusters only); implies --tls",
+    )
     cmds = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     cmds.add_parser("topics", parents=[leaf], help="list every topic")
     r = cmds.add_parser("route", parents=[leaf], help="where a topic's queues live")
@@ -183,6 +190,8 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
     }
     if args.access_key or args.secret_key:
         settings.update(access_key=args.access_key, secret_key=args.secret_key)
+    if args.tls or args.tls_ca or args.tls_insecure:
+        settings.update(tls=True, tls_ca=args.tls_ca, tls_verify=not args.tls_insecure)
     cmd = args.admin_command
     value: Any
     target: Any = None

@@ -46,6 +46,18 @@ def add_broker_parser(sub: Any) -> None:
     )
     p.add_argument("--access-key", default=None, help="ACL access key (with --secret-key)")
     p.add_argument("--secret-key", default=None, help="ACL secret key")
+    p.add_argument("--tls-cert", default=None, help="TLS certificate chain (PEM)")
+    p.add_argument("--tls-key", default=None, help="TLS private key (PEM)")
+    p.add_argument(
+        "--tls-mode",
+        choices=("enforcing", "permissive", "disabled"),
+        default=None,
+        help="enforcing: TLS only (default with --tls-cert); permissive: TLS and plain on "
+        "one port; disabled: plain only",
+    )
+    p.add_argument(
+        "--tls-client-ca", default=None, help="require client certificates from this CA (PEM)"
+    )
     p.add_argument(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
@@ -70,6 +82,10 @@ async def _serve(args: argparse.Namespace) -> int:
         enable_property_filter=args.enable_property_filter,
         access_key=args.access_key,
         secret_key=args.secret_key,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_mode=args.tls_mode,
+        tls_client_ca=args.tls_client_ca,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -80,7 +96,7 @@ async def _serve(args: argparse.Namespace) -> int:
     ) as broker:
         print(
             f"aiorocket broker listening on {broker.address} (data in {broker.data_dir}, "
-            f"{config.flush} flush)",
+            f"{config.flush} flush, TLS {config.effective_tls_mode})",
             flush=True,
         )
         await stop.wait()

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from aiorocket.app import App
@@ -58,6 +58,23 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument(
         "--metrics-host", default="0.0.0.0", help="address of the metrics server (0.0.0.0)"
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS to name servers and brokers for an App that does not set tls itself "
+        "(sets AIOROCKET_TLS)",
+    )
+    p.add_argument("--tls-ca", default=None, help="also trust this CA (PEM; sets AIOROCKET_TLS_CA)")
+
+
+def apply_tls_options(args: argparse.Namespace, environ: MutableMapping[str, str]) -> None:
+    """Put ``--tls``/``--tls-ca`` into ``environ`` as ``AIOROCKET_TLS*``: the App is built when
+    its module is imported, and reads what its keyword arguments leave open from there (worker
+    processes inherit it)."""
+    if args.tls or args.tls_ca:
+        environ["AIOROCKET_TLS"] = "true"
+    if args.tls_ca:
+        environ["AIOROCKET_TLS_CA"] = str(args.tls_ca)
 
 
 def load_app(target: str) -> App:
@@ -264,6 +281,7 @@ def run_worker(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("aiorocket run: --workers must be at least 1", file=sys.stderr)
         return 2
+    apply_tls_options(args, os.environ)
     if args.workers > 1:
         return _supervise(args)
     return _run_one(args)

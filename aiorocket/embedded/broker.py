@@ -22,6 +22,7 @@ import ipaddress
 import logging
 import shutil
 import socket
+import ssl
 import tempfile
 import time
 from collections.abc import Coroutine, Hashable
@@ -54,6 +55,7 @@ from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
 from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable
 from aiorocket.embedded.transaction import TransactionService
 from aiorocket.errors import ClientClosedError, ConfigurationError, ConnectionClosedError
+from aiorocket.tls import server_context
 
 __all__ = ["EmbeddedBroker"]
 
@@ -61,6 +63,11 @@ log = logging.getLogger("aiorocket.embedded")
 
 #: the class a Java broker names in the remark of an ACL refusal (clients key on it)
 _ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
+
+
+def _server_tls(config: BrokerConfig) -> ssl.SSLContext:
+    assert config.tls_cert is not None
+    return server_context(config.tls_cert, config.tls_key, client_cafile=config.tls_client_ca)
 
 
 def _primary_ipv4() -> str:
@@ -426,7 +433,16 @@ class EmbeddedBroker:
             address=lambda: self.address,
         ).register(d)
 
-        server = Server(self._handle, host=self._host, port=self._port, on_disconnect=self._closed)
+        tls_mode = config.effective_tls_mode
+        server = Server(
+            self._handle,
+            host=self._host,
+            port=self._port,
+            on_disconnect=self._closed,
+            ssl_context=_server_tls(config) if tls_mode != "disabled" else None,
+            tls_mode=tls_mode,
+            tls_handshake_timeout=config.tls_handshake_timeout,
+        )
         await server.__aenter__()
         self._server = server
         bound_host, bound_port = server.address

@@ -9,9 +9,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from aiorocket.errors import ConfigurationError
+from aiorocket.tls import TLS_MODES, TlsMode
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
@@ -144,6 +146,22 @@ class BrokerConfig:
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
 
+    #: TLS (REMOTING.md has no in-band upgrade; Java ``tls.server.certPath`` and
+    #: ``tls.server.keyPath``): the PEM certificate chain and private key of the port, which
+    #: serves the name server and the broker alike.
+    tls_cert: str | Path | None = None
+    tls_key: str | Path | None = None
+    #: ``tls.server.mode``: "enforcing" (TLS only), "permissive" (TLS and plain on the one
+    #: port) or "disabled". ``None``: "enforcing" when ``tls_cert`` is set, else "disabled"
+    #: (Java defaults to permissive; a broker given a certificate here refuses plain clients
+    #: unless told otherwise).
+    tls_mode: TlsMode | None = None
+    #: when set, TLS clients must present a certificate issued by one of these CAs (PEM; Java
+    #: ``tls.server.need.client.auth=require`` with ``tls.server.trustCertPath``).
+    tls_client_ca: str | Path | None = None
+    #: seconds a new connection may take to send its first byte and finish the TLS handshake.
+    tls_handshake_timeout: float = 10.0
+
     def __post_init__(self) -> None:
         for name in (self.broker_name, self.cluster_name):
             # Java creates topics named after both, so they follow the topic-name rule.
@@ -199,6 +217,21 @@ class BrokerConfig:
             raise ConfigurationError("ACL needs both access_key and secret_key")
         if self.access_key == "" or self.secret_key == "":
             raise ConfigurationError("ACL credentials must not be empty")
+        if self.tls_mode is not None and self.tls_mode not in TLS_MODES:
+            raise ConfigurationError(f"tls_mode must be one of {TLS_MODES}, not {self.tls_mode!r}")
+        if self.tls_key is not None and self.tls_cert is None:
+            raise ConfigurationError("tls_key needs tls_cert")
+        if self.effective_tls_mode != "disabled" and self.tls_cert is None:
+            raise ConfigurationError(f"tls_mode {self.tls_mode!r} needs tls_cert (and tls_key)")
+        if self.tls_handshake_timeout <= 0:
+            raise ConfigurationError("tls_handshake_timeout must be positive")
+
+    @property
+    def effective_tls_mode(self) -> TlsMode:
+        """``tls_mode`` with its default applied."""
+        if self.tls_mode is not None:
+            return self.tls_mode
+        return "enforcing" if self.tls_cert is not None else "disabled"
 
     @property
     def acl_enabled(self) -> bool:

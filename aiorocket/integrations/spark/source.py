@@ -56,6 +56,14 @@ Options (names are case-insensitive):
     plans the next one, and the next plan starts from the last committed end, so the group
     reaches the end of the last committed micro-batch within a trigger interval. Spark's
     checkpoint stays the source of truth; a failed commit is logged and retried later.
+``tls``
+    ``true``: connect to name servers and brokers over TLS, verifying their certificates
+    (default ``false``).
+``tlsCa``
+    a PEM file of CAs to trust besides the system's (a private CA); it must exist on the
+    driver and on every executor. Implies ``tls``.
+``tlsVerify``
+    ``false``: TLS without certificate checks (test clusters only). Default ``true``.
 ``useArrow``
     ``true`` (default): executors yield Arrow record batches; ``false``: plain row tuples
     (slower; kept to compare).
@@ -271,6 +279,12 @@ class _Options:
                 client["request_timeout"] = float(opts["requesttimeout"])
             except ValueError:
                 raise ConfigurationError("option requestTimeout must be a number") from None
+        tls_ca = opts.get("tlsca", "").strip() or None
+        if _flag(opts.get("tls"), "tls", False) or tls_ca is not None:
+            # plain values only: an ssl.SSLContext cannot be pickled to the executors
+            client["tls"] = True
+            client["tls_ca"] = tls_ca
+            client["tls_verify"] = _flag(opts.get("tlsverify"), "tlsVerify", True)
         group = opts.get("group", "").strip() or None
         if group is not None:
             validate_name(group, "consumer group")

@@ -211,6 +211,15 @@ class JavaProcess:
         return _tail(self.log, lines)
 
 
+def _with_jvm_options(env: Mapping[str, str], options: Sequence[str]) -> dict[str, str]:
+    """``env`` with ``options`` appended to ``JDK_JAVA_OPTIONS`` (which ``java`` prepends to
+    its arguments; ``rmq`` passes no options of its own)."""
+    out = dict(env)
+    if options:
+        out["JDK_JAVA_OPTIONS"] = " ".join([out.get("JDK_JAVA_OPTIONS", ""), *options]).strip()
+    return out
+
+
 class JavaCluster:
     """A Java name server and brokers on free loopback ports, under ``root``.
 
@@ -225,6 +234,9 @@ class JavaCluster:
             ``rocketmq.broker.rebalance.lockMaxLiveTime``). ``rmq broker`` passes no JVM
             options, so they go through ``JDK_JAVA_OPTIONS``, which the JDK's ``java``
             launcher itself prepends to its arguments.
+        jvm_options: JVM options of the name server *and* every broker (also through
+            ``JDK_JAVA_OPTIONS``), for what both servers read, such as the TLS system
+            properties (``-Dtls.server.mode=enforcing``, ...).
     """
 
     def __init__(
@@ -234,12 +246,14 @@ class JavaCluster:
         broker_conf: Mapping[str, str] | None = None,
         files: Mapping[str, str] | None = None,
         system_properties: Mapping[str, str] | None = None,
+        jvm_options: Sequence[str] = (),
     ) -> None:
         self.root = root
         self.broker_names = list(brokers)
         self.broker_conf = dict(broker_conf or {})
         self.files = dict(files or {})
         self.system_properties = dict(system_properties or {})
+        self.jvm_options = list(jvm_options)
         self.namesrv_port = free_port()
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.broker_ports: dict[str, int] = {}
@@ -247,11 +261,12 @@ class JavaCluster:
         self._env = {**os.environ, "TMPDIR": str(root)}
 
     def _namesrv_process(self) -> JavaProcess:
+        env = _with_jvm_options(self._env, self.jvm_options)
         return JavaProcess(
             "namesrv",
             [rmq(), "namesrv", str(self.namesrv_port), str(self.root / "namesrv")],
             self.root / "namesrv.log",
-            self._env,
+            env,
         )
 
     def _broker_process(self, name: str) -> JavaProcess:
@@ -271,6 +286,7 @@ class JavaCluster:
         env = dict(self._env)
         options = [*BROKER_JVM_OPTIONS]
         options += [f"-D{k}={v}" for k, v in self.system_properties.items()]
+        options += self.jvm_options
         env["JDK_JAVA_OPTIONS"] = " ".join([env.get("JDK_JAVA_OPTIONS", ""), *options]).strip()
         return JavaProcess(
             name,
@@ -412,9 +428,16 @@ class JavaClient:
 
     @classmethod
     async def start(
-        cls, classes: Path, main: str, *args: str, name: str | None = None, tmp: Path
+        cls,
+        classes: Path,
+        main: str,
+        *args: str,
+        name: str | None = None,
+        tmp: Path,
+        jvm_options: Sequence[str] = (),
     ) -> JavaClient:
-        """Run ``main`` from ``classes`` with ``args``; ``tmp`` holds its client logs."""
+        """Run ``main`` from ``classes`` with ``args``; ``tmp`` holds its client logs;
+        ``jvm_options`` go to its JVM (e.g. ``-Dtls.enable=true``)."""
         tmp.mkdir(parents=True, exist_ok=True)
         label = name or main
         log = tmp / f"{label}-{os.urandom(3).hex()}.out"
@@ -428,7 +451,7 @@ class JavaClient:
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "TMPDIR": str(tmp)},
+            env=_with_jvm_options({**os.environ, "TMPDIR": str(tmp)}, jvm_options),
             # a JSON line may carry a large body: asyncio's default 64 KiB line limit would
             # stop the reader and leave the program blocked on a full pipe
             limit=64 * 1024 * 1024,
