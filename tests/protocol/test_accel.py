@@ -123,7 +123,8 @@ def test_results_are_exact_types() -> None:
     assert all(type(getattr(got, f)) is type(getattr(rec, f)) for f in MessageRecord.__slots__)
     assert type(cmd) is RemotingCommand
     assert cmd.serialize_type is SerializeType.ROCKETMQ
-    assert cmd.remark is None and cmd.ext_fields == {"a": "b"}
+    assert cmd.remark is None
+    assert cmd.ext_fields == {"a": "b"}
 
 
 _HOSTS = st.sampled_from(["10.0.0.1", "192.168.255.254", "::1", "fe80::1:2"])
