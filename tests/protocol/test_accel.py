@@ -224,6 +224,7 @@ def test_environment_variable_forces_pure_python() -> None:
     assert "pure-Python codec" in out.stdout
 
 
+@needs_ext
 def test_binary_header_field_widths() -> None:
     """Hand-built binary headers: negative int16 code and version, an unknown language, and
     a value that is not UTF-8."""
