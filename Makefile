@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
 	@$(PY) -c "import aiorocket, pytest, mypy, hypothesis" || { echo "installing into $(VENV) failed"; exit 1; }
+	@$(PY) -c "from aiorocket._protocol import accel; print(accel.describe())"
 	@touch $@
 
 demo: $(STAMP)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from aiorocket._protocol import accel
 from aiorocket._protocol.codes import LanguageCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
@@ -196,7 +197,7 @@ class FrameDecoder:
             body = bytes(view[hend:end]) if hend < end else b""
             stype = word >> 24
             if stype == 1:
-                cmd = _decode_binary_header(bytes(view[pos + 8 : hend]), body)
+                cmd = _decode_binary_header_impl(bytes(view[pos + 8 : hend]), body)
             elif stype == 0:
                 cmd = _decode_json_header(bytes(view[pos + 8 : hend]), body)
             else:
@@ -390,6 +391,37 @@ def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
         body,
         SerializeType.ROCKETMQ,
     )
+
+
+# The binary header decoder in use: _decode_binary_header, or its compiled twin (accel.py).
+_decode_binary_header_impl: Callable[[bytes, bytes], RemotingCommand] = _decode_binary_header
+_next_command_py = FrameDecoder.next_command
+
+
+def _select(compiled: bool) -> None:
+    """Split frames and decode binary headers with the compiled or the pure-Python code
+    (see ``accel.use``)."""
+    global _decode_binary_header_impl
+    ext = accel.extension() if compiled else None
+    if ext is None:
+        _decode_binary_header_impl = _decode_binary_header
+        FrameDecoder.next_command = _next_command_py  # type: ignore[method-assign]
+    else:
+        _decode_binary_header_impl = ext.decode_binary_header
+        FrameDecoder.next_command = ext.next_command  # type: ignore[method-assign]
+
+
+if (_ext := accel.extension()) is not None:
+    _ext.configure_frame(
+        RemotingCommand,
+        _LANG_BY_ORDINAL,
+        RemoteProtocolError,
+        SerializeType.ROCKETMQ,
+        _decode_json_header,
+        FrameTooLargeError,
+        NEED_DATA,
+    )
+_select(accel.ACTIVE)
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:

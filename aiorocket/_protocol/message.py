@@ -13,10 +13,11 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from aiorocket._protocol import accel
 from aiorocket._protocol.codes import MessageSysFlag
 from aiorocket._protocol.properties import MAX_PROPERTIES_SIZE, encode_properties
 from aiorocket.errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
@@ -355,7 +356,7 @@ def decode_message(
     n = len(data)
     if offset >= n:
         raise RemoteProtocolError(f"no message record at offset {offset} of {n} bytes")
-    records, end = _decode_run(data, offset, n, decompress, max_body_size, True)
+    records, end = _decode_run_impl(data, offset, n, decompress, max_body_size, True)
     return records[0], end
 
 
@@ -377,7 +378,24 @@ def decode_messages(
             Nothing is returned for the records before the bad one.
     """
     data = body if type(body) is bytes else bytes(body)
-    return _decode_run(data, 0, len(data), decompress, max_body_size, False)[0]
+    return _decode_run_impl(data, 0, len(data), decompress, max_body_size, False)[0]
+
+
+# The record decoder in use: _decode_run, or its compiled twin (accel.py).
+_DecodeRun = Callable[[bytes, int, int, bool, int, bool], tuple[list[MessageRecord], int]]
+_decode_run_impl: _DecodeRun = _decode_run
+
+
+def _select(compiled: bool) -> None:
+    """Decode records with the compiled or the pure-Python loop (see ``accel.use``)."""
+    global _decode_run_impl
+    ext = accel.extension() if compiled else None
+    _decode_run_impl = ext.decode_run if ext is not None else _decode_run
+
+
+if (_ext := accel.extension()) is not None:
+    _ext.configure_message(MessageRecord, _bad, _inflate, _ipv6_text, _ipv4_text, _IPV4_TEXT)
+_select(accel.ACTIVE)
 
 
 def _pack_ipv4(host: str) -> int | None:
