@@ -52,6 +52,7 @@ from aiorocket._protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from aiorocket._remoting import (
+    Connection,
     ConnectionPool,
     Connector,
     RequestHandler,
@@ -216,6 +217,10 @@ class ClientInstance:
         self._closed = True
         if self._pool is not None:
             await self._pool.close()
+
+    def connections(self) -> dict[str, Connection]:
+        """The live connections by address (empty before start and after close)."""
+        return {} if self._pool is None else self._pool.connections()
 
     # -- invocation ---------------------------------------------------------------------------
 
