@@ -27,6 +27,7 @@ import aiorocket as rmq
 from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.codes import RequestCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._remoting.connection import Connection, FrameTemplate
 
 __all__ = [
@@ -80,6 +81,13 @@ def assert_binary(client: object, *, held_pulls_json: bool = False) -> None:
 
 #: (request code, dialect of its response) -> count
 Watched = Counter[tuple[int, SerializeType]]
+#: the "request code" :func:`watch` counts a JSON template sent on a binary connection under
+JSON_TEMPLATE_ON_BINARY = -1
+
+
+def dialects_of(conn: Connection) -> SerializeType | None:
+    """The dialect ``conn`` sends its requests in (``None``: each command's own)."""
+    return conn._stype
 
 
 @contextlib.contextmanager
@@ -101,6 +109,9 @@ def watch() -> Iterator[Watched]:
     ) -> RemotingCommand:
         resp = await request_template(self, template, values, timeout=timeout)
         seen[template.command(values).code, resp.serialize_type] += 1
+        if isinstance(template, RequestTemplate) and dialects_of(self) is SerializeType.ROCKETMQ:
+            # a JSON template on a binary connection: re-encoded per send, the slow path
+            seen[JSON_TEMPLATE_ON_BINARY, SerializeType.JSON] += 1
         return resp
 
     Connection.request = watched_request  # type: ignore[method-assign]
@@ -182,7 +193,8 @@ async def producer_reader_scenario(namesrv: str, topic: str, *, held_pulls_json:
             for i, r in enumerate(results):
                 await _visible(reader, r.queue, r.queue_offset + 1)
                 got = (await reader.read(r.queue, r.queue_offset, 1)).messages
-                assert len(got) == 1 and check(got[0], topic) == i
+                assert len(got) == 1
+                assert check(got[0], topic) == i
                 assert got[0].msg_id == r.msg_id
             mq = batch_result.queue
             end = batch_result.queue_offset + len(batch)
@@ -295,7 +307,8 @@ async def admin_scenario(namesrv: str, topic: str, group: str, masters: int = 1)
             route = await admin.route(topic)
             assert [q[:2] for q in route.queues.values()] == [(3, 3)] * masters, route
             lag = await admin.lag(group)
-            assert lag.queues and lag.total == 0, lag
+            assert lag.queues, lag
+            assert lag.total == 0, lag
             assert_binary(admin)
     check_watched(seen, held_pulls_json=False)
     assert seen[RequestCode.UPDATE_AND_CREATE_TOPIC, SerializeType.ROCKETMQ] == masters, seen

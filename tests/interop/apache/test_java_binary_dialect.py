@@ -15,8 +15,9 @@ Apache RocketMQ 4.9.8.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -73,7 +74,7 @@ BINARY_JVM = ("-Drocketmq.serialize.type=ROCKETMQ",)
 class Recording(Connection):
     """A broker-side connection that also counts the dialects of the responses it writes."""
 
-    made: list[Recording] = []
+    made: ClassVar[list[Recording]] = []
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -90,11 +91,11 @@ class Recording(Connection):
 
 
 @pytest.fixture
-def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Recording]]:
+def recording(monkeypatch: pytest.MonkeyPatch) -> list[Recording]:
     """Every connection the embedded broker accepts from now on."""
     Recording.made = []
     monkeypatch.setattr(server_module, "Connection", Recording)
-    yield Recording.made
+    return Recording.made
 
 
 @pytest.fixture
@@ -199,4 +200,5 @@ async def test_a_json_java_client_stays_json(
     finally:
         await producer.kill()
     binary, json = split_by_dialect(recording)
-    assert not binary and json
+    assert not binary
+    assert json
