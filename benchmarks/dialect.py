@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from consumer import _BROKER, _cpu, fill  # noqa: E402
+
 import aiorocket as rmq  # noqa: E402
 from aiorocket._client.instance import PreparedPull  # noqa: E402
 from aiorocket._protocol import accel  # noqa: E402
@@ -46,7 +48,6 @@ from aiorocket._protocol.headers import (  # noqa: E402
     PullMessageRequestHeader,
     PullMessageResponseHeader,
 )
-from consumer import _BROKER, _cpu, fill  # noqa: E402
 
 DIALECTS = {"json": SerializeType.JSON, "rocketmq": SerializeType.ROCKETMQ}
 TOPIC = "BenchDialect"
@@ -98,8 +99,8 @@ def pull_round_trip(dialect: str) -> Callable[[int], None]:
             view[: len(response)] = response
             decoder.buffer_updated(len(response))
             cmd = decoder.next_command()
-            assert not isinstance(cmd, type(None))
-            from_ext(cmd.ext_fields)  # type: ignore[union-attr]
+            assert isinstance(cmd, RemotingCommand)
+            from_ext(cmd.ext_fields)
             offset += 32
 
     return run
@@ -157,7 +158,7 @@ async def drain_once(addr: str, n: int, group: str, dialect: str) -> tuple[float
         consume_from="first",
         pull_batch_size=32,
         consume_batch_size=32,
-        serialize_type=dialect,  # type: ignore[arg-type]
+        serialize_type=dialect,
     )
     consumer.subscribe(TOPIC)
 

@@ -93,19 +93,21 @@ class BinaryRequestTemplate:
         self._const_ext = const_ext
         self._const_len = 21 + rlen + len(const_ext) + sum(len(k) + 4 for k in self._var_keys)
         self._ext_base = self._const_len - 21 - rlen
+        if self._const_len + 20 * len(self._var_keys) > 0xFFFFFF:
+            # (an int64 has at most 20 characters: encode needs no length check per send)
+            raise LocalProtocolError("header longer than 16 MiB")
         self._body = cmd.body
         #: one struct per combination of the value lengths (offsets grow a digit rarely)
-        self._structs: dict[tuple[int, ...], struct.Struct] = {}
+        self._structs: dict[object, struct.Struct] = {}
 
-    def _struct(self, lens: tuple[int, ...]) -> struct.Struct:
-        st = self._structs.get(lens)
-        if st is None:
-            fmt = [f">iI5si{len(self._fixed_b)}si{len(self._const_ext)}s"]
-            for key, n in zip(self._var_keys, lens, strict=True):
-                fmt.append(f"{len(key)}si{n}s")
-            if len(self._structs) > 64:
-                self._structs.clear()
-            st = self._structs[lens] = struct.Struct("".join(fmt))
+    def _struct(self, lens: tuple[int, ...], key: object) -> struct.Struct:
+        """The struct of the whole frame for values of these lengths, cached under ``key``."""
+        fmt = [f">iI5si{len(self._fixed_b)}si{len(self._const_ext)}s"]
+        for k, n in zip(self._var_keys, lens, strict=True):
+            fmt.append(f"{len(k)}si{n}s")
+        if len(self._structs) > 64:
+            self._structs.clear()
+        st = self._structs[key] = struct.Struct("".join(fmt))
         return st
 
     @property
@@ -135,43 +137,63 @@ class BinaryRequestTemplate:
         """The frame with ``values`` (ints, one per variable key) and ``opaque``, as buffers
         for ``writelines``."""
         var_keys = self._var_keys
-        if len(var_keys) == 3:
+        body = self._body
+        if len(var_keys) == 3 and not body:
             # A pull's three integers, unrolled: this runs once per pull.
             v0, v1, v2 = values
             a = b"%d" % v0
             b = b"%d" % v1
             c = b"%d" % v2
-            la, lb, lc = len(a), len(b), len(c)
-            lens: tuple[int, ...] = (la, lb, lc)
-            st = self._structs.get(lens) or self._struct(lens)
+            la = len(a)
+            lb = len(b)
+            lc = len(c)
+            key = (la << 16) | (lb << 8) | lc  # an int key hashes faster than a tuple
+            st = self._structs.get(key) or self._struct((la, lb, lc), key)
             var = la + lb + lc
+            hlen = self._const_len + var
             k0, k1, k2 = var_keys
-            tail: tuple[object, ...] = (k0, la, a, k1, lb, b, k2, lc, c)
-        else:
-            vbs = tuple(map(b"%d".__mod__, values))
-            lens = tuple(map(len, vbs))
-            if len(lens) != len(var_keys):
-                raise ValueError("one value per variable key")
-            st = self._structs.get(lens) or self._struct(lens)
-            var = sum(lens)
-            entries: list[object] = []
-            for key, n, vb in zip(var_keys, lens, vbs, strict=True):
-                entries += (key, n, vb)
-            tail = tuple(entries)
+            return [
+                st.pack(
+                    4 + hlen,
+                    0x1000000 | hlen,  # serialize type 1 (ROCKETMQ) in the top byte
+                    self._fixed_a,
+                    opaque,
+                    self._fixed_b,
+                    self._ext_base + var,
+                    self._const_ext,
+                    k0,
+                    la,
+                    a,
+                    k1,
+                    lb,
+                    b,
+                    k2,
+                    lc,
+                    c,
+                )
+            ]
+        vbs = tuple(map(b"%d".__mod__, values))
+        lens = tuple(map(len, vbs))
+        if len(lens) != len(var_keys):
+            raise ValueError("one value per variable key")
+        st = self._structs.get(lens) or self._struct(lens, lens)
+        var = sum(lens)
         hlen = self._const_len + var
-        body = self._body
         length = 4 + hlen + len(body)
         if length > _INT32_MAX or hlen > 0xFFFFFF:
             raise LocalProtocolError("frame longer than 2 GiB or header longer than 16 MiB")
+        entries: list[object] = []
+        for k, n, vb in zip(var_keys, lens, vbs, strict=True):
+            entries += (k, n, vb)
         frame = st.pack(
             length,
-            0x1000000 | hlen,  # serialize type 1 (ROCKETMQ) in the top byte
+            0x1000000 | hlen,
             self._fixed_a,
             opaque,
             self._fixed_b,
             self._ext_base + var,
             self._const_ext,
-            *tail,
+            *entries,
         )
         return [frame, body] if body else [frame]
 
