@@ -442,6 +442,9 @@ class EmbeddedBroker:
             ssl_context=_server_tls(config) if tls_mode != "disabled" else None,
             tls_mode=tls_mode,
             tls_handshake_timeout=config.tls_handshake_timeout,
+            # A pull that finds messages answers without waiting: no task for it (it only
+            # waits, in a task then, when it is held).
+            eager_codes=frozenset({int(RequestCode.PULL_MESSAGE)}),
         )
         await server.__aenter__()
         self._server = server
