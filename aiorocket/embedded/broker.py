@@ -392,9 +392,6 @@ class EmbeddedBroker:
         )
         self._stats = stats
 
-        def served(group: str, topic: str, count: int) -> None:
-            stats.got(group, topic, count, now=time.monotonic(), now_ms=time.time_ns() // 10**6)
-
         pull = PullProcessor(
             store=store,
             topics=topics,
@@ -402,7 +399,7 @@ class EmbeddedBroker:
             offsets=offsets,
             waiters=self._waiters,
             config=config,
-            on_served=served,
+            on_served=stats.got,
         )
         d.register(RequestCode.PULL_MESSAGE, pull.pull)
         BrokerProcessors(

@@ -38,6 +38,13 @@ _FILTER_REFUSED = "The broker does not support consumer to filter message by "
 #: scan budget with a filter, ``maxFilterMessageCount`` 16000 / 20 per index unit in Java)
 _MAX_SQL_SCAN = 800
 
+# Plain ints: an IntFlag operation costs an enum construction on every pull.
+_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+#: bound on the names and tag expressions remembered as already checked / parsed
+_CACHE_SIZE = 4096
+
 _SUCCESS = int(ResponseCode.SUCCESS)
 _NOT_FOUND = int(ResponseCode.PULL_NOT_FOUND)
 _RETRY = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
@@ -99,14 +106,44 @@ class PullProcessor:
         self._waiters = waiters
         self._config = config
         self._on_served = on_served
+        # Every pull of a queue names the same group and topic and carries the same tag
+        # expression: check and parse each once (bounded; cleared when full).
+        self._valid_names: set[str] = set()
+        self._tag_filters: dict[str, TagFilter] = {}
+
+    def _valid(self, name: str) -> bool:
+        names = self._valid_names
+        if name in names:
+            return True
+        if not is_valid_name(name):
+            return False
+        if len(names) >= _CACHE_SIZE:
+            names.clear()
+        names.add(name)
+        return True
+
+    def _tag_filter(self, expression: str | None) -> TagFilter:
+        if expression is None:
+            return parse_tag_expression(None)
+        filters = self._tag_filters
+        parsed = filters.get(expression)
+        if parsed is None:
+            parsed = parse_tag_expression(expression)
+            if len(filters) >= _CACHE_SIZE:
+                filters.clear()
+            filters[expression] = parsed
+        return parsed
 
     def _filter(
         self, cmd: RemotingCommand, h: PullMessageRequestHeader
     ) -> TagFilter | Sql92Filter | RemotingCommand:
-        if h.sys_flag & PullSysFlag.SUBSCRIPTION:
-            expression_type = (h.expression_type or "TAG").upper()
+        if h.sys_flag & _SUBSCRIPTION:
+            expression_type = h.expression_type
+            if not expression_type or expression_type == "TAG":
+                return self._tag_filter(h.subscription)
+            expression_type = expression_type.upper()
             if expression_type == "TAG":
-                return parse_tag_expression(h.subscription)
+                return self._tag_filter(h.subscription)
             if expression_type != EXPRESSION_TYPE_SQL92 or not self._config.enable_property_filter:
                 return cmd.make_response(
                     ResponseCode.SYSTEM_ERROR, remark=_FILTER_REFUSED + expression_type
@@ -204,11 +241,11 @@ class PullProcessor:
         """
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
         topic, queue_id, group = h.topic, h.queue_id, h.consumer_group
-        if not is_valid_name(group):
+        if not self._valid(group):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, remark=f"the consumer group[{group}] is illegal"
             )
-        if not is_valid_name(topic):
+        if not self._valid(topic):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, remark=f"the topic[{topic}] is illegal"
             )
@@ -238,7 +275,7 @@ class PullProcessor:
             if isinstance(tag_filter, Sql92Filter) or tag_filter.match_all
             else tag_filter.matches_code
         )
-        if h.sys_flag & PullSysFlag.COMMIT_OFFSET:
+        if h.sys_flag & _COMMIT_OFFSET:
             # Step 7 of §6.4: stored whatever the outcome of the read.
             self._offsets.commit(group, topic, queue_id, h.commit_offset)
 
@@ -261,7 +298,7 @@ class PullProcessor:
 
         result = read()
         code = pull_code(result.status, offset, len(result.messages))
-        if code == _NOT_FOUND and h.sys_flag & PullSysFlag.SUSPEND:
+        if code == _NOT_FOUND and h.sys_flag & _SUSPEND:
             hold = min(h.suspend_timeout_millis / 1000.0, config.long_poll_max_hold)
             if hold > 0:
                 # An SQL92 pull wakes on any arrival; a miss answers NO_MATCHED_MESSAGE
