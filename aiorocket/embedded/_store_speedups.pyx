@@ -3,9 +3,10 @@
 """Compiled twin of ``store._collect_py``, the per-message part of serving a pull (optional).
 
 Same results, same faults, same order of checks as the pure-Python function, which stays the
-reference (``tests/embedded/test_store.py`` runs against both). What is faster: index entries
-and record heads are read with C loads instead of ``struct``, and nothing is built per entry
-but the record slice and its two ints.
+reference (``tests/embedded/test_store_collect.py`` compares the two). What is faster: index
+entries and record heads are read with C loads instead of ``struct``, the trailer CRC is
+computed in place (no Python call per record), and nothing is built per entry but the record
+slice and its two ints.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -13,7 +14,56 @@ from cpython.list cimport PyList_Append
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
-from zlib import crc32 as _crc32
+
+# --- CRC-32 (zlib's polynomial), slicing by 8 -----------------------------------------------
+# Checking each served record's trailer is most of this module's work; zlib.crc32 costs a
+# Python call and a buffer export per record. Tables are built at import.
+
+cdef uint32_t _crc_table[8][256]
+
+
+cdef void _make_crc_tables() noexcept:
+    cdef uint32_t c
+    cdef int n, k
+    for n in range(256):
+        c = n
+        for k in range(8):
+            c = (c >> 1) ^ (<uint32_t>0xEDB88320) if c & 1 else c >> 1
+        _crc_table[0][n] = c
+    for n in range(256):
+        c = _crc_table[0][n]
+        for k in range(1, 8):
+            c = _crc_table[0][c & 0xFF] ^ (c >> 8)
+            _crc_table[k][n] = c
+
+
+_make_crc_tables()
+
+
+cdef inline uint32_t _crc32(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t c = ~(<uint32_t>0)
+    cdef uint32_t lo, hi
+    while n >= 8:
+        lo = c ^ ((<uint32_t>p[0]) | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+                  | (<uint32_t>p[3] << 24))
+        hi = (<uint32_t>p[4]) | (<uint32_t>p[5] << 8) | (<uint32_t>p[6] << 16) | (<uint32_t>p[7] << 24)
+        c = (_crc_table[7][lo & 0xFF] ^ _crc_table[6][(lo >> 8) & 0xFF]
+             ^ _crc_table[5][(lo >> 16) & 0xFF] ^ _crc_table[4][lo >> 24]
+             ^ _crc_table[3][hi & 0xFF] ^ _crc_table[2][(hi >> 8) & 0xFF]
+             ^ _crc_table[1][(hi >> 16) & 0xFF] ^ _crc_table[0][hi >> 24])
+        p += 8
+        n -= 8
+    while n > 0:
+        c = _crc_table[0][(c ^ p[0]) & 0xFF] ^ (c >> 8)
+        p += 1
+        n -= 1
+    return ~c
+
+
+def crc32(const uint8_t[::1] data):
+    """``zlib.crc32(data)``, computed by this module's own routine (for its tests)."""
+    return _crc32(&data[0] if data.shape[0] else NULL, data.shape[0])
+
 
 # A consume-queue entry: commitLogOffset (q), size (i), tagsCode (q), storeTimestamp (q).
 DEF ENTRY_SIZE = 28
@@ -168,7 +218,6 @@ cdef int _read(
             if p + HEAD_SIZE > blen or p + size + TRAILER_SIZE > blen:
                 # struct.unpack_from would raise here: a span shorter than asked for
                 raise ValueError("log span shorter than its index entries")
-            record = PyBytes_FromStringAndSize(<const char *>(b + p), size)
             magic = _u32(b + p + AT_MAGIC)
             if (
                 _i32(b + p) != size
@@ -176,10 +225,11 @@ cdef int _read(
                 or _i64(b + p + AT_QUEUE_OFFSET) != plan[k].qo
                 or _i32(b + p + AT_QUEUE_ID) != queue_id
                 or (magic != _magic_v1 and magic != _magic_v2)
-                or _crc32(record) != _u32(b + p + size)
+                or _crc32(b + p, size) != _u32(b + p + size)
             ):
                 faults.append((1, clo, plan[k].qo))
                 continue
+            record = PyBytes_FromStringAndSize(<const char *>(b + p), size)
             PyList_Append(messages, record)
             PyList_Append(codes, plan[k].code)
             PyList_Append(offsets, plan[k].qo)

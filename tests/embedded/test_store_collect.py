@@ -155,3 +155,12 @@ async def test_get_skips_invalid_records_and_reports_removed_ones(
     assert set(a_only.tags_codes) == {tags_code("a")}
     none = s.get("T", 2, 0, max_msgs=32, matches={tags_code("zzz")}.__contains__)
     assert (none.status, none.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 50)
+
+
+@needs_extension
+def test_compiled_crc32_is_zlibs() -> None:
+    assert _store_speedups is not None
+    rng = random.Random(3)
+    for n in [*range(40), 63, 64, 65, 220, 4095, 100_003]:
+        data = rng.randbytes(n)
+        assert _store_speedups.crc32(data) == zlib.crc32(data), n
