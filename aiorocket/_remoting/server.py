@@ -17,7 +17,7 @@ from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_command_par
 from aiorocket._remoting.connection import Connection, RequestHandler
 from aiorocket.tls import TlsMode
 
-__all__ = ["Dispatcher", "Server"]
+__all__ = ["Dispatcher", "Server", "ServerConnection"]
 
 log = logging.getLogger("aiorocket.remoting")
 
@@ -82,7 +82,7 @@ async def _resume(coro: Coroutine[Any, Any, None], first: Any) -> None:
     await _Resume(coro, first)
 
 
-class _ServerConnection(Connection):
+class ServerConnection(Connection):
     """A server-side connection that answers in batches and starts some handlers eagerly.
 
     * Responses are written at the end of the event-loop iteration, all of them in one
@@ -112,6 +112,13 @@ class _ServerConnection(Connection):
             super().send_response(cmd, body_parts)
             return
         self._cork(encode_command_parts(cmd, body_parts), loop)
+
+    def send_encoded(self, parts: list[bytes | bytearray | memoryview]) -> None:
+        """Queue a frame the caller encoded itself (a list it gives up) like a response."""
+        loop = self._loop
+        if self.is_closed or loop is None:
+            return
+        self._cork(parts, loop)
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         if cmd.code not in self._eager_codes or self._spawn is None:
@@ -146,7 +153,7 @@ class Server:
 
     Responses leave in one write per event-loop iteration. Requests whose code is in
     ``eager_codes`` start their handler inside the read callback instead of in a new task
-    (see ``_ServerConnection``): list only handlers that need no current task before their
+    (see :class:`ServerConnection`): list only handlers that need no current task before their
     first ``await``.
     """
 
@@ -192,7 +199,7 @@ class Server:
         return task
 
     def _make_protocol(self) -> Connection:
-        conn = _ServerConnection(
+        conn = ServerConnection(
             handler=self._handler,
             spawn=self._spawn,
             max_frame_size=self._max_frame_size,

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 from collections.abc import Callable
 
-from aiorocket._protocol.codes import PullSysFlag, ResponseCode
+from aiorocket._protocol.codes import FLAG_RESPONSE, PullSysFlag, ResponseCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_message
 from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, Sql92Filter, compile_sql92
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket._remoting import Connection
+from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.groups import ClientGroups
 from aiorocket.embedded.long_polling import PullWaiters
@@ -59,6 +62,48 @@ _CODES = {
     GetStatus.OFFSET_OVERFLOW_BADLY: _MOVED,
     GetStatus.OFFSET_TOO_SMALL: _MOVED,
 }
+
+
+class FoundResponse:
+    """The frame of a pull's SUCCESS answer in the JSON dialect, rendered once.
+
+    Only the opaque and three offsets change from one found pull to the next, so the header
+    is a template (the general encoder's output with ``%d`` holes, see ``RequestTemplate``):
+    the frame is byte-identical to encoding ``cmd.make_response(...)``, at a fraction of the
+    cost.
+    """
+
+    __slots__ = ("_template",)
+
+    _PREFIX = struct.Struct(">iI")  # frameLength, headerWord (JSON: the type byte is 0)
+
+    def __init__(self) -> None:
+        probe = RemotingCommand(
+            _SUCCESS,
+            flag=FLAG_RESPONSE,
+            remark=GetStatus.FOUND.value,
+            ext_fields={
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": "0",
+                "minOffset": "0",
+                "maxOffset": "0",
+            },
+        )
+        self._template = RequestTemplate(probe, ("nextBeginOffset", "minOffset", "maxOffset"))
+
+    def encode(
+        self, opaque: int, result: GetResult, body: list[bytes]
+    ) -> list[bytes | bytearray | memoryview]:
+        """The frame answering request ``opaque`` with ``result``, ``body`` its records."""
+        frame = self._template.encode(
+            opaque, (result.next_begin_offset, result.min_offset, result.max_offset)
+        )[0]
+        header = frame[8:]
+        hlen = len(header)
+        blen = 0
+        for part in body:
+            blen += len(part)
+        return [self._PREFIX.pack(4 + hlen + blen, hlen) + header, *body]
 
 
 def pull_code(status: GetStatus, request_offset: int, found: int) -> int:
@@ -108,6 +153,7 @@ class PullProcessor:
         self._on_served = on_served
         # Every pull of a queue names the same group and topic and carries the same tag
         # expression: check and parse each once (bounded; cleared when full).
+        self._found = FoundResponse()
         self._valid_names: set[str] = set()
         self._tag_filters: dict[str, TagFilter] = {}
 
@@ -310,11 +356,22 @@ class PullProcessor:
             self._on_served(group, topic, len(result.messages))
         return self._respond(conn, cmd, result, code)
 
-    @staticmethod
     def _respond(
-        conn: Connection, cmd: RemotingCommand, result: GetResult, code: int
+        self, conn: Connection, cmd: RemotingCommand, result: GetResult, code: int
     ) -> RemotingCommand | None:
-        response = cmd.make_response(
+        if code == _SUCCESS:
+            if type(conn) is ServerConnection and cmd.serialize_type == SerializeType.JSON:
+                conn.send_encoded(self._found.encode(cmd.opaque, result, result.messages))
+                return None
+            response = self._response(cmd, result, code)
+            parts: list[bytes | bytearray | memoryview] = list(result.messages)
+            conn.send_response(response, body_parts=parts)
+            return None
+        return self._response(cmd, result, code)
+
+    @staticmethod
+    def _response(cmd: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
+        return cmd.make_response(
             code,
             remark=result.status.value,
             ext_fields={
@@ -324,8 +381,3 @@ class PullProcessor:
                 "maxOffset": str(result.max_offset),
             },
         )
-        if code == _SUCCESS:
-            parts: list[bytes | bytearray | memoryview] = list(result.messages)
-            conn.send_response(response, body_parts=parts)
-            return None
-        return response
