@@ -1213,7 +1213,13 @@ def use_compiled(compiled: bool) -> None:
     except ImportError as exc:
         raise RuntimeError(f"aiorocket: compiled store helpers not built ({exc})") from None
     _store_speedups.configure(
-        ENTRY.size, RECORD_HEAD.size, TRAILER_SIZE, *sorted(_MAGICS), _MAX_READ_GAP, _MAX_READ_SPAN
+        ENTRY.size,
+        RECORD_HEAD.size,
+        TRAILER_SIZE,
+        MAGIC_V1,
+        MAGIC_V2,
+        _MAX_READ_GAP,
+        _MAX_READ_SPAN,
     )
     _collect = _store_speedups.collect
 

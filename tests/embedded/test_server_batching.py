@@ -66,7 +66,7 @@ async def test_responses_to_requests_sent_together_leave_in_one_write() -> None:
                 writes.append(len(parts))
                 real(parts)
 
-            transport.writelines = counting  # type: ignore[method-assign]
+            transport.writelines = counting  # type: ignore[method-assign,assignment]
             # Requests made in one loop iteration leave the client in one write, so the
             # server reads them together.
             replies = await asyncio.gather(
