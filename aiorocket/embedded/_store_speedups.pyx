@@ -9,6 +9,8 @@ computed in place (no Python call per record), and nothing is built per entry bu
 slice and its two ints.
 """
 
+__all__ = ["collect", "configure", "crc32"]
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
