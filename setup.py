@@ -51,7 +51,12 @@ def _extensions() -> list[Extension]:
         ["aiorocket/_protocol/_speedups.pyx"],
         extra_compile_args=["-O2"] if sys.platform != "win32" else [],
     )
-    return list(cythonize([ext], compiler_directives={"language_level": 3}, quiet=True))
+    store = Extension(
+        "aiorocket.embedded._store_speedups",
+        ["aiorocket/embedded/_store_speedups.pyx"],
+        extra_compile_args=ext.extra_compile_args,
+    )
+    return list(cythonize([ext, store], compiler_directives={"language_level": 3}, quiet=True))
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
