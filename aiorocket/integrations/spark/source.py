@@ -104,6 +104,7 @@ from pyspark.sql.types import (
 )
 
 from aiorocket import MessageQueue, ReceivedMessage, SyncQueueReader
+from aiorocket._reader import InlineReader, RawChunk
 from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
@@ -111,6 +112,7 @@ from aiorocket.errors import (
     TopicNotExistError,
     TransportError,
 )
+from aiorocket.integrations.spark import columns
 from aiorocket.integrations.spark.worker_python import check_worker_python
 from aiorocket.models import validate_name
 
@@ -307,6 +309,16 @@ class _Options:
         SyncQueueReader(namesrv=namesrv, **client)
         return parsed
 
+    def open_inline_reader(self) -> InlineReader:
+        """A started reader whose loop runs in the calling thread (executors).
+
+        Raises:
+            ConfigurationError: invalid client settings.
+        """
+        reader = InlineReader(namesrv=self.namesrv, **self.client)
+        reader.start()
+        return reader
+
     def open_reader(self) -> SyncQueueReader:
         """A started reader for these options.
 
@@ -462,26 +474,28 @@ def _ranges(start: Offsets, end: Offsets, split: int | None) -> list[QueueRange]
 # -- executors: reading a range ----------------------------------------------------------------
 
 
-def _message_lists(opts: _Options, part: QueueRange) -> Iterator[list[ReceivedMessage]]:
-    """The range's messages, one list per pull; transport failures are retried from where
-    the read stopped (a few times, with a growing pause)."""
+def _chunks(opts: _Options, part: QueueRange) -> Iterator[RawChunk]:
+    """The range's pull bodies, one chunk of 32 offsets at a time; transport failures are
+    retried from the first chunk not yet handed over (a few times, with a growing pause).
+
+    The reader's event loop runs in this thread (no hop to a loop thread per chunk)."""
     mq = part.queue
     offset = part.start
     attempt = 0
     while True:
         try:
-            with opts.open_reader() as reader:
-                for msgs in reader.read_range_batches(
+            with opts.open_inline_reader() as reader:
+                for chunk in reader.read_range_raw(
                     mq,
                     offset,
                     part.end,
                     expression=opts.tags,
                     tolerate_loss=not opts.fail_on_data_loss,
                 ):
-                    if msgs:
-                        offset = msgs[-1].queue_offset + 1
-                        attempt = 0
-                    yield msgs
+                    yield chunk
+                    # The caller took every row of the chunk: a retry starts after it.
+                    offset = chunk.hi
+                    attempt = 0
             return
         except TransportError as exc:
             attempt += 1
@@ -496,6 +510,14 @@ def _message_lists(opts: _Options, part: QueueRange) -> Iterator[list[ReceivedMe
                     f"data loss in {mq} (failOnDataLoss is true): {exc.remark}"
                 ) from exc
             raise
+
+
+def _message_lists(
+    chunks: Iterable[RawChunk], part: QueueRange, namespace: str | None
+) -> Iterator[list[ReceivedMessage]]:
+    """Chunks decoded into messages (the row path, and the Arrow path's reference)."""
+    for chunk in chunks:
+        yield chunk.messages(part.broker, namespace)
 
 
 def arrow_table(msgs: list[ReceivedMessage]) -> pa.Table:
@@ -620,7 +642,12 @@ def _read(opts: _Options, partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, QueueRange):
         # Spark substitutes a placeholder partition when there are none.
         return iter(())
-    lists = _message_lists(opts, partition)
+    chunks = _chunks(opts, partition)
+    if opts.use_arrow and columns.COMPILED:
+        return columns.arrow_batches(
+            chunks, partition.topic, partition.broker, partition.queue_id, ARROW_SCHEMA
+        )
+    lists = _message_lists(chunks, partition, opts.client.get("namespace"))
     return _arrow_batches(lists, partition) if opts.use_arrow else _rows(lists, partition)
 
 
