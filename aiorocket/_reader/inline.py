@@ -11,11 +11,11 @@ socket buffer while the caller decodes, and are picked up when the loop runs aga
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from aiorocket._reader.queue_reader import DEFAULT_PULL_GROUP, QueueReader, RawChunk
+from aiorocket._reader.queue_reader import DEFAULT_PULL_GROUP, QueueReader, RawChunk, _RangeRead
 from aiorocket.errors import ClientClosedError
 from aiorocket.models import MessageQueue
 
@@ -109,27 +109,27 @@ class InlineReader:
     ) -> Iterator[RawChunk]:
         """See :meth:`QueueReader.read_range_raw`; the loop runs while this waits for the
         next chunk."""
-        chunks: AsyncIterator[RawChunk] = self._reader.read_range_raw(
-            mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
-        )
+        loop = self._loop
+        if loop is None or self._closed:
+            raise ClientClosedError("the queue reader is closed" if self._closed else "not started")
+        rng = _RangeRead(self._reader, mq, start, end, expression, tolerate_loss, pipeline, True)
+        pending = rng.pending
         try:
             while True:
-                try:
-                    chunk = self._run(_next(chunks))
-                except StopAsyncIteration:
+                rng.fill(loop)
+                if not pending:
                     return
-                yield chunk
+                if not pending[0].done():
+                    # The loop runs (sending the new pulls, reading answers) until the next
+                    # chunk is complete; chunks completed meanwhile are taken without running
+                    # it again.
+                    loop.run_until_complete(pending[0])
+                while pending and pending[0].done():
+                    chunk = pending.popleft().result()
+                    if rng.accept(chunk):
+                        yield RawChunk(chunk.msgs, chunk.hi, chunk.tags)  # type: ignore[arg-type]
+                    if rng.done:
+                        return
         finally:
-            if self._loop is not None and not self._closed:
-                # Cancels the pulls still in flight.
-                self._loop.run_until_complete(_close(chunks))
-
-
-async def _next(it: AsyncIterator[_T]) -> _T:
-    return await anext(it)
-
-
-async def _close(it: AsyncIterator[Any]) -> None:
-    aclose = getattr(it, "aclose", None)
-    if aclose is not None:
-        await aclose()
+            if pending and not self._closed:
+                loop.run_until_complete(rng.cancel())

@@ -480,47 +480,20 @@ class QueueReader(ClientOwner):
         *,
         raw: bool,
     ) -> AsyncIterator[_Chunk]:
-        if start < 0:
-            raise ConfigurationError(f"offset {start} is negative")
-        if not 1 <= pipeline <= 64:
-            raise ConfigurationError("pipeline must be in 1..64")
-        starts = iter(range(start, end, _PULL_BATCH))
-        pending: collections.deque[asyncio.Future[_Chunk]] = collections.deque()
-        warned_removed = False
+        rng = _RangeRead(self, mq, start, end, expression, tolerate_loss, pipeline, raw)
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                while len(pending) < pipeline:
-                    lo = next(starts, None)
-                    if lo is None:
-                        break
-                    hi = min(lo + _PULL_BATCH, end)
-                    pending.append(
-                        asyncio.ensure_future(self._read_chunk(mq, lo, hi, expression, raw))
-                    )
-                if not pending:
+                rng.fill(loop)
+                if not rng.pending:
                     return
-                chunk = await pending.popleft()
-                if chunk.removed_below is not None:
-                    what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
-                    if not tolerate_loss:
-                        raise broker_error(_OFFSET_MOVED, f"{what} (range {start}..{end})")
-                    if not warned_removed:
-                        log.warning("%s; skipping them", what)
-                        warned_removed = True
-                if chunk.ended_at is not None:
-                    what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {end}"
-                    if not tolerate_loss:
-                        raise broker_error(_NO_NEW, what)
-                    log.warning("%s; stopping there", what)
-                    if chunk.msgs:
-                        yield chunk
+                chunk = await rng.pending.popleft()
+                if rng.accept(chunk):
+                    yield chunk
+                if rng.done:
                     return
-                yield chunk
         finally:
-            for fut in pending:
-                fut.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            await rng.cancel()
 
     async def _read_chunk(
         self, mq: MessageQueue, lo: int, hi: int, expression: str, raw: bool = False
@@ -632,6 +605,85 @@ class QueueReader(ClientOwner):
             As :meth:`commit` (the first failure; the other commits may have been stored).
         """
         await asyncio.gather(*(self.commit(group, mq, off) for mq, off in offsets.items()))
+
+
+class _RangeRead:
+    """The chunks of a range being read: up to ``pipeline`` chunk reads under way, in
+    offset order, and the checks a finished chunk passes before it is handed over."""
+
+    def __init__(
+        self,
+        reader: QueueReader,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        expression: str,
+        tolerate_loss: bool,
+        pipeline: int,
+        raw: bool,
+    ) -> None:
+        if start < 0:
+            raise ConfigurationError(f"offset {start} is negative")
+        if not 1 <= pipeline <= 64:
+            raise ConfigurationError("pipeline must be in 1..64")
+        self._reader = reader
+        self._mq = mq
+        self._start = start
+        self._end = end
+        self._expression = expression
+        self._tolerate_loss = tolerate_loss
+        self._pipeline = pipeline
+        self._raw = raw
+        self._starts = iter(range(start, end, _PULL_BATCH))
+        self._warned_removed = False
+        self.pending: collections.deque[asyncio.Future[_Chunk]] = collections.deque()
+        #: the range ended early (the queue ends before ``end``): no chunk follows
+        self.done = False
+
+    def fill(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start chunk reads on ``loop`` until ``pipeline`` are under way."""
+        pending = self.pending
+        if self.done:
+            return
+        while len(pending) < self._pipeline:
+            lo = next(self._starts, None)
+            if lo is None:
+                break
+            hi = min(lo + _PULL_BATCH, self._end)
+            read = self._reader._read_chunk(self._mq, lo, hi, self._expression, self._raw)
+            pending.append(loop.create_task(read))
+
+    def accept(self, chunk: _Chunk) -> bool:
+        """Check a finished chunk (the next in order); whether it is handed over.
+
+        Raises:
+            PullOffsetMovedError, PullNotFoundError: (without ``tolerate_loss``) see
+                :meth:`QueueReader.read_range_batches`.
+        """
+        mq = self._mq
+        if chunk.removed_below is not None:
+            what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
+            if not self._tolerate_loss:
+                raise broker_error(_OFFSET_MOVED, f"{what} (range {self._start}..{self._end})")
+            if not self._warned_removed:
+                log.warning("%s; skipping them", what)
+                self._warned_removed = True
+        if chunk.ended_at is not None:
+            what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {self._end}"
+            if not self._tolerate_loss:
+                raise broker_error(_NO_NEW, what)
+            log.warning("%s; stopping there", what)
+            self.done = True
+            return bool(chunk.msgs)
+        return True
+
+    async def cancel(self) -> None:
+        """Cancel the chunk reads still under way and wait for them to end."""
+        pending = self.pending
+        for fut in pending:
+            fut.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
 
 
 _END: Final = object()

@@ -3,6 +3,7 @@ equal tables, equal errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -16,6 +17,7 @@ pytest.importorskip("pyspark.sql.datasource")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from aiorocket import Message, Producer  # noqa: E402
 from aiorocket._protocol.codes import MessageSysFlag  # noqa: E402
 from aiorocket._protocol.frame import NEED_DATA, FrameDecoder  # noqa: E402
 from aiorocket._protocol.message import (  # noqa: E402
@@ -25,13 +27,18 @@ from aiorocket._protocol.message import (  # noqa: E402
     compress_body,
     encode_message,
 )
-from aiorocket._reader import RawChunk  # noqa: E402
+from aiorocket._reader import InlineReader, RawChunk  # noqa: E402
+from aiorocket.errors import ConnectionClosedError  # noqa: E402
 from aiorocket.integrations.spark import columns  # noqa: E402
+from aiorocket.integrations.spark import source as source_module  # noqa: E402
 from aiorocket.integrations.spark.source import (  # noqa: E402
     ARROW_SCHEMA,
+    SCHEMA,
     QueueRange,
+    RocketMQDataSource,
     _record_batch,
 )
+from tests.spark._support import BrokerThread, produce  # noqa: E402
 
 DATA = Path(__file__).parent.parent / "data"
 needs_ext = pytest.mark.skipif(
@@ -251,3 +258,85 @@ def test_any_records_give_equal_tables(items: list[Any], cut: int) -> None:
     ]
     body = b"".join(encode_message(r) for r in recs)
     _same([RawChunk([body], 100 + cut, None)])
+
+
+# -- executors against a broker -------------------------------------------------------------
+
+
+def _read_table(reader: Any, parts: list[QueueRange], compiled: bool) -> Any:
+    columns.use(compiled)
+    try:
+        batches = [b for part in parts for b in reader.read(part)]
+    finally:
+        columns.use(columns.AVAILABLE)
+    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks()
+
+
+@needs_ext
+def test_executor_reads_equal_tables_both_ways(broker_thread: BrokerThread) -> None:
+    """Whole partitions read from a broker (batches and single sends, zlib-compressed large
+    bodies, a tag filter, partitions cut inside pulls): the same table both ways."""
+    addr = broker_thread.address
+    topic = "SparkColumns"
+    produce(addr, topic, 1_500)
+
+    async def big() -> None:
+        async with Producer(namesrv=addr, group="spark-columns-big") as p:
+            for i in range(20):
+                body = bytes(range(256)) * (20 + i)  # over the 4 KiB compression threshold
+                await p.send(Message(topic, body, tags="a", keys=[f"big{i}", "x"]))
+
+    asyncio.run(big())
+    source = RocketMQDataSource({"namesrv": addr, "topic": topic, "maxOffsetsPerPartition": "37"})
+    reader = source.reader(SCHEMA)
+    parts = reader.partitions()
+    ref = _read_table(reader, parts, compiled=False)
+    got = _read_table(reader, parts, compiled=True)
+    assert got.num_rows == 1_520
+    assert got.equals(ref)
+    assert sorted(got["queue_offset"].to_pylist()) == sorted(
+        o for p in parts for o in range(p.start, p.end)
+    )
+    assert any(len(b) > 4096 for b in got["body"].to_pylist())
+
+    tagged = RocketMQDataSource(
+        {"namesrv": addr, "topic": topic, "tags": "a", "maxOffsetsPerPartition": "37"}
+    ).reader(SCHEMA)
+    ref = _read_table(tagged, parts, compiled=False)
+    got = _read_table(tagged, parts, compiled=True)
+    assert got.equals(ref)
+    assert set(got["tags"].to_pylist()) == {"a"}
+    assert 760 <= got.num_rows < 1_520
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_executor_read_resumes_after_transport_errors(
+    broker_thread: BrokerThread, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """A connection lost in the middle of a range: the read starts again after the last
+    chunk handed over, and every offset of the range is read exactly once."""
+    if compiled and not columns.AVAILABLE:
+        pytest.skip("the compiled column builder is not built")
+    addr = broker_thread.address
+    topic = "SparkResume"
+    produce(addr, topic, 800)
+    real = InlineReader.read_range_raw
+    failures = iter([3, 0, 5])  # chunks handed over before each failure
+
+    def flaky(self: InlineReader, *args: Any, **kwargs: Any) -> Any:
+        n = next(failures, None)
+        for i, chunk in enumerate(real(self, *args, **kwargs)):
+            if i == n:
+                raise ConnectionClosedError("connection lost (test)")
+            yield chunk
+
+    monkeypatch.setattr(InlineReader, "read_range_raw", flaky)
+    monkeypatch.setattr(source_module.time, "sleep", lambda _s: None)
+    reader = RocketMQDataSource({"namesrv": addr, "topic": topic}).reader(SCHEMA)
+    part = next(p for p in reader.partitions() if p.end - p.start > 150)
+    columns.use(compiled)
+    try:
+        table = pa.Table.from_batches(list(reader.read(part)), schema=ARROW_SCHEMA)
+    finally:
+        columns.use(columns.AVAILABLE)
+    assert table["queue_offset"].to_pylist() == list(range(part.start, part.end))

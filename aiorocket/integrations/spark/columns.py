@@ -24,15 +24,31 @@ try:
 except ImportError:  # pragma: no cover - depends on the build
     ColumnBuilder = None  # type: ignore[assignment,misc]
 
-__all__ = ["AVAILABLE", "COMPILED", "arrow_batches", "new_builder", "record_batch"]
+__all__ = ["AVAILABLE", "arrow_batches", "compiled", "new_builder", "record_batch", "use"]
 
 #: The compiled column builder is built (whether or not it is in use).
 AVAILABLE: Final = ColumnBuilder is not None
-#: The compiled column builder is built and not disabled by ``AIOROCKET_NO_EXTENSIONS``.
-COMPILED: Final = AVAILABLE and os.environ.get("AIOROCKET_NO_EXTENSIONS", "") in (
-    "",
-    "0",
-)
+# In use: built, and not disabled by AIOROCKET_NO_EXTENSIONS (as the compiled codec).
+_use = AVAILABLE and os.environ.get("AIOROCKET_NO_EXTENSIONS", "") in ("", "0")
+
+
+def compiled() -> bool:
+    """Whether executors build Arrow columns with the compiled builder."""
+    return _use
+
+
+def use(compiled: bool) -> None:
+    """Switch executors between the compiled builder and the message path (for tests and
+    benchmarks that compare the two).
+
+    Raises:
+        RuntimeError: ``compiled`` is asked for and the extension is not built.
+    """
+    global _use
+    if compiled and not AVAILABLE:
+        raise RuntimeError("aiorocket: the compiled Spark column builder is not built")
+    _use = compiled
+
 
 #: Rows per record batch (about: whole pull bodies are added), and the bytes of bodies at
 #: which a batch is cut earlier (Arrow's 32-bit offsets cap a column at 2 GiB).

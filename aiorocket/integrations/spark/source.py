@@ -178,6 +178,9 @@ _PROPS_TYPE: Final = ARROW_SCHEMA.field("properties").type
 
 #: Rows per Arrow record batch yielded by executors.
 _ARROW_ROWS: Final = 4096
+#: Chunks of 32 offsets an executor keeps pulling at once: more answers per wake-up of its
+#: loop (16 took 10 % less CPU per row than 8; at most 16 x 256 KiB in flight).
+_READ_PIPELINE: Final = 16
 #: Attempts of an executor read after transport errors (local mode does not retry tasks).
 _READ_ATTEMPTS: Final = 4
 #: How long the driver trusts its list of queues before asking the name server again.
@@ -491,6 +494,7 @@ def _chunks(opts: _Options, part: QueueRange) -> Iterator[RawChunk]:
                     part.end,
                     expression=opts.tags,
                     tolerate_loss=not opts.fail_on_data_loss,
+                    pipeline=_READ_PIPELINE,
                 ):
                     yield chunk
                     # The caller took every row of the chunk: a retry starts after it.
@@ -643,7 +647,7 @@ def _read(opts: _Options, partition: InputPartition) -> Iterator[Any]:
         # Spark substitutes a placeholder partition when there are none.
         return iter(())
     chunks = _chunks(opts, partition)
-    if opts.use_arrow and columns.COMPILED:
+    if opts.use_arrow and columns.compiled():
         return columns.arrow_batches(
             chunks, partition.topic, partition.broker, partition.queue_id, ARROW_SCHEMA
         )
