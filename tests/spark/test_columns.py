@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,6 @@ from aiorocket._protocol.message import (  # noqa: E402
 from aiorocket._reader import InlineReader, RawChunk  # noqa: E402
 from aiorocket.errors import ConnectionClosedError  # noqa: E402
 from aiorocket.integrations.spark import columns  # noqa: E402
-from aiorocket.integrations.spark import source as source_module  # noqa: E402
 from aiorocket.integrations.spark.source import (  # noqa: E402
     ARROW_SCHEMA,
     SCHEMA,
@@ -331,7 +331,7 @@ def test_executor_read_resumes_after_transport_errors(
             yield chunk
 
     monkeypatch.setattr(InlineReader, "read_range_raw", flaky)
-    monkeypatch.setattr(source_module.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
     reader = RocketMQDataSource({"namesrv": addr, "topic": topic}).reader(SCHEMA)
     part = next(p for p in reader.partitions() if p.end - p.start > 150)
     columns.use(compiled)
