@@ -15,9 +15,11 @@
 Offsets are JSON dicts ``{topic: {"<broker>:<queue id>": offset}}`` (the offset is the next
 one to read), kept by Spark in its checkpoint. A micro-batch is the offset range between two
 such dicts; :meth:`partitions` turns it into one partition per queue (or several with
-``maxOffsetsPerPartition``), and executors read each range straight from its broker through
-:class:`~aiorocket.SyncQueueReader`. A range is read by offset, so reading it again (a retried
-task, a batch replayed after a restart) gives the same rows.
+``maxOffsetsPerPartition``), and executors read each range straight from its broker (a queue
+reader whose event loop runs in the executor's thread), decoding pull bodies into Arrow
+buffers with the compiled builder of :mod:`~aiorocket.integrations.spark.columns` when it is
+built. A range is read by offset, so reading it again (a retried task, a batch replayed after
+a restart) gives the same rows.
 
 The first micro-batch of a new streaming query reads nothing: it only pins the starting
 offsets (``latest``, ``earliest`` and timestamps move over time) in Spark's offset log, so a
@@ -516,12 +518,11 @@ def _chunks(opts: _Options, part: QueueRange) -> Iterator[RawChunk]:
             raise
 
 
-def _message_lists(
-    chunks: Iterable[RawChunk], part: QueueRange, namespace: str | None
-) -> Iterator[list[ReceivedMessage]]:
-    """Chunks decoded into messages (the row path, and the Arrow path's reference)."""
+def _message_lists(chunks: Iterable[RawChunk], part: QueueRange) -> Iterator[list[ReceivedMessage]]:
+    """Chunks decoded into messages (the row path, and the Arrow path's reference; both take
+    the topic from the partition, not from the messages)."""
     for chunk in chunks:
-        yield chunk.messages(part.broker, namespace)
+        yield chunk.messages(part.broker)
 
 
 def arrow_table(msgs: list[ReceivedMessage]) -> pa.Table:
@@ -651,7 +652,7 @@ def _read(opts: _Options, partition: InputPartition) -> Iterator[Any]:
         return columns.arrow_batches(
             chunks, partition.topic, partition.broker, partition.queue_id, ARROW_SCHEMA
         )
-    lists = _message_lists(chunks, partition, opts.client.get("namespace"))
+    lists = _message_lists(chunks, partition)
     return _arrow_batches(lists, partition) if opts.use_arrow else _rows(lists, partition)
 
 
