@@ -259,6 +259,8 @@ def test_inline_reader_raw_chunks(broker_in_thread: BrokerThread) -> None:
     with reader:
         chunks = list(reader.read_range_raw(mq, 7, 290, expression="a", pipeline=3))
         assert [c.hi for c in chunks] == [*range(39, 290, 32), 290]
+        # The tag strings to re-check travel with the chunk (brokers filter by hash only).
+        assert {c.tags for c in chunks} == {frozenset({"a"})}
         got = [m.queue_offset for c in chunks for m in c.messages(mq.broker_name)]
         assert got == want
         for i, _chunk in enumerate(reader.read_range_raw(mq, 0, 300)):
