@@ -221,9 +221,14 @@ def test_malformed_bodies_fail_the_same_way() -> None:
     with pytest.raises(Exception, match="malformed message record"):
         builder.add(body[:-1], 1 << 62, None)
     assert builder.rows == 5
+    # Rows after the failed body start clean (no tag bit left from the rows dropped).
+    untagged = encode_message(_record(9, {"p": "q"}))
+    assert builder.add(untagged, 1 << 62, None) == 1
     table = columns.record_batch(builder.take(), "T", "broker-a", 3, ARROW_SCHEMA)
-    assert table.num_rows == 5
-    assert table.to_pylist() == _reference([RawChunk([body], 1 << 62, None)]).to_pylist()
+    assert table.num_rows == 6
+    assert table["tags"][5].as_py() is None
+    ref = _reference([RawChunk([body, untagged], 1 << 62, None)])
+    assert table.to_pylist() == ref.to_pylist()
 
 
 _text = st.text(st.characters(blacklist_characters="\x01\x02", codec="utf-8"), max_size=12)

@@ -420,8 +420,11 @@ cdef class ColumnBuilder:
                     _i32put(&self.b[B_TAG_OFF], <int32_t>self.b[B_TAGS].n)
                 if self.rows % 8 == 0:
                     _put(&self.b[B_TAG_VALID], b"\0", 1)
+                # Set or clear: a byte kept after a failed body may hold bits of its rows.
                 if tag_i >= 0:
                     self.b[B_TAG_VALID].p[self.rows >> 3] |= 1 << (self.rows & 7)
+                else:
+                    self.b[B_TAG_VALID].p[self.rows >> 3] &= ~(1 << (self.rows & 7))
                 if key_i >= 0:
                     e = &self.entries[key_i]
                     self._keys(b + e.v, e.vn)
