@@ -56,7 +56,13 @@ def _extensions() -> list[Extension]:
         ["aiorocket/embedded/_store_speedups.pyx"],
         extra_compile_args=ext.extra_compile_args,
     )
-    return list(cythonize([ext, store], compiler_directives={"language_level": 3}, quiet=True))
+    columns = Extension(  # Spark executors: pull bodies straight into Arrow buffers
+        "aiorocket.integrations.spark._columns",
+        ["aiorocket/integrations/spark/_columns.pyx"],
+        extra_compile_args=ext.extra_compile_args,
+    )
+    exts = [ext, store, columns]
+    return list(cythonize(exts, compiler_directives={"language_level": 3}, quiet=True))
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
