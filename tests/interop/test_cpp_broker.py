@@ -31,7 +31,7 @@ from tests.interop.harness import (
 
 pytestmark = pytest.mark.interop
 
-#: messages per producer run (the issue asks for at least 1,000)
+#: messages per producer run (at least 1,000, enough to cross many pulls and queues)
 COUNT = 1000
 #: order keys of a run: message i belongs to key i % KEYS
 KEYS = 20

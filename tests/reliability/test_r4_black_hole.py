@@ -6,7 +6,7 @@ fails within its timeout (no `send` lasts longer than `send_timeout` + 0.5 s; no
 pending past its deadline), delivery resumes within 5 s of the heal, nothing acknowledged is
 lost, and the process's task and file-descriptor counts come back to their baseline.
 
-The stall is the issue's 30 s; the long poll is shortened (held 5 s, timeout 10 s instead of
+The stall lasts the full 30 s; the long poll is shortened (held 5 s, timeout 10 s instead of
 15 s / 30 s) so that each pull task sees its pulls time out several times during the stall,
 and the watchdog (2 × pull_timeout = 20 s) must not mistake that for a dead pull task.
 """
