@@ -2,7 +2,7 @@
 
 Rules this state keeps:
 
-* Messages are kept by queue offset (a ``SortedDict`` of pulled runs) from the moment they
+* Messages are kept by queue offset (an ordered list of pulled runs) from the moment they
   are pulled until their consumption finished; :meth:`ProcessQueue.remove` returns the
   smallest offset still cached, or one past the largest ever cached when nothing is left.
   That is the offset to commit: it never passes a message whose consumption has not
@@ -32,13 +32,11 @@ No I/O and no clock: callers pass ``now`` (monotonic seconds).
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-
-from sortedcontainers import SortedDict
 
 from aiorocket.models import MessageQueue, ReceivedMessage
 
@@ -101,11 +99,12 @@ class _Run:
 class ProcessQueue:
     """Messages of one queue between pull and finished consumption.
 
-    The cache is a ``SortedDict`` keyed by queue offset: the first offset of each pulled run
-    of messages, whose runs never overlap, plus an index from every cached offset to its run.
-    A put is then one sorted insertion per pull rather than per message, and a removal marks
-    messages in their run and drops the run once it is empty, which keeps the per-message
-    cost of the consumer's hot path low.
+    The cache is the list of pulled runs of messages in offset order (runs never overlap),
+    with their first offsets beside it for bisection, plus an index from every cached offset
+    to its run. Pulls of a queue come in increasing offset order, so a put appends one run
+    per pull, and runs are emptied mostly from the front: a removal marks messages in their
+    run and drops the run once it is empty, which keeps the per-message cost of the
+    consumer's hot path low (the smallest cached offset is ``runs[0]``'s head, O(1)).
 
     Attributes:
         queue: the queue.
@@ -122,6 +121,7 @@ class ProcessQueue:
         "_calls",
         "_capacity_waiter",
         "_consuming",
+        "_firsts",
         "_limits",
         "_lock_waiters",
         "_reconsume",
@@ -145,7 +145,9 @@ class ProcessQueue:
 
     def __init__(self, queue: MessageQueue, *, now: float = 0.0) -> None:
         self.queue = queue
-        self._runs: SortedDict[int, _Run] = SortedDict()
+        #: the runs in offset order, and the first offset of each (for bisect)
+        self._runs: list[_Run] = []
+        self._firsts: list[int] = []
         self._where: dict[int, _Run] = {}
         #: messages cached (pulled, consumption not finished)
         self.cached_count = 0
@@ -186,7 +188,7 @@ class ProcessQueue:
         """The smallest cached offset, -1 when empty."""
         if not self._runs:
             return -1
-        run = self._runs.peekitem(0)[1]
+        run = self._runs[0]
         return run.offsets[run.head]
 
     @property
@@ -194,7 +196,7 @@ class ProcessQueue:
         """The largest cached offset, -1 when empty."""
         if not self._runs:
             return -1
-        run = self._runs.peekitem(-1)[1]
+        run = self._runs[-1]
         return run.offsets[run.tail]
 
     @property
@@ -208,7 +210,7 @@ class ProcessQueue:
     def messages(self) -> list[ReceivedMessage]:
         """The cached messages in offset order (a copy)."""
         out: list[ReceivedMessage] = []
-        for run in self._runs.values():
+        for run in self._runs:
             live = run.live
             out.extend(m for i, m in enumerate(run.msgs) if live[i])
         return out
@@ -225,7 +227,7 @@ class ProcessQueue:
         # skips property calls on the consumer's hot path.
         offsets = [m._r.queue_offset for m in msgs]
         ascending = sorted(set(offsets)) == offsets  # strictly ascending (C-speed check)
-        if ascending and (not runs or offsets[0] > self._last_run_offset()):
+        if ascending and (not runs or offsets[0] > runs[-1].offsets[-1]):
             # The list itself is kept (not copied): removing that very list later takes the
             # whole run at once (see remove).
             self._add_run(msgs if type(msgs) is list else list(msgs), offsets)
@@ -239,6 +241,7 @@ class ProcessQueue:
             merged = dict(zip(where, (self._message_at(o) for o in where), strict=True))
             merged.update(fresh)
             runs.clear()
+            self._firsts.clear()
             where.clear()
             self.cached_count = 0
             self.cached_bytes = 0
@@ -249,10 +252,6 @@ class ProcessQueue:
             self.max_offset_ever = max(self.max_offset_ever, max(offsets))
         return added
 
-    def _last_run_offset(self) -> int:
-        run = self._runs.peekitem(-1)[1]
-        return run.offsets[-1]
-
     def _message_at(self, offset: int) -> ReceivedMessage:
         run = self._where[offset]
         return run.msgs[bisect_left(run.offsets, offset)]
@@ -262,7 +261,9 @@ class ProcessQueue:
         for m in msgs:
             size += len(m._r.body)
         run = _Run(msgs, offsets, size)
-        self._runs[offsets[0]] = run
+        # Always past the last run: put checks it, or rebuilds the cache from empty.
+        self._runs.append(run)
+        self._firsts.append(offsets[0])
         self._where.update(zip(offsets, repeat(run)))
         self.cached_count += len(msgs)
         self.cached_bytes += size
@@ -283,7 +284,7 @@ class ProcessQueue:
             run = where.get(msgs[0]._r.queue_offset)
             if run is not None and run.msgs is msgs and run.count == len(msgs):
                 # The whole run as it was put, all of it still cached: drop it in one go.
-                del runs[run.offsets[0]]
+                self._drop_run(run)
                 deque(map(where.__delitem__, run.offsets), maxlen=0)
                 self.cached_count -= run.count
                 self.cached_bytes -= run.nbytes
@@ -307,7 +308,7 @@ class ProcessQueue:
             run.nbytes -= size
             run.count -= 1
             if run.count == 0:
-                del runs[offsets[0]]
+                self._drop_run(run)
             else:
                 if i == run.head:
                     head = i + 1
@@ -321,20 +322,38 @@ class ProcessQueue:
                     run.tail = tail
         self.cached_count -= count
         self.cached_bytes -= freed
-        return self._after_remove()
+        if self._capacity_waiter is not None:
+            self._wake_if_capacity()
+        if runs:
+            first = runs[0]
+            return first.offsets[first.head]
+        return self.max_offset_ever + 1
+
+    def _drop_run(self, run: _Run) -> None:
+        """Forget an emptied run (its offsets are out of ``_where`` already or next)."""
+        runs = self._runs
+        firsts = self._firsts
+        if runs[0] is run:  # the usual case: consumption goes roughly in offset order
+            del runs[0]
+            del firsts[0]
+        else:
+            pos = bisect_left(firsts, run.offsets[0])
+            del runs[pos]
+            del firsts[pos]
 
     def _after_remove(self) -> int:
         if self._capacity_waiter is not None:
             self._wake_if_capacity()
         runs = self._runs
         if runs:
-            first = runs.peekitem(0)[1]
+            first = runs[0]
             return first.offsets[first.head]
         return self.max_offset_ever + 1
 
     def clear(self) -> None:
         """Drop every cached message (offset reset)."""
         self._runs.clear()
+        self._firsts.clear()
         self._where.clear()
         self.cached_count = 0
         self.cached_bytes = 0
@@ -380,10 +399,10 @@ class ProcessQueue:
                 i += 1
             if len(out) >= n:
                 break
-            pos = runs.bisect_right(run.offsets[0])
+            pos = bisect_right(self._firsts, run.offsets[0])
             if pos >= len(runs):
                 break
-            run = runs.peekitem(pos)[1]
+            run = runs[pos]
             i = run.head
         if not out:
             return out
@@ -403,11 +422,11 @@ class ProcessQueue:
         """The run and index of the first cached offset >= ``start`` (-1: the front)."""
         runs = self._runs
         if start < 0:
-            run = runs.peekitem(0)[1]
+            run = runs[0]
             return run, run.head
-        pos = max(runs.bisect_right(start) - 1, 0)
+        pos = max(bisect_right(self._firsts, start) - 1, 0)
         while pos < len(runs):
-            run = runs.peekitem(pos)[1]
+            run = runs[pos]
             offsets = run.offsets
             if offsets[run.tail] >= start:
                 return run, max(run.head, bisect_left(offsets, start, run.head, run.tail + 1))
