@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -40,7 +41,12 @@ from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import ProcessQueue
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
-from aiorocket.models import ConcurrentContext, ConsumeStatus, ReceivedMessage
+from aiorocket.models import (
+    ConcurrentContext,
+    ConsumeStatus,
+    ReceivedMessage,
+    _concurrent_context,
+)
 from aiorocket.settings import ConsumerSettings
 
 __all__ = ["ConcurrentConsumeService", "Handler"]
@@ -50,6 +56,7 @@ log = logging.getLogger("aiorocket.consumer")
 #: ``async def handler(msgs, ctx) -> ConsumeStatus | None``
 Handler = Callable[[list[ReceivedMessage], ConcurrentContext], Awaitable[ConsumeStatus | None]]
 
+_new = object.__new__
 _SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 _LATER = ConsumeStatus.RECONSUME_LATER
 #: requests a worker runs back to back before it lets other tasks in
@@ -57,23 +64,30 @@ _FAIRNESS_BATCH = 64
 
 
 class _Request:
-    """One handler call's worth of messages (Java ``ConsumeRequest``)."""
+    """One handler call's worth of messages (Java ``ConsumeRequest``).
 
-    __slots__ = ("cancelled", "expired", "msgs", "pq", "retry", "started", "worker")
+    Only ``pq`` and ``msgs`` are set per request; the other attributes start as the class
+    defaults (one request per message with ``consume_batch_size`` 1, so creation is hot).
+    """
+
+    __slots__ = ("__dict__", "msgs", "pq")
+
+    #: monotonic start of the handler call; 0.0 while queued
+    started = 0.0
+    #: the clean-up sent the messages back; the late outcome is ignored
+    expired = False
+    #: a local retry after a failed send-back
+    retry = False
+    #: the worker task running the handler call
+    worker: asyncio.Task[None] | None = None
+    #: the clean-up cancelled the handler call (consume timeout)
+    cancelled = False
 
     def __init__(self, pq: ProcessQueue, msgs: list[ReceivedMessage], retry: bool = False):
         self.pq = pq
         self.msgs = msgs
-        #: monotonic start of the handler call; 0.0 while queued
-        self.started = 0.0
-        #: the clean-up sent the messages back; the late outcome is ignored
-        self.expired = False
-        #: a local retry after a failed send-back
-        self.retry = retry
-        #: the worker task running the handler call
-        self.worker: asyncio.Task[None] | None = None
-        #: the clean-up cancelled the handler call (consume timeout)
-        self.cancelled = False
+        if retry:
+            self.retry = True
 
 
 class _WorkQueue:
@@ -87,6 +101,12 @@ class _WorkQueue:
 
     def put(self, req: _Request) -> None:
         self.items.append(req)
+        if self._woken == 0:
+            self._wake_one()
+
+    def put_all(self, reqs: list[_Request]) -> None:
+        """:meth:`put` each of ``reqs`` in order (one wake-up at most, as :meth:`put` gives)."""
+        self.items.extend(reqs)
         if self._woken == 0:
             self._wake_one()
 
@@ -160,7 +180,12 @@ class ConcurrentConsumeService:
         self._offsets = offsets
         self._stats = stats
         self._hooks = tuple(hooks)
-        self._clock = clock or asyncio.get_running_loop().time
+        if clock is None:
+            loop = asyncio.get_running_loop()
+            # The default loop's time() is time.monotonic() behind a Python call: call it
+            # directly (uvloop's is C already).
+            clock = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        self._clock = clock
         self._queue = _WorkQueue()
         self._running: set[_Request] = set()
         self._later: dict[_Request, asyncio.TimerHandle] = {}
@@ -175,13 +200,23 @@ class ConcurrentConsumeService:
 
     def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         """Queue ``msgs`` (already cached in ``pq``) in requests of ``consume_batch_size``."""
-        put = self._queue.put
         size = self._batch
+        new = _new
+        reqs: list[_Request] = []
+        append = reqs.append
         if len(msgs) <= size:
-            put(_Request(pq, msgs))
+            append(_Request(pq, msgs))
+        elif size == 1:
+            # The hot case (per-message handlers): _Request(pq, [m]) without the __init__ call.
+            for m in msgs:
+                req = new(_Request)
+                req.pq = pq
+                req.msgs = [m]
+                append(req)
         else:
             for i in range(0, len(msgs), size):
-                put(_Request(pq, msgs[i : i + size]))
+                append(_Request(pq, msgs[i : i + size]))
+        self._queue.put_all(reqs)
         self._idle.clear()
 
     def _submit_later(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
@@ -219,7 +254,9 @@ class ConcurrentConsumeService:
         streak = 0
         while True:
             if items:
-                req = queue.pop_nowait()
+                req = items.popleft()
+                if items and queue._woken == 0:
+                    queue._wake_one()  # (pop_nowait, inlined)
             else:
                 streak = 0
                 self._check_idle()
@@ -228,7 +265,7 @@ class ConcurrentConsumeService:
                 continue
             pq = req.pq  # (after the check: mypy would keep "not dropped" across the await)
             msgs = req.msgs
-            ctx = ConcurrentContext(pq.queue)
+            ctx = _concurrent_context(pq.queue)
             hook_ctx = None
             if hooks:
                 hook_ctx = ConsumeHookContext(self._group, pq.queue, msgs)

@@ -226,8 +226,14 @@ class ProcessQueue:
         # ``m._r`` is the record behind the read-only message; reading its fields directly
         # skips property calls on the consumer's hot path.
         offsets = [m._r.queue_offset for m in msgs]
-        ascending = sorted(set(offsets)) == offsets  # strictly ascending (C-speed check)
-        if ascending and (not runs or offsets[0] > runs[-1].offsets[-1]):
+        first = offsets[0]
+        # Strictly ascending? A pull's offsets are usually consecutive, which one list
+        # comparison confirms (C speed); a pull with gaps (tags filtered) needs the sort.
+        ascending = (
+            offsets[-1] - first == len(offsets) - 1
+            and offsets == list(range(first, first + len(offsets)))
+        ) or sorted(set(offsets)) == offsets
+        if ascending and (not runs or first > runs[-1].offsets[-1]):
             # The list itself is kept (not copied): removing that very list later takes the
             # whole run at once (see remove).
             self._add_run(msgs if type(msgs) is list else list(msgs), offsets)
@@ -280,7 +286,7 @@ class ProcessQueue:
         if now is not None:
             self.last_consume_time = now
         where = self._where
-        if type(msgs) is list and msgs:
+        if type(msgs) is list and len(msgs) > 1:  # (one message: the loop below is as quick)
             run = where.get(msgs[0]._r.queue_offset)
             if run is not None and run.msgs is msgs and run.count == len(msgs):
                 # The whole run as it was put, all of it still cached: drop it in one go.
