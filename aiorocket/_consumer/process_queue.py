@@ -286,7 +286,9 @@ class ProcessQueue:
         if now is not None:
             self.last_consume_time = now
         where = self._where
-        if type(msgs) is list and len(msgs) > 1:  # (one message: the loop below is as quick)
+        if type(msgs) is list and len(msgs) == 1:
+            return self._remove_one(msgs[0])  # per-message consumption: the hot case
+        if type(msgs) is list and msgs:
             run = where.get(msgs[0]._r.queue_offset)
             if run is not None and run.msgs is msgs and run.count == len(msgs):
                 # The whole run as it was put, all of it still cached: drop it in one go.
@@ -330,6 +332,43 @@ class ProcessQueue:
         self.cached_bytes -= freed
         if self._capacity_waiter is not None:
             self._wake_if_capacity()
+        if runs:
+            first = runs[0]
+            return first.offsets[first.head]
+        return self.max_offset_ever + 1
+
+    def _remove_one(self, msg: ReceivedMessage) -> int:
+        """:meth:`remove` of one message (the same steps, without the loop's bookkeeping)."""
+        offset = msg._r.queue_offset
+        run = self._where.pop(offset, None)
+        if run is not None:
+            offsets = run.offsets
+            i = offset - offsets[0]
+            if i >= len(offsets) or offsets[i] != offset:
+                i = bisect_left(offsets, offset)
+            live = run.live
+            live[i] = 0
+            size = len(run.msgs[i]._r.body)
+            run.nbytes -= size
+            run.count -= 1
+            self.cached_count -= 1
+            self.cached_bytes -= size
+            if run.count == 0:
+                self._drop_run(run)
+            else:
+                if i == run.head:
+                    head = i + 1
+                    while not live[head]:
+                        head += 1
+                    run.head = head
+                if i == run.tail:
+                    tail = i - 1
+                    while not live[tail]:
+                        tail -= 1
+                    run.tail = tail
+        if self._capacity_waiter is not None:
+            self._wake_if_capacity()
+        runs = self._runs
         if runs:
             first = runs[0]
             return first.offsets[first.head]
