@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left, bisect_right
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 from aiorocket.models import MessageQueue, ReceivedMessage
 
@@ -100,11 +98,12 @@ class ProcessQueue:
     """Messages of one queue between pull and finished consumption.
 
     The cache is the list of pulled runs of messages in offset order (runs never overlap),
-    with their first offsets beside it for bisection, plus an index from every cached offset
-    to its run. Pulls of a queue come in increasing offset order, so a put appends one run
-    per pull, and runs are emptied mostly from the front: a removal marks messages in their
-    run and drops the run once it is empty, which keeps the per-message cost of the
-    consumer's hot path low (the smallest cached offset is ``runs[0]``'s head, O(1)).
+    with their first offsets beside it: an offset is found by bisecting those, then indexing
+    its run. Pulls of a queue come in increasing offset order, so a put appends one run per
+    pull (no per-message index to fill), and runs are emptied mostly from the front: a
+    removal marks messages in their run and drops the run once it is empty, which keeps the
+    per-message cost of the consumer's hot path low (the smallest cached offset is
+    ``runs[0]``'s head, O(1)).
 
     Attributes:
         queue: the queue.
@@ -128,7 +127,6 @@ class ProcessQueue:
         "_resume_waiter",
         "_runs",
         "_take_from",
-        "_where",
         "broker_max_offset",
         "cached_bytes",
         "cached_count",
@@ -148,7 +146,6 @@ class ProcessQueue:
         #: the runs in offset order, and the first offset of each (for bisect)
         self._runs: list[_Run] = []
         self._firsts: list[int] = []
-        self._where: dict[int, _Run] = {}
         #: messages cached (pulled, consumption not finished)
         self.cached_count = 0
         self.cached_bytes = 0
@@ -205,7 +202,21 @@ class ProcessQueue:
         return self.max_offset - self.min_offset if self._runs else 0
 
     def __contains__(self, offset: object) -> bool:
-        return offset in self._where
+        return isinstance(offset, int) and self._locate(offset) is not None
+
+    def _locate(self, offset: int) -> tuple[_Run, int] | None:
+        """The run and index of ``offset`` if it is cached."""
+        pos = bisect_right(self._firsts, offset) - 1
+        if pos < 0:
+            return None
+        run = self._runs[pos]
+        offsets = run.offsets
+        i = offset - offsets[0]
+        if i >= len(offsets) or offsets[i] != offset:
+            i = bisect_left(offsets, offset)  # a run with gaps (tags filtered out)
+            if i >= len(offsets) or offsets[i] != offset:
+                return None
+        return (run, i) if run.live[i] else None
 
     def messages(self) -> list[ReceivedMessage]:
         """The cached messages in offset order (a copy)."""
@@ -240,15 +251,13 @@ class ProcessQueue:
             added = len(msgs)
         else:
             # Rare (a pull overlapping the cache): dedupe, then rebuild one ordered run.
-            where = self._where
-            fresh = {m._r.queue_offset: m for m in msgs if m._r.queue_offset not in where}
+            fresh = {m._r.queue_offset: m for m in msgs if m._r.queue_offset not in self}
             if not fresh:
                 return 0
-            merged = dict(zip(where, (self._message_at(o) for o in where), strict=True))
+            merged = {m._r.queue_offset: m for m in self.messages()}
             merged.update(fresh)
             runs.clear()
             self._firsts.clear()
-            where.clear()
             self.cached_count = 0
             self.cached_bytes = 0
             order = sorted(merged)
@@ -258,10 +267,6 @@ class ProcessQueue:
             self.max_offset_ever = max(self.max_offset_ever, max(offsets))
         return added
 
-    def _message_at(self, offset: int) -> ReceivedMessage:
-        run = self._where[offset]
-        return run.msgs[bisect_left(run.offsets, offset)]
-
     def _add_run(self, msgs: list[ReceivedMessage], offsets: list[int]) -> None:
         size = 0
         for m in msgs:
@@ -270,7 +275,6 @@ class ProcessQueue:
         # Always past the last run: put checks it, or rebuilds the cache from empty.
         self._runs.append(run)
         self._firsts.append(offsets[0])
-        self._where.update(zip(offsets, repeat(run)))
         self.cached_count += len(msgs)
         self.cached_bytes += size
 
@@ -285,29 +289,27 @@ class ProcessQueue:
             return -1
         if now is not None:
             self.last_consume_time = now
-        where = self._where
         if type(msgs) is list and len(msgs) == 1:
             return self._remove_one(msgs[0])  # per-message consumption: the hot case
+        locate = self._locate
         if type(msgs) is list and msgs:
-            run = where.get(msgs[0]._r.queue_offset)
-            if run is not None and run.msgs is msgs and run.count == len(msgs):
+            run = runs[0]
+            if run.msgs is not msgs:
+                found = locate(msgs[0]._r.queue_offset)
+                if found is not None:
+                    run = found[0]
+            if run.msgs is msgs and run.count == len(msgs):
                 # The whole run as it was put, all of it still cached: drop it in one go.
                 self._drop_run(run)
-                deque(map(where.__delitem__, run.offsets), maxlen=0)
                 self.cached_count -= run.count
                 self.cached_bytes -= run.nbytes
                 return self._after_remove()
-        pop = where.pop
         freed = count = 0
         for m in msgs:
-            offset = m._r.queue_offset
-            run = pop(offset, None)
-            if run is None:
-                continue
-            offsets = run.offsets
-            i = offset - offsets[0]
-            if i >= len(offsets) or offsets[i] != offset:
-                i = bisect_left(offsets, offset)  # a run with gaps (tags filtered out)
+            found = locate(m._r.queue_offset)
+            if found is None:
+                continue  # not cached (any more)
+            run, i = found
             live = run.live
             live[i] = 0
             count += 1
@@ -340,13 +342,15 @@ class ProcessQueue:
     def _remove_one(self, msg: ReceivedMessage) -> int:
         """:meth:`remove` of one message (the same steps, without the loop's bookkeeping)."""
         offset = msg._r.queue_offset
-        run = self._where.pop(offset, None)
-        if run is not None:
-            offsets = run.offsets
-            i = offset - offsets[0]
-            if i >= len(offsets) or offsets[i] != offset:
-                i = bisect_left(offsets, offset)
-            live = run.live
+        runs = self._runs
+        run = runs[0]  # consumption goes roughly in offset order: try the front run first
+        offsets = run.offsets
+        i = offset - offsets[0]
+        if not (0 <= i < len(offsets) and offsets[i] == offset):
+            found = self._locate(offset)
+            run, i = found if found is not None else (run, -1)
+        live = run.live
+        if i >= 0 and live[i]:
             live[i] = 0
             size = len(run.msgs[i]._r.body)
             run.nbytes -= size
@@ -368,14 +372,13 @@ class ProcessQueue:
                     run.tail = tail
         if self._capacity_waiter is not None:
             self._wake_if_capacity()
-        runs = self._runs
         if runs:
             first = runs[0]
             return first.offsets[first.head]
         return self.max_offset_ever + 1
 
     def _drop_run(self, run: _Run) -> None:
-        """Forget an emptied run (its offsets are out of ``_where`` already or next)."""
+        """Forget an emptied run."""
         runs = self._runs
         firsts = self._firsts
         if runs[0] is run:  # the usual case: consumption goes roughly in offset order
@@ -399,7 +402,6 @@ class ProcessQueue:
         """Drop every cached message (offset reset)."""
         self._runs.clear()
         self._firsts.clear()
-        self._where.clear()
         self.cached_count = 0
         self.cached_bytes = 0
         self._consuming = []
@@ -421,18 +423,13 @@ class ProcessQueue:
         if not runs or n <= 0:
             return []
         start = self._take_from
-        # The common case, one offset after the last taken one still cached: O(1).
-        run = self._where.get(start) if start >= 0 else None
-        if run is not None:
-            offsets = run.offsets
-            i = start - offsets[0]
-            if i >= len(offsets) or offsets[i] != start:
-                i = bisect_left(offsets, start)
-        else:
+        # The common case, one offset after the last taken one still cached: one bisect.
+        found = self._locate(start) if start >= 0 else None
+        if found is None:
             found = self._run_from(start)
             if found is None:
                 return []
-            run, i = found
+        run, i = found
         out: list[ReceivedMessage] = []
         while True:
             live = run.live

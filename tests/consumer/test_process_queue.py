@@ -169,6 +169,7 @@ def test_matches_a_plain_sorted_map(ops: list[tuple[str, list[int]]]) -> None:
         assert pq.min_offset == (min(model) if model else -1)
         assert pq.span == (max(model) - min(model) if model else 0)
         assert [m.queue_offset for m in pq.messages()] == sorted(model)
+        assert [o for o in range(-1, 62) if o in pq] == sorted(model)
 
 
 def test_removing_the_very_list_that_was_put_drops_its_run() -> None:
