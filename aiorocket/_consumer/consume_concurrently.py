@@ -56,7 +56,6 @@ log = logging.getLogger("aiorocket.consumer")
 #: ``async def handler(msgs, ctx) -> ConsumeStatus | None``
 Handler = Callable[[list[ReceivedMessage], ConcurrentContext], Awaitable[ConsumeStatus | None]]
 
-_new = object.__new__
 _SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 _LATER = ConsumeStatus.RECONSUME_LATER
 #: requests a worker runs back to back before it lets other tasks in
@@ -64,30 +63,23 @@ _FAIRNESS_BATCH = 64
 
 
 class _Request:
-    """One handler call's worth of messages (Java ``ConsumeRequest``).
+    """One handler call's worth of messages (Java ``ConsumeRequest``)."""
 
-    Only ``pq`` and ``msgs`` are set per request; the other attributes start as the class
-    defaults (one request per message with ``consume_batch_size`` 1, so creation is hot).
-    """
-
-    __slots__ = ("__dict__", "msgs", "pq")
-
-    #: monotonic start of the handler call; 0.0 while queued
-    started = 0.0
-    #: the clean-up sent the messages back; the late outcome is ignored
-    expired = False
-    #: a local retry after a failed send-back
-    retry = False
-    #: the worker task running the handler call
-    worker: asyncio.Task[None] | None = None
-    #: the clean-up cancelled the handler call (consume timeout)
-    cancelled = False
+    __slots__ = ("cancelled", "expired", "msgs", "pq", "retry", "started", "worker")
 
     def __init__(self, pq: ProcessQueue, msgs: list[ReceivedMessage], retry: bool = False):
         self.pq = pq
         self.msgs = msgs
-        if retry:
-            self.retry = True
+        #: monotonic start of the handler call; 0.0 while queued
+        self.started = 0.0
+        #: the clean-up sent the messages back; the late outcome is ignored
+        self.expired = False
+        #: a local retry after a failed send-back
+        self.retry = retry
+        #: the worker task running the handler call
+        self.worker: asyncio.Task[None] | None = None
+        #: the clean-up cancelled the handler call (consume timeout)
+        self.cancelled = False
 
 
 class _WorkQueue:
@@ -201,21 +193,12 @@ class ConcurrentConsumeService:
     def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         """Queue ``msgs`` (already cached in ``pq``) in requests of ``consume_batch_size``."""
         size = self._batch
-        new = _new
-        reqs: list[_Request] = []
-        append = reqs.append
         if len(msgs) <= size:
-            append(_Request(pq, msgs))
-        elif size == 1:
-            # The hot case (per-message handlers): _Request(pq, [m]) without the __init__ call.
-            for m in msgs:
-                req = new(_Request)
-                req.pq = pq
-                req.msgs = [m]
-                append(req)
+            reqs = [_Request(pq, msgs)]
+        elif size == 1:  # per-message handlers: no slicing
+            reqs = [_Request(pq, [m]) for m in msgs]
         else:
-            for i in range(0, len(msgs), size):
-                append(_Request(pq, msgs[i : i + size]))
+            reqs = [_Request(pq, msgs[i : i + size]) for i in range(0, len(msgs), size)]
         self._queue.put_all(reqs)
         self._idle.clear()
 
