@@ -51,7 +51,18 @@ def _extensions() -> list[Extension]:
         ["aiorocket/_protocol/_speedups.pyx"],
         extra_compile_args=["-O2"] if sys.platform != "win32" else [],
     )
-    return list(cythonize([ext], compiler_directives={"language_level": 3}, quiet=True))
+    store = Extension(
+        "aiorocket.embedded._store_speedups",
+        ["aiorocket/embedded/_store_speedups.pyx"],
+        extra_compile_args=ext.extra_compile_args,
+    )
+    columns = Extension(  # Spark executors: pull bodies straight into Arrow buffers
+        "aiorocket.integrations.spark._columns",
+        ["aiorocket/integrations/spark/_columns.pyx"],
+        extra_compile_args=ext.extra_compile_args,
+    )
+    exts = [ext, store, columns]
+    return list(cythonize(exts, compiler_directives={"language_level": 3}, quiet=True))
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -53,6 +53,14 @@ class ClientSettings(BaseModel):
             needs ``tls=True``.
         tls_verify: ``False`` skips every certificate check (Java's default; encrypted but
             not authenticated, for test clusters only); needs ``tls=True``.
+        serialize_type: the header dialect of the requests this client sends: ``"json"``
+            (the default, what every RocketMQ peer reads) or ``"rocketmq"``, the binary
+            header (REMOTING.md §1.5) that a Java client sends when started with
+            ``-Drocketmq.serialize.type=ROCKETMQ``. Java brokers answer a request in its own
+            dialect, so responses come back binary too, and the broker parses less per pull.
+            Requests a broker sends to the client are answered in their dialect, as Java's
+            ``NettyRemotingAbstract`` does. The binary header carries codes and versions as
+            int16 and drops empty ext values (Java reads them as null).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -70,6 +78,7 @@ class ClientSettings(BaseModel):
     tls: bool | ssl.SSLContext = False
     tls_ca: Path | None = None
     tls_verify: bool = True
+    serialize_type: Literal["json", "rocketmq"] = "json"
 
     @model_validator(mode="after")
     def _check_tls(self) -> ClientSettings:

@@ -38,6 +38,7 @@ from typing import Any
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import PullSysFlag, RequestCode
 from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from aiorocket._protocol.message import BatchItem, encode_batch_body
 from aiorocket._remoting import Connection, ConnectionPool
@@ -196,21 +197,25 @@ async def _pull_served(
     async def loop(conn: Connection, queue: int, group: str) -> None:
         nonlocal served
         offset = 0
+        header = PullMessageRequestHeader(
+            consumer_group=group,
+            topic=TOPIC,
+            queue_id=queue,
+            queue_offset=0,
+            max_msg_nums=32,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            subscription="*",
+            sub_version=0,
+        )
+        # The header encoded once, as a push consumer's pull loop does (PreparedPull): the
+        # client's CPU per pull stays small beside the broker's, which is what is measured.
+        template = RequestTemplate(
+            RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()), ("queueOffset",)
+        )
         while time.monotonic() < stop:
-            header = PullMessageRequestHeader(
-                consumer_group=group,
-                topic=TOPIC,
-                queue_id=queue,
-                queue_offset=offset,
-                max_msg_nums=32,
-                sys_flag=int(PullSysFlag.SUBSCRIPTION),
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                subscription="*",
-                sub_version=0,
-            )
-            cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext())
-            resp = await conn.request(cmd, timeout=30)
+            resp = await conn.request_template(template, (offset,), timeout=30)
             nxt = int(resp.ext_fields["nextBeginOffset"])
             if resp.code == 0:
                 served += nxt - offset

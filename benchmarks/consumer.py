@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 import aiorocket as rmq  # noqa: E402
 from aiorocket._client.instance import ClientInstance  # noqa: E402
 from aiorocket._producer.producer import Producer  # noqa: E402
+from aiorocket._protocol import accel  # noqa: E402
 from aiorocket._protocol.headers import PullMessageRequestHeader  # noqa: E402
 from aiorocket._protocol.message import decode_messages  # noqa: E402
 from aiorocket.models import Message  # noqa: E402
@@ -394,9 +395,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await fill(addr, n, args.size)
         print(f"filled {n} x {args.size} B in {time.perf_counter() - t0:.1f} s", flush=True)
         bodies = await raw_bodies(addr)
-        decode_runs = [decode_loop(bodies)[:2] for _ in range(args.repeat)]
+        # The pure-Python decode loop is the fixed yardstick of P1, whichever codec the
+        # consumer runs; the compiled loop is shown beside it when the extension is built.
+        compiled = accel.ACTIVE
+        accel.use(False)
+        try:
+            decode_runs = [decode_loop(bodies)[:2] for _ in range(args.repeat)]
+        finally:
+            accel.use(compiled)
         results["decode_loop"] = _summary(decode_runs, n)
-        print(f"decode loop: {results['decode_loop']}", flush=True)
+        print(f"decode loop (pure Python): {results['decode_loop']}", flush=True)
+        if compiled:
+            decode_runs = [decode_loop(bodies)[:2] for _ in range(args.repeat)]
+            results["decode_loop_compiled"] = _summary(decode_runs, n)
+            print(f"decode loop (compiled): {results['decode_loop_compiled']}", flush=True)
+        results["codec"] = accel.describe()
         del bodies
         for name, batch, orderly in (
             ("batch_handler", True, False),
@@ -486,6 +499,7 @@ def main() -> int:
     print(f"{'contender':<34}{'msgs/s':>12}{'spread':>9}{'CPU us/msg':>12}")
     for key in (
         "decode_loop",
+        "decode_loop_compiled",
         "batch_handler",
         "orderly_batch_handler",
         "per_message_handler",
@@ -502,7 +516,7 @@ def main() -> int:
         if row:
             spread = f"{row['spread_pct']:.0f}%" if "spread_pct" in row else "-"
             print(f"{key:<34}{row['msgs_per_s']:>12,.0f}{spread:>9}{row['cpu_us_per_msg']:>12.2f}")
-    print(f"P1 batch / decode loop: {res['P1_batch_vs_decode']:.2f} (goal >= 0.5)")
+    print(f"P1 batch / pure decode loop: {res['P1_batch_vs_decode']:.2f} (goal >= 0.6)")
     print(f"P1 batch, 256 per pull / decode loop: {res['P1_batch_256_vs_decode']:.2f}")
     if res["P2_per_message_vs_cpp"] is not None:
         print(f"P2 per-message / C++: {res['P2_per_message_vs_cpp']:.2f} (goal >= 3)")

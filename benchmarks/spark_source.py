@@ -8,8 +8,13 @@ a key and one user property per message) and measures, each ``--repeat`` times:
   sends to the JVM: Arrow record batches built by the source (Arrow path), or row tuples
   converted by PySpark's own ``records_to_arrow_batches`` (row path). This is the work the
   two paths do differently; P8 is judged on it.
+* **decode**: pull bodies already in memory turned into Arrow record batches by the
+  compiled column builder, and by decoding messages and building columns from them.
 * **executor read**: one partition (a whole queue) read through the source's ``read()`` and
-  PySpark's conversion, as a Python worker does it: pulls and decoding included.
+  PySpark's conversion, as a Python worker does it: pulls and decoding included. Three
+  contenders, alternating: the Arrow path with the compiled column builder, the Arrow path
+  through messages (the reference; what executors did before the builder) and the row path,
+  each with its rate and this process's CPU time per row (the broker runs elsewhere).
 * **spark**: ``spark.read.format("rocketmq") ... write.format("noop")`` over the whole
   topic in a ``local[2]`` session (JVM included; both cores shared with the broker).
 * **planning**: a streaming query over the topic (``maxOffsetsPerTrigger``, AvailableNow);
@@ -154,27 +159,98 @@ def conversion(addr: str, repeat: int) -> dict[str, Any]:
     return {"messages": n, **_compare(arrow, rows, repeat)}
 
 
+def decode(addr: str, repeat: int) -> dict[str, Any]:
+    """Pull bodies already in memory (one queue) to Arrow: the compiled column builder
+    against decoding messages and building columns from them (no network: the ceiling of
+    the executor read's decoding)."""
+    from aiorocket._reader import InlineReader
+    from aiorocket.integrations.spark import columns
+    from aiorocket.integrations.spark.source import (
+        ARROW_SCHEMA,
+        QueueRange,
+        _arrow_batches,
+        _message_lists,
+    )
+
+    mq = MessageQueue(TOPIC, "broker-a", 0)
+    with SyncQueueReader(namesrv=addr) as sync:
+        end = sync.max_offset(mq)
+    with InlineReader(namesrv=addr) as reader:
+        chunks = list(reader.read_range_raw(mq, 0, end))
+    part = QueueRange(TOPIC, "broker-a", 0, 0, end)
+
+    def compiled() -> int:
+        batches = columns.arrow_batches(iter(chunks), TOPIC, "broker-a", 0, ARROW_SCHEMA)
+        return sum(b.num_rows for b in batches)
+
+    def messages() -> int:
+        batches = _arrow_batches(_message_lists(iter(chunks), part), part)
+        return sum(b.num_rows for b in batches)
+
+    if not columns.AVAILABLE:
+        return {"messages": end, "skipped": "the compiled column builder is not built"}
+    out = _compare(compiled, messages, repeat)
+    return {
+        "messages": end,
+        "compiled": out["arrow"],
+        "messages_path": out["rows"],
+        "ratio": out["ratio"],
+    }
+
+
 def executor_read(addr: str, repeat: int) -> dict[str, Any]:
-    """One partition read end to end by the source, as a Spark Python worker does."""
+    """One partition read end to end by the source, as a Spark Python worker does: the Arrow
+    path with the compiled column builder, the Arrow path through messages (the reference,
+    and what executors did before the builder), and the row path; alternating, each with
+    its rate and this process's CPU time per row."""
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
+    from aiorocket.integrations.spark import columns
     from aiorocket.integrations.spark.source import SCHEMA, QueueRange, RocketMQDataSource
 
     with SyncQueueReader(namesrv=addr) as reader:
         end = reader.max_offset(MessageQueue(TOPIC, "broker-a", 0))
     part = QueueRange(TOPIC, "broker-a", 0, 0, end)
 
-    def run(use_arrow: str) -> Callable[[], int]:
+    def run(use_arrow: str, compiled: bool) -> Callable[[], int]:
         source = RocketMQDataSource({"namesrv": addr, "topic": TOPIC, "useArrow": use_arrow})
         reader = source.reader(SCHEMA)
 
         def go() -> int:
-            batches = records_to_arrow_batches(reader.read(part), 10_000, SCHEMA, source)
-            return sum(b.num_rows for b in batches)
+            columns.use(compiled)
+            try:
+                batches = records_to_arrow_batches(reader.read(part), 10_000, SCHEMA, source)
+                return sum(b.num_rows for b in batches)
+            finally:
+                columns.use(columns.AVAILABLE)
 
         return go
 
-    return {"messages": end, **_compare(run("true"), run("false"), repeat)}
+    contenders = {
+        "arrow": run("true", columns.AVAILABLE),
+        "arrow_messages": run("true", False),
+        "rows": run("false", False),
+    }
+    for fn in contenders.values():
+        fn()  # warm up (imports, caches)
+    runs: dict[str, list[tuple[int, float, float]]] = {k: [] for k in contenders}
+    for _ in range(repeat):
+        for key, fn in contenders.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            n = fn()
+            runs[key].append((n, time.perf_counter() - t0, time.process_time() - c0))
+    out: dict[str, Any] = {"messages": end, "compiled_builder": columns.AVAILABLE}
+    for key, rs in runs.items():
+        out[key] = {
+            **_rate([(n, w) for n, w, _ in rs]),
+            "cpu_us_per_row": statistics.median(c / n * 1e6 for n, _, c in rs),
+        }
+    out["ratio"] = out["arrow"]["rows_per_s"] / out["rows"]["rows_per_s"]
+    out["ratio_vs_messages"] = out["arrow"]["rows_per_s"] / out["arrow_messages"]["rows_per_s"]
+    out["cpu_ratio_vs_messages"] = (
+        out["arrow_messages"]["cpu_us_per_row"] / out["arrow"]["cpu_us_per_row"]
+    )
+    return out
 
 
 def _compare(arrow: Callable[[], int], rows: Callable[[], int], repeat: int) -> dict[str, Any]:
@@ -311,6 +387,8 @@ def main() -> int:
         print(f"filled {n} x {args.size} B in {time.perf_counter() - t0:.1f} s", flush=True)
         results["conversion"] = conversion(addr, args.repeat)
         print(f"conversion: {results['conversion']}", flush=True)
+        results["decode"] = decode(addr, args.repeat)
+        print(f"decode (bodies in memory): {results['decode']}", flush=True)
         results["executor_read"] = executor_read(addr, args.repeat)
         print(f"executor read: {results['executor_read']}", flush=True)
         spark = _session()
@@ -344,6 +422,13 @@ def main() -> int:
             f"{key:<16}{r['arrow']['rows_per_s']:>14,.0f}{r['rows']['rows_per_s']:>14,.0f}"
             f"{r['ratio']:>8.1f}"
         )
+    ex = results["executor_read"]
+    print(
+        f"executor read, CPU per row: compiled columns {ex['arrow']['cpu_us_per_row']:.2f} us, "
+        f"through messages {ex['arrow_messages']['cpu_us_per_row']:.2f} us, rows "
+        f"{ex['rows']['cpu_us_per_row']:.2f} us; compiled vs messages "
+        f"{ex['ratio_vs_messages']:.1f}x rate, {ex['cpu_ratio_vs_messages']:.1f}x CPU"
+    )
     plan = results["planning"]
     print(
         f"planning per micro-batch: Spark {plan['spark_planning_ms']['median']:.0f} ms "

@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from aiorocket._client.binary import BinaryRequestTemplate
 from aiorocket._protocol import acl
 from aiorocket._protocol.bodies import (
     CheckClientRequestBody,
@@ -27,7 +28,7 @@ from aiorocket._protocol.bodies import (
     TopicRouteData,
     UnlockBatchRequestBody,
 )
-from aiorocket._protocol.codes import RequestCode, ResponseCode
+from aiorocket._protocol.codes import RequestCode, ResponseCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import (
@@ -51,6 +52,7 @@ from aiorocket._protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from aiorocket._remoting import (
+    Connection,
     ConnectionPool,
     Connector,
     RequestHandler,
@@ -108,23 +110,34 @@ class PullResponse:
     body: bytes
 
 
+_PULL_VARIABLE = ("queueOffset", "sysFlag", "commitOffset")
+
+
 class PreparedPull:
     """A queue's PULL_MESSAGE with every field fixed but the offset, the flag and the commit
     offset: a pull loop sends the same request thousands of times, so its header is encoded
-    once (:class:`RequestTemplate`).
+    once (:class:`RequestTemplate`; the binary twin is made on first use by a client set to
+    the binary dialect).
 
     Args:
         header: the request; its ``queue_offset``, ``sys_flag`` and ``commit_offset`` are
             replaced at each pull.
     """
 
-    __slots__ = ("template",)
+    __slots__ = ("_binary", "template")
 
     def __init__(self, header: PullMessageRequestHeader) -> None:
         self.template = RequestTemplate(
-            RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
-            ("queueOffset", "sysFlag", "commitOffset"),
+            RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()), _PULL_VARIABLE
         )
+        self._binary: BinaryRequestTemplate | None = None
+
+    @property
+    def binary_template(self) -> BinaryRequestTemplate:
+        """The same request in the binary header dialect."""
+        if self._binary is None:
+            self._binary = BinaryRequestTemplate(self.template.command((0, 0, 0)), _PULL_VARIABLE)
+        return self._binary
 
 
 def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
@@ -165,6 +178,8 @@ class ClientInstance:
         self.client_id = f"{self.ip}@{instance}"
         self._handler = handler
         self._pool: ConnectionPool | None = None
+        #: requests go out in the binary header dialect (settings.serialize_type)
+        self._binary = False
         self._routes: dict[str, TopicRouteData] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._namesrv_index = 0
@@ -193,13 +208,19 @@ class ClientInstance:
             max_frame_size=s.max_frame_size,
             request_hook=hook,
             connector=_connector(s),
+            serialize_type=SerializeType.ROCKETMQ if s.serialize_type == "rocketmq" else None,
         )
+        self._binary = s.serialize_type == "rocketmq"
 
     async def close(self) -> None:
         """Close every connection; later calls raise :class:`ClientClosedError`."""
         self._closed = True
         if self._pool is not None:
             await self._pool.close()
+
+    def connections(self) -> dict[str, Connection]:
+        """The live connections by address (empty before start and after close)."""
+        return {} if self._pool is None else self._pool.connections()
 
     # -- invocation ---------------------------------------------------------------------------
 
@@ -386,9 +407,10 @@ class ClientInstance:
         """
         pool = self._require_pool()
         conn = pool.get_nowait(addr) or await pool.get(addr)
+        template = prepared.binary_template if self._binary else prepared.template
         return _pull_response(
             await conn.request_template(
-                prepared.template, (queue_offset, sys_flag, commit_offset), timeout=timeout
+                template, (queue_offset, sys_flag, commit_offset), timeout=timeout
             )
         )
 

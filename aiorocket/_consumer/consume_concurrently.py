@@ -235,71 +235,77 @@ class ConcurrentConsumeService:
         update_offset = self._offsets.update
         me = asyncio.current_task()
         streak = 0
-        while True:
-            if items:
-                req = items.popleft()
-                if items and queue._woken == 0:
-                    queue._wake_one()  # (pop_nowait, inlined)
-            else:
-                streak = 0
-                self._check_idle()
-                req = await queue.get()
-            if req.pq.dropped:
-                continue
-            pq = req.pq  # (after the check: mypy would keep "not dropped" across the await)
-            msgs = req.msgs
-            ctx = _concurrent_context(pq.queue)
-            hook_ctx = None
-            if hooks:
-                hook_ctx = ConsumeHookContext(self._group, pq.queue, msgs)
-                run_before(hooks, hook_ctx)
-            req.started = start = clock()
-            req.worker = me
-            running.add(req)
-            call = pq.call_started(start)
-            raised = False
-            try:
-                status = await handler(msgs[:], ctx)
-            except asyncio.CancelledError:
-                if not self._timed_out(req, me):
-                    raise
-                status = _LATER
-            except Exception:
-                log.warning(
-                    "handler failed on %d message(s) of %s", len(msgs), pq.queue, exc_info=True
-                )
-                status = _LATER
-                raised = True
-            finally:
-                running.discard(req)
-                pq.call_ended(call)
-            if req.cancelled and not self._timed_out(req, me):
-                # The handler swallowed our cancellation, and another one (shutdown) is due.
-                raise asyncio.CancelledError
-            end = clock()
-            if status is None:
-                status = _SUCCESS
-            elif status is not _SUCCESS and status is not _LATER:
-                log.error("handler returned %r, not a ConsumeStatus: a failure", status)
-                status = _LATER
-            if hook_ctx is not None:
-                self._after_hooks(hook_ctx, status, raised, end - start)
-            if req.expired:
-                pass  # the clean-up already sent these back and moved the offset on
-            elif pq.dropped:
-                # ConsumeRequest.run: a dropped queue's results are not processed.
-                stats.consumed(pq.queue.topic, end - start, 0, 0)
-            elif status is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
-                stats.consumed(pq.queue.topic, end - start, len(msgs), 0)
-                offset = pq.remove(msgs, now=end)
-                if offset >= 0:
-                    update_offset(pq.queue, offset)
-            else:
-                await self._process_result(req, status, ctx, end - start)
-            streak += 1
-            if streak >= _FAIRNESS_BATCH:
-                streak = 0
-                await asyncio.sleep(0)
+        try:
+            while True:
+                if items:
+                    req = items.popleft()
+                    if items and queue._woken == 0:
+                        queue._wake_one()  # (pop_nowait, inlined)
+                else:
+                    streak = 0
+                    self._check_idle()
+                    req = await queue.get()
+                if req.pq.dropped:
+                    continue
+                pq = req.pq  # (after the check: mypy would keep "not dropped" across the await)
+                msgs = req.msgs
+                ctx = _concurrent_context(pq.queue)
+                hook_ctx = None
+                if hooks:
+                    hook_ctx = ConsumeHookContext(self._group, pq.queue, msgs)
+                    run_before(hooks, hook_ctx)
+                req.started = start = clock()
+                req.worker = me
+                running.add(req)
+                call = pq.call_started(start)
+                raised = False
+                try:
+                    status = await handler(msgs[:], ctx)
+                except asyncio.CancelledError:
+                    if not self._timed_out(req, me):
+                        raise
+                    status = _LATER
+                except Exception:
+                    log.warning(
+                        "handler failed on %d message(s) of %s", len(msgs), pq.queue, exc_info=True
+                    )
+                    status = _LATER
+                    raised = True
+                finally:
+                    running.discard(req)
+                    pq.call_ended(call)
+                if req.cancelled and not self._timed_out(req, me):
+                    # The handler swallowed our cancellation, and another one (shutdown) is due.
+                    raise asyncio.CancelledError
+                end = clock()
+                if status is None:
+                    status = _SUCCESS
+                elif status is not _SUCCESS and status is not _LATER:
+                    log.error("handler returned %r, not a ConsumeStatus: a failure", status)
+                    status = _LATER
+                if hook_ctx is not None:
+                    self._after_hooks(hook_ctx, status, raised, end - start)
+                if req.expired:
+                    pass  # the clean-up already sent these back and moved the offset on
+                elif pq.dropped:
+                    # ConsumeRequest.run: a dropped queue's results are not processed.
+                    stats.consumed(pq.queue.topic, end - start, 0, 0)
+                elif status is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
+                    stats.consumed(pq.queue.topic, end - start, len(msgs), 0)
+                    offset = pq.remove(msgs, now=end)
+                    if offset >= 0:
+                        update_offset(pq.queue, offset)
+                else:
+                    await self._process_result(req, status, ctx, end - start)
+                streak += 1
+                if streak >= _FAIRNESS_BATCH:
+                    streak = 0
+                    await asyncio.sleep(0)
+        finally:
+            # A worker ends cancelled; its task keeps the CancelledError, whose traceback keeps
+            # this frame: unbound here, the task, its last request and messages are freed at
+            # once instead of waiting in a cycle for a full collection (rare in a big heap).
+            me = req = msgs = None  # type: ignore[assignment]
 
     @staticmethod
     def _timed_out(req: _Request, me: asyncio.Task[None] | None) -> bool:

@@ -411,61 +411,65 @@ class Producer:
         deadline = loop.time() + timeout
         last_broker: str | None = None
         last_exc: BaseException | None = None
-        for attempt in range(attempts):
-            info = await self._publish_info(
-                wire_topic, refresh=attempt > 0 and last_exc is not None
-            )
-            if queue is not None:
-                mq = MessageQueue(wire_topic, queue.broker_name, queue.queue_id)
-            elif sharding_key is not None:
-                mq = queue_for_key(info.queues, sharding_key)
-            elif selector is not None:
-                mq = selector(info.queues, msg, sharding_key)
-            else:
-                mq = info.next_queue(avoid_broker=last_broker)
-            addr = self._client.require_master(mq.broker_name)
-            header = SendMessageRequestHeader(
-                producer_group=self._wire_group(),
-                topic=wire_topic,
-                default_topic=s.create_topic_key,
-                default_topic_queue_nums=s.default_topic_queue_nums,
-                queue_id=mq.queue_id,
-                sys_flag=sys_flag,
-                born_timestamp=int(time.time() * 1000),
-                flag=0,
-                properties=props,
-                reconsume_times=0,
-                unit_mode=False,
-                batch=batch,
-                broker_name=mq.broker_name,
-            )
-            remaining = deadline - loop.time()
-            if remaining <= 0 and last_exc is not None:
-                raise last_exc
-            try:
-                resp = await self._client.send_message(
-                    addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
+        try:
+            for attempt in range(attempts):
+                info = await self._publish_info(
+                    wire_topic, refresh=attempt > 0 and last_exc is not None
                 )
-            except RocketError as exc:
-                last_exc, last_broker = exc, mq.broker_name
+                if queue is not None:
+                    mq = MessageQueue(wire_topic, queue.broker_name, queue.queue_id)
+                elif sharding_key is not None:
+                    mq = queue_for_key(info.queues, sharding_key)
+                elif selector is not None:
+                    mq = selector(info.queues, msg, sharding_key)
+                else:
+                    mq = info.next_queue(avoid_broker=last_broker)
+                addr = self._client.require_master(mq.broker_name)
+                header = SendMessageRequestHeader(
+                    producer_group=self._wire_group(),
+                    topic=wire_topic,
+                    default_topic=s.create_topic_key,
+                    default_topic_queue_nums=s.default_topic_queue_nums,
+                    queue_id=mq.queue_id,
+                    sys_flag=sys_flag,
+                    born_timestamp=int(time.time() * 1000),
+                    flag=0,
+                    properties=props,
+                    reconsume_times=0,
+                    unit_mode=False,
+                    batch=batch,
+                    broker_name=mq.broker_name,
+                )
                 remaining = deadline - loop.time()
-                if oneway or not is_retriable(exc) or attempt + 1 >= attempts or remaining <= 0:
-                    raise
-                # A keyed, selected or explicit queue stays the same on retry: moving the
-                # message elsewhere would break the order its key promises.
-                log.info("send to %s failed (%s); retry %d/%d", mq, exc, attempt + 1, s.retries)
-                if pinned:
-                    last_broker = None
-                if isinstance(exc, SystemBusyError | FlowControlError):
-                    # An overloaded broker (full send queue, busy page cache): back off before
-                    # asking again, within what is left of the budget.
-                    pause = _BUSY_BACKOFF * 2**attempt * random.uniform(0.5, 1.0)
-                    await asyncio.sleep(min(pause, remaining / 2))
-                continue
-            if resp is None:
-                return None
-            return self._result(resp, mq, uniq)
-        raise AssertionError("unreachable")  # pragma: no cover
+                if remaining <= 0 and last_exc is not None:
+                    raise last_exc
+                try:
+                    resp = await self._client.send_message(
+                        addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
+                    )
+                except RocketError as exc:
+                    last_exc, last_broker = exc, mq.broker_name
+                    remaining = deadline - loop.time()
+                    if oneway or not is_retriable(exc) or attempt + 1 >= attempts or remaining <= 0:
+                        raise
+                    # A keyed, selected or explicit queue stays the same on retry: moving the
+                    # message elsewhere would break the order its key promises.
+                    log.info("send to %s failed (%s); retry %d/%d", mq, exc, attempt + 1, s.retries)
+                    if pinned:
+                        last_broker = None
+                    if isinstance(exc, SystemBusyError | FlowControlError):
+                        # An overloaded broker (full send queue, busy page cache): back off before
+                        # asking again, within what is left of the budget.
+                        pause = _BUSY_BACKOFF * 2**attempt * random.uniform(0.5, 1.0)
+                        await asyncio.sleep(min(pause, remaining / 2))
+                    continue
+                if resp is None:
+                    return None
+                return self._result(resp, mq, uniq)
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            # The raised error's traceback holds this frame: unbound, no cycle is left.
+            last_exc = None
 
     def _result(self, resp: SendResponse, mq: MessageQueue, uniq: str) -> SendResult:
         h = resp.header

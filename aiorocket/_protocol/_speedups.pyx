@@ -20,6 +20,14 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr
 
+__all__ = [
+    "configure_frame",
+    "configure_message",
+    "decode_binary_header",
+    "decode_run",
+    "next_command",
+]
+
 
 cdef extern from "Python.h":
     ctypedef struct PyMemberDef:

@@ -1,12 +1,22 @@
 """Reading queues by offset, outside any consumer group: :class:`QueueReader` (asyncio) and
 :class:`SyncQueueReader` (blocking, for plain code such as Spark executors)."""
 
+from aiorocket._reader.inline import InlineReader
 from aiorocket._reader.queue_reader import (
     DEFAULT_PULL_GROUP,
     QueueReader,
+    RawChunk,
     ReadBatch,
     ReadStatus,
     SyncQueueReader,
 )
 
-__all__ = ["DEFAULT_PULL_GROUP", "QueueReader", "ReadBatch", "ReadStatus", "SyncQueueReader"]
+__all__ = [
+    "DEFAULT_PULL_GROUP",
+    "InlineReader",
+    "QueueReader",
+    "RawChunk",
+    "ReadBatch",
+    "ReadStatus",
+    "SyncQueueReader",
+]

@@ -36,6 +36,7 @@ from typing import Any, Final, Self, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from aiorocket._client.instance import PreparedPull, PullResponse
 from aiorocket._client.owner import ClientOwner
 from aiorocket._consumer.pull_loop import to_received
 from aiorocket._protocol.codes import PullSysFlag, ResponseCode
@@ -51,7 +52,14 @@ from aiorocket.errors import (
 from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
 from aiorocket.settings import ClientSettings, build_settings
 
-__all__ = ["DEFAULT_PULL_GROUP", "QueueReader", "ReadBatch", "ReadStatus", "SyncQueueReader"]
+__all__ = [
+    "DEFAULT_PULL_GROUP",
+    "QueueReader",
+    "RawChunk",
+    "ReadBatch",
+    "ReadStatus",
+    "SyncQueueReader",
+]
 
 log = logging.getLogger("aiorocket.reader")
 
@@ -69,6 +77,8 @@ _FOUND: Final = int(ResponseCode.SUCCESS)
 _NO_NEW: Final = int(ResponseCode.PULL_NOT_FOUND)
 _NO_MATCHED: Final = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
 _OFFSET_MOVED: Final = int(ResponseCode.PULL_OFFSET_MOVED)
+#: A reader's pulls: SUBSCRIPTION (the expression travels with each pull) and nothing else.
+_SYS_FLAG: Final = int(PullSysFlag.SUBSCRIPTION)
 
 
 class ReadStatus(enum.Enum):
@@ -154,6 +164,7 @@ class QueueReader(ClientOwner):
         # Brokers whose last call failed on the transport: their route is fetched again
         # before the next call, in case the broker moved.
         self._stale: set[str] = set()
+        self._prepared: dict[tuple[MessageQueue, int, str], PreparedPull] = {}
 
     # -- names --------------------------------------------------------------------------------
 
@@ -341,29 +352,8 @@ class QueueReader(ClientOwner):
             TransportError: the broker could not be reached or did not answer in time.
             ClientClosedError: the reader is closed or not started.
         """
-        if offset < 0:
-            raise ConfigurationError(f"offset {offset} is negative")
-        if not 1 <= max_messages <= _MAX_PULL_BATCH:
-            raise ConfigurationError(f"max_messages must be in 1..{_MAX_PULL_BATCH}")
         tag_filter = self._filter(expression)
-        client = self._require()
-        header = PullMessageRequestHeader(
-            consumer_group=self._pull_group,
-            topic=self._wire(mq.topic),
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_messages,
-            # No SUSPEND (answer at once), no COMMIT_OFFSET (a reader commits nothing).
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            subscription=tag_filter.expression,
-            sub_version=0,
-            expression_type="TAG",
-            broker_name=mq.broker_name,
-        )
-        timeout = self.settings.request_timeout
-        resp = await self._call(mq, lambda a, _w: client.pull_message(a, header, timeout=timeout))
+        resp = await self._pull(mq, offset, max_messages, tag_filter)
         h = resp.header
         status = _STATUS_BY_CODE[resp.code]
         msgs: list[ReceivedMessage] = []
@@ -376,6 +366,45 @@ class QueueReader(ClientOwner):
                 namespace=self._ns,
             )
         return ReadBatch(status, msgs, h.next_begin_offset, h.min_offset, h.max_offset)
+
+    async def _pull(
+        self, mq: MessageQueue, offset: int, max_messages: int, tag_filter: TagFilter
+    ) -> PullResponse:
+        """One PULL_MESSAGE, answered as it came (see :meth:`read` for the errors)."""
+        if offset < 0:
+            raise ConfigurationError(f"offset {offset} is negative")
+        if not 1 <= max_messages <= _MAX_PULL_BATCH:
+            raise ConfigurationError(f"max_messages must be in 1..{_MAX_PULL_BATCH}")
+        client = self._require()
+        key = (mq, max_messages, tag_filter.expression)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            if len(self._prepared) >= 1024:
+                self._prepared.clear()
+            # Every field but the offset is fixed for a queue: the header is encoded once
+            # (as a consumer's pull loop does). No SUSPEND (answer at once), no
+            # COMMIT_OFFSET (a reader commits nothing).
+            prepared = self._prepared[key] = PreparedPull(
+                PullMessageRequestHeader(
+                    consumer_group=self._pull_group,
+                    topic=self._wire(mq.topic),
+                    queue_id=mq.queue_id,
+                    queue_offset=0,
+                    max_msg_nums=max_messages,
+                    sys_flag=_SYS_FLAG,
+                    commit_offset=0,
+                    suspend_timeout_millis=0,
+                    subscription=tag_filter.expression,
+                    sub_version=0,
+                    expression_type="TAG",
+                    broker_name=mq.broker_name,
+                )
+            )
+        timeout = self.settings.request_timeout
+        return await self._call(
+            mq,
+            lambda a, _w: client.pull_prepared(a, prepared, offset, _SYS_FLAG, 0, timeout=timeout),
+        )
 
     async def read_range_batches(
         self,
@@ -408,79 +437,107 @@ class QueueReader(ClientOwner):
             BrokerError, TransportError, RemoteProtocolError, ClientClosedError: as
                 :meth:`read`.
         """
-        if start < 0:
-            raise ConfigurationError(f"offset {start} is negative")
-        if not 1 <= pipeline <= 64:
-            raise ConfigurationError("pipeline must be in 1..64")
-        starts = iter(range(start, end, _PULL_BATCH))
-        pending: collections.deque[asyncio.Future[_Chunk]] = collections.deque()
-        warned_removed = False
+        async for chunk in self._range_chunks(
+            mq, start, end, expression, tolerate_loss, pipeline, raw=False
+        ):
+            yield chunk.msgs
+
+    async def read_range_raw(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        *,
+        expression: str = "*",
+        tolerate_loss: bool = False,
+        pipeline: int = 8,
+    ) -> AsyncIterator[RawChunk]:
+        """:meth:`read_range_batches` without decoding: for each chunk of 32 offsets, the pull
+        bodies (stored records, REMOTING.md §4.1) as the broker sent them, for callers that
+        decode records in bulk themselves (the Spark source's Arrow columns).
+
+        A body may hold records at or past the chunk's ``hi`` (a tag expression scans past the
+        requested count) and, with a tag expression, records whose tag only collided by hash:
+        the caller drops those (``RawChunk.hi``, ``RawChunk.tags``) as
+        :meth:`read_range_batches` does.
+
+        Raises:
+            As :meth:`read_range_batches` (malformed bodies are the caller's to find).
+        """
+        async for chunk in self._range_chunks(
+            mq, start, end, expression, tolerate_loss, pipeline, raw=True
+        ):
+            yield RawChunk(chunk.msgs, chunk.hi, chunk.tags)  # type: ignore[arg-type]
+
+    async def _range_chunks(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        expression: str,
+        tolerate_loss: bool,
+        pipeline: int,
+        *,
+        raw: bool,
+    ) -> AsyncIterator[_Chunk]:
+        rng = _RangeRead(self, mq, start, end, expression, tolerate_loss, pipeline, raw)
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                while len(pending) < pipeline:
-                    lo = next(starts, None)
-                    if lo is None:
-                        break
-                    hi = min(lo + _PULL_BATCH, end)
-                    pending.append(asyncio.ensure_future(self._read_chunk(mq, lo, hi, expression)))
-                if not pending:
+                rng.fill(loop)
+                if not rng.pending:
                     return
-                chunk = await pending.popleft()
-                if chunk.removed_below is not None:
-                    what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
-                    if not tolerate_loss:
-                        raise broker_error(_OFFSET_MOVED, f"{what} (range {start}..{end})")
-                    if not warned_removed:
-                        log.warning("%s; skipping them", what)
-                        warned_removed = True
-                if chunk.ended_at is not None:
-                    what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {end}"
-                    if not tolerate_loss:
-                        raise broker_error(_NO_NEW, what)
-                    log.warning("%s; stopping there", what)
-                    if chunk.msgs:
-                        yield chunk.msgs
+                chunk = await rng.pending.popleft()
+                if rng.accept(chunk):
+                    yield chunk
+                if rng.done:
                     return
-                yield chunk.msgs
         finally:
-            for fut in pending:
-                fut.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            await rng.cancel()
 
-    async def _read_chunk(self, mq: MessageQueue, lo: int, hi: int, expression: str) -> _Chunk:
-        """The messages of ``[lo, hi)``; several pulls when the broker serves fewer (its byte
-        cap) or a part is gone."""
+    async def _read_chunk(
+        self, mq: MessageQueue, lo: int, hi: int, expression: str, raw: bool = False
+    ) -> _Chunk:
+        """The messages of ``[lo, hi)`` (or, ``raw``, the bodies that hold them); several
+        pulls when the broker serves fewer (its byte cap) or a part is gone."""
+        tag_filter = self._filter(expression)
         offset = lo
-        out: list[ReceivedMessage] = []
+        out: list[Any] = []
         removed: int | None = None
         while offset < hi:
-            batch = await self.read(
-                mq, offset, min(_PULL_BATCH, hi - offset), expression=expression
-            )
-            status = batch.status
+            resp = await self._pull(mq, offset, min(_PULL_BATCH, hi - offset), tag_filter)
+            h = resp.header
+            status = _STATUS_BY_CODE[resp.code]
             if status is ReadStatus.FOUND or status is ReadStatus.NO_MATCHED:
-                msgs = batch.messages
-                if msgs and msgs[-1].queue_offset >= hi:
-                    # A tag filter scans past the requested count: keep the chunk exact.
-                    msgs = [m for m in msgs if m.queue_offset < hi]
-                if out:
-                    out.extend(msgs)
+                if status is not ReadStatus.FOUND:
+                    pass
+                elif raw:
+                    out.append(resp.body)
                 else:
-                    out = msgs
-                if batch.next_offset <= offset:
+                    msgs = to_received(
+                        decode_messages(resp.body),
+                        broker_name=mq.broker_name,
+                        tag_filter=None if tag_filter.match_all else tag_filter,
+                        retry_queue=False,
+                        namespace=self._ns,
+                    )
+                    if msgs and msgs[-1].queue_offset >= hi:
+                        # A tag filter scans past the requested count: keep the chunk exact.
+                        msgs = [m for m in msgs if m.queue_offset < hi]
+                    out.extend(msgs)
+                if h.next_begin_offset <= offset:
                     raise broker_error(
                         ResponseCode.SYSTEM_ERROR,
                         f"{mq}: the broker did not advance past offset {offset}",
                     )
-                offset = batch.next_offset
-            elif status is ReadStatus.OFFSET_ILLEGAL and offset < batch.min_offset:
-                removed = batch.min_offset
-                offset = batch.min_offset
+                offset = h.next_begin_offset
+            elif status is ReadStatus.OFFSET_ILLEGAL and offset < h.min_offset:
+                removed = h.min_offset
+                offset = h.min_offset
             else:
                 # NO_NEW, or OFFSET_ILLEGAL past the end: the queue ends before `hi`.
-                return _Chunk(out, removed, batch.max_offset)
-        return _Chunk(out, removed, None)
+                return _Chunk(out, removed, h.max_offset, hi, tag_filter)
+        return _Chunk(out, removed, None, hi, tag_filter)
 
     async def read_range(
         self,
@@ -548,6 +605,85 @@ class QueueReader(ClientOwner):
             As :meth:`commit` (the first failure; the other commits may have been stored).
         """
         await asyncio.gather(*(self.commit(group, mq, off) for mq, off in offsets.items()))
+
+
+class _RangeRead:
+    """The chunks of a range being read: up to ``pipeline`` chunk reads under way, in
+    offset order, and the checks a finished chunk passes before it is handed over."""
+
+    def __init__(
+        self,
+        reader: QueueReader,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        expression: str,
+        tolerate_loss: bool,
+        pipeline: int,
+        raw: bool,
+    ) -> None:
+        if start < 0:
+            raise ConfigurationError(f"offset {start} is negative")
+        if not 1 <= pipeline <= 64:
+            raise ConfigurationError("pipeline must be in 1..64")
+        self._reader = reader
+        self._mq = mq
+        self._start = start
+        self._end = end
+        self._expression = expression
+        self._tolerate_loss = tolerate_loss
+        self._pipeline = pipeline
+        self._raw = raw
+        self._starts = iter(range(start, end, _PULL_BATCH))
+        self._warned_removed = False
+        self.pending: collections.deque[asyncio.Future[_Chunk]] = collections.deque()
+        #: the range ended early (the queue ends before ``end``): no chunk follows
+        self.done = False
+
+    def fill(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start chunk reads on ``loop`` until ``pipeline`` are under way."""
+        pending = self.pending
+        if self.done:
+            return
+        while len(pending) < self._pipeline:
+            lo = next(self._starts, None)
+            if lo is None:
+                break
+            hi = min(lo + _PULL_BATCH, self._end)
+            read = self._reader._read_chunk(self._mq, lo, hi, self._expression, self._raw)
+            pending.append(loop.create_task(read))
+
+    def accept(self, chunk: _Chunk) -> bool:
+        """Check a finished chunk (the next in order); whether it is handed over.
+
+        Raises:
+            PullOffsetMovedError, PullNotFoundError: (without ``tolerate_loss``) see
+                :meth:`QueueReader.read_range_batches`.
+        """
+        mq = self._mq
+        if chunk.removed_below is not None:
+            what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
+            if not self._tolerate_loss:
+                raise broker_error(_OFFSET_MOVED, f"{what} (range {self._start}..{self._end})")
+            if not self._warned_removed:
+                log.warning("%s; skipping them", what)
+                self._warned_removed = True
+        if chunk.ended_at is not None:
+            what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {self._end}"
+            if not self._tolerate_loss:
+                raise broker_error(_NO_NEW, what)
+            log.warning("%s; stopping there", what)
+            self.done = True
+            return bool(chunk.msgs)
+        return True
+
+    async def cancel(self) -> None:
+        """Cancel the chunk reads still under way and wait for them to end."""
+        pending = self.pending
+        for fut in pending:
+            fut.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
 
 
 _END: Final = object()
@@ -790,9 +926,55 @@ class _Chunk:
     """What :meth:`QueueReader._read_chunk` found: the messages, the queue's min offset if
     part of the chunk was below it, and the queue's end if it ends inside the chunk."""
 
-    msgs: list[ReceivedMessage]
+    msgs: list[ReceivedMessage]  # (raw: the pull bodies)
     removed_below: int | None
     ended_at: int | None
+    hi: int
+    filter: TagFilter
+
+    @property
+    def tags(self) -> frozenset[str] | None:
+        """The tag strings rows must have, ``None`` for all."""
+        return None if self.filter.match_all else self.filter.tags
+
+
+@dataclass(frozen=True, slots=True)
+class RawChunk:
+    """What :meth:`QueueReader.read_range_raw` yields for a chunk of offsets.
+
+    Attributes:
+        bodies: the pull bodies, in offset order.
+        hi: records at or past this offset are not part of the chunk (the next chunk starts
+            there).
+        tags: with a tag expression, the tag strings a record must carry to be read (the
+            broker filters by hash only); ``None`` for every record.
+    """
+
+    bodies: list[bytes]
+    hi: int
+    tags: frozenset[str] | None
+
+    def messages(self, broker_name: str, namespace: str | None = None) -> list[ReceivedMessage]:
+        """The chunk decoded as :meth:`QueueReader.read_range_batches` yields it.
+
+        Raises:
+            RemoteProtocolError: a malformed body.
+        """
+        hi = self.hi
+        tags = self.tags
+        out: list[ReceivedMessage] = []
+        for body in self.bodies:
+            records = [r for r in decode_messages(body) if r.queue_offset < hi]
+            if tags is not None:
+                records = [r for r in records if r.properties.get("TAGS") in tags]
+            out += to_received(
+                records,
+                broker_name=broker_name,
+                tag_filter=None,
+                retry_queue=False,
+                namespace=namespace,
+            )
+        return out
 
 
 @dataclass(frozen=True, slots=True)

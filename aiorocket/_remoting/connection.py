@@ -16,6 +16,10 @@ Correlation follows REMOTING.md §1.6: our requests carry an ``opaque`` from thi
 counter; an inbound frame is a response iff flag bit 0 is set, and a response whose opaque is
 not pending (a late answer, or a "oneway" request the peer answered anyway) is dropped and logged.
 When the connection dies every pending call fails at once with :class:`ConnectionClosedError`.
+
+Requests go out in the JSON header dialect unless the connection is told to send the binary
+one (``serialize_type``, REMOTING.md §1.5); responses to the peer's requests always take the
+dialect of the request, as Java's ``NettyRemotingAbstract`` answers.
 Timeouts are kept as deadlines beside the pending calls and one timer per connection, armed for
 the soonest, expires them (Java scans its response table the same way, in
 ``NettyRemotingAbstract.scanResponseTable``); a timer per request costs more than the request.
@@ -29,7 +33,7 @@ import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, cast
 
-from aiorocket._protocol.codes import FLAG_ONEWAY, ResponseCode
+from aiorocket._protocol.codes import FLAG_ONEWAY, ResponseCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -46,7 +50,7 @@ from aiorocket.errors import (
     RequestTimeoutError,
 )
 
-__all__ = ["Connection", "RequestHandler", "Spawn"]
+__all__ = ["Connection", "FrameTemplate", "RequestHandler", "Spawn"]
 
 log = logging.getLogger("aiorocket.remoting")
 
@@ -58,6 +62,20 @@ class Spawn(Protocol):
     """Starts a coroutine in the owner's task group (e.g. ``asyncio.TaskGroup.create_task``)."""
 
     def __call__(self, coro: Coroutine[Any, Any, None], /) -> object: ...
+
+
+class FrameTemplate(Protocol):
+    """A request encoded once and sent again with a few integers changed: a
+    :class:`~aiorocket._protocol.frame.RequestTemplate` (JSON header) or a template of the
+    binary header."""
+
+    def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
+        """The request with ``values`` filled in, as a command."""
+        ...
+
+    def encode(self, opaque: int, values: Sequence[int]) -> list[bytes | bytearray | memoryview]:
+        """The frame with ``values`` and ``opaque``, as buffers for ``writelines``."""
+        ...
 
 
 _OPAQUE_MASK = 0x7FFFFFFF  # non-negative opaques, as the C++ client does (§1.6)
@@ -73,6 +91,8 @@ class Connection(asyncio.BufferedProtocol):
             ``handler`` is given.
         max_frame_size: the frame cap enforced on received frames.
         request_hook: called on every outgoing request before it is encoded (ACL signing).
+        serialize_type: the header dialect of the requests sent; ``None`` keeps each
+            command's own (JSON unless it says otherwise).
     """
 
     def __init__(
@@ -82,6 +102,7 @@ class Connection(asyncio.BufferedProtocol):
         spawn: Spawn | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         request_hook: Callable[[RemotingCommand], None] | None = None,
+        serialize_type: SerializeType | None = None,
         name: str = "",
     ) -> None:
         if handler is not None and spawn is None:
@@ -89,6 +110,12 @@ class Connection(asyncio.BufferedProtocol):
         self._handler = handler
         self._spawn = spawn
         self._hook = request_hook
+        self._stype = serialize_type
+        self._binary = serialize_type is SerializeType.ROCKETMQ
+        #: requests and responses received per header dialect (plain counters: indexing a
+        #: list with the IntEnum costs a few times more on this per-frame path)
+        self._json_requests = self._binary_requests = 0
+        self._json_responses = self._binary_responses = 0
         self._decoder = FrameDecoder(max_frame_size=max_frame_size)
         self._transport: asyncio.Transport | None = None
         #: encoded requests waiting for the end of this loop iteration (None: no flush due)
@@ -152,6 +179,10 @@ class Connection(asyncio.BufferedProtocol):
             if cmd is NEED_DATA:
                 return
             if cmd.flag & 1:
+                if cmd.serialize_type:
+                    self._binary_responses += 1
+                else:
+                    self._json_responses += 1
                 entry = self._pending.pop(cmd.opaque, None)
                 if entry is None:
                     log.debug(
@@ -160,6 +191,10 @@ class Connection(asyncio.BufferedProtocol):
                 elif not entry[0].done():
                     entry[0].set_result(cmd)
             else:
+                if cmd.serialize_type:
+                    self._binary_requests += 1
+                else:
+                    self._json_requests += 1
                 self._dispatch(cmd)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -210,6 +245,23 @@ class Connection(asyncio.BufferedProtocol):
         return self._closed or self._transport is None or self._transport.is_closing()
 
     @property
+    def requests_received(self) -> dict[SerializeType, int]:
+        """Requests the peer sent so far, per header dialect (both dialects listed)."""
+        return {
+            SerializeType.JSON: self._json_requests,
+            SerializeType.ROCKETMQ: self._binary_requests,
+        }
+
+    @property
+    def responses_received(self) -> dict[SerializeType, int]:
+        """Responses received so far, per header dialect (both dialects listed); unmatched
+        ones included."""
+        return {
+            SerializeType.JSON: self._json_responses,
+            SerializeType.ROCKETMQ: self._binary_responses,
+        }
+
+    @property
     def pending_count(self) -> int:
         """Requests sent and still waiting for their response."""
         return len(self._pending)
@@ -236,7 +288,7 @@ class Connection(asyncio.BufferedProtocol):
         return await self._response(loop, opaque, fut, deadline)
 
     async def request_template(
-        self, template: RequestTemplate, values: Sequence[int], *, timeout: float = 3.0
+        self, template: FrameTemplate, values: Sequence[int], *, timeout: float = 3.0
     ) -> RemotingCommand:
         """Send ``template`` with ``values`` filled in and wait for its response: the same as
         ``request(template.command(values))``, without encoding the header again.
@@ -245,8 +297,9 @@ class Connection(asyncio.BufferedProtocol):
             ConnectionClosedError: the connection is closed or dies before the response.
             RequestTimeoutError: no response within ``timeout`` seconds.
         """
-        if self._hook is not None:
-            # A request hook (ACL signing) must see, and may change, the whole command.
+        if self._hook is not None or (self._binary and isinstance(template, RequestTemplate)):
+            # A request hook (ACL signing) must see, and may change, the whole command; a JSON
+            # template on a binary connection is re-encoded as a command.
             return await self.request(template.command(values), timeout=timeout)
         if self.is_closed:
             raise ConnectionClosedError(f"connection to {self._label()} is closed")
@@ -344,6 +397,8 @@ class Connection(asyncio.BufferedProtocol):
             raise ConnectionClosedError(f"connection to {self._label()} is closed")
         opaque = cmd.opaque = self._take_opaque()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) if oneway else (cmd.flag & ~(FLAG_ONEWAY | 1))
+        if self._stype is not None:
+            cmd.serialize_type = self._stype
         if self._hook is not None:
             self._hook(cmd)
         parts = encode_command_parts(cmd)  # may raise LocalProtocolError: nothing sent then

@@ -7,6 +7,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
+from aiorocket._protocol.codes import SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from aiorocket._remoting.connection import Connection, RequestHandler, Spawn
@@ -36,7 +37,8 @@ class ConnectionPool:
     """One :class:`Connection` per address, created on first use and again after it closes.
 
     Concurrent callers asking for the same address share a single connect attempt. Inbound
-    requests on every connection go to ``handler``, run through ``spawn``.
+    requests on every connection go to ``handler``, run through ``spawn``; requests sent go out
+    in ``serialize_type`` (``None``: each command's own dialect).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class ConnectionPool:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         request_hook: Callable[[RemotingCommand], None] | None = None,
         connector: Connector = tcp_connector,
+        serialize_type: SerializeType | None = None,
     ) -> None:
         self._handler = handler
         self._spawn = spawn
@@ -55,6 +58,7 @@ class ConnectionPool:
         self._max_frame_size = max_frame_size
         self._hook = request_hook
         self._connector = connector
+        self._stype = serialize_type
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._closed = False
@@ -107,6 +111,7 @@ class ConnectionPool:
             spawn=self._spawn,
             max_frame_size=self._max_frame_size,
             request_hook=self._hook,
+            serialize_type=self._stype,
             name=address,
         )
         try:

@@ -7,17 +7,17 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Self
 
 from aiorocket._protocol.codes import ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_command_parts
 from aiorocket._remoting.connection import Connection, RequestHandler
 from aiorocket.tls import TlsMode
 
-__all__ = ["Dispatcher", "Server"]
+__all__ = ["Dispatcher", "Server", "ServerConnection"]
 
 log = logging.getLogger("aiorocket.remoting")
 
@@ -51,6 +51,92 @@ class Dispatcher:
         return await handler(conn, cmd)
 
 
+class _Resume:
+    """Awaitable that carries on a coroutine already run up to its first suspension: yields
+    the future it was waiting for to the task that awaits this, then drives it to the end."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro, step = self._coro, self._first
+        while True:
+            try:
+                yield step
+            except BaseException as exc:  # cancellation thrown in by the task
+                try:
+                    step = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    step = coro.send(None)
+                except StopIteration:
+                    return
+
+
+async def _resume(coro: Coroutine[Any, Any, None], first: Any) -> None:
+    await _Resume(coro, first)
+
+
+class ServerConnection(Connection):
+    """A server-side connection that answers in batches and starts some handlers eagerly.
+
+    * Responses are written at the end of the event-loop iteration, all of them in one
+      ``writelines``, like the client's requests: the pulls a client sends together are
+      answered with one system call instead of one each (a loopback ``send`` costs as much
+      CPU as serving a small pull). Requests the server sends itself still flush the
+      waiting responses first, so frames keep their order.
+    * A request whose code is in ``eager_codes`` runs its handler at once, inside the read
+      callback, instead of in a new task: a handler that answers without waiting (a pull
+      that found messages) costs no task at all. One that does wait (a held pull) goes on in
+      a task of the server's task group from where it stopped. Eager handlers run outside
+      any task, so they must not need ``asyncio.current_task()`` before their first wait.
+    """
+
+    def __init__(self, *, eager_codes: frozenset[int], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._eager_codes = eager_codes
+
+    def send_response(
+        self,
+        cmd: RemotingCommand,
+        body_parts: list[bytes | bytearray | memoryview] | None = None,
+    ) -> None:
+        """Queue a response for the write at the end of this loop iteration."""
+        loop = self._loop
+        if loop is None or self.is_closed:
+            super().send_response(cmd, body_parts)
+            return
+        self._cork(encode_command_parts(cmd, body_parts), loop)
+
+    def send_encoded(self, parts: list[bytes | bytearray | memoryview]) -> None:
+        """Queue a frame the caller encoded itself (a list it gives up) like a response."""
+        loop = self._loop
+        if self.is_closed or loop is None:
+            return
+        self._cork(parts, loop)
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if cmd.code not in self._eager_codes or self._spawn is None:
+            super()._dispatch(cmd)
+            return
+        coro = self._serve(cmd)
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return  # answered already
+        task = self._spawn(_resume(coro, first))
+        if isinstance(task, asyncio.Task):
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+        else:  # the server is closing: nothing will resume it
+            coro.close()
+
+
 class Server:
     """A TCP server whose connections serve requests with ``handler``.
 
@@ -64,6 +150,11 @@ class Server:
     ``HandshakeHandler`` does: 0x16 starts TLS on it, anything else is served in plain
     (permissive) or closed (enforcing). ``tls_handshake_timeout`` bounds the wait for that
     byte and the handshake.
+
+    Responses leave in one write per event-loop iteration. Requests whose code is in
+    ``eager_codes`` start their handler inside the read callback instead of in a new task
+    (see :class:`ServerConnection`): list only handlers that need no current task before their
+    first ``await``.
     """
 
     def __init__(
@@ -77,6 +168,7 @@ class Server:
         ssl_context: ssl.SSLContext | None = None,
         tls_mode: TlsMode = "disabled",
         tls_handshake_timeout: float = 10.0,
+        eager_codes: frozenset[int] = frozenset(),
     ) -> None:
         if tls_mode != "disabled" and ssl_context is None:
             raise ValueError(f"TLS mode {tls_mode!r} needs an ssl_context")
@@ -89,6 +181,7 @@ class Server:
         self._host = host
         self._port = port
         self._max_frame_size = max_frame_size
+        self._eager_codes = frozenset(int(c) for c in eager_codes)
         self._on_disconnect = on_disconnect
         self._server: asyncio.Server | None = None
         self._tg: asyncio.TaskGroup | None = None
@@ -106,8 +199,11 @@ class Server:
         return task
 
     def _make_protocol(self) -> Connection:
-        conn = Connection(
-            handler=self._handler, spawn=self._spawn, max_frame_size=self._max_frame_size
+        conn = ServerConnection(
+            handler=self._handler,
+            spawn=self._spawn,
+            max_frame_size=self._max_frame_size,
+            eager_codes=self._eager_codes,
         )
         self.connections.add(conn)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +28,9 @@ class AppSettings(BaseSettings):
         tls, tls_ca, tls_verify: TLS to name servers and brokers, for every client of the app
             (see :class:`~aiorocket.settings.ClientSettings`; ``AIOROCKET_TLS=true``,
             ``AIOROCKET_TLS_CA=/path/ca.pem``).
+        serialize_type: the header dialect of every client's requests, ``"json"`` or
+            ``"rocketmq"`` (binary; see :class:`~aiorocket.settings.ClientSettings`;
+            ``AIOROCKET_SERIALIZE_TYPE=rocketmq``).
         consumer: extra :class:`~aiorocket.settings.ConsumerSettings` for every consumer
             (e.g. ``{"rebalance_interval": 5}``); per-subscriber options win.
         producer: extra :class:`~aiorocket.settings.ProducerSettings` for the producer.
@@ -48,6 +51,7 @@ class AppSettings(BaseSettings):
     tls: bool | ssl.SSLContext = False
     tls_ca: Path | None = None
     tls_verify: bool = True
+    serialize_type: Literal["json", "rocketmq"] = "json"
     consumer: dict[str, Any] = Field(default_factory=dict)
     producer: dict[str, Any] = Field(default_factory=dict)
     stuck_after: float = Field(default=60.0, gt=0)
@@ -71,6 +75,8 @@ class AppSettings(BaseSettings):
             out["tls"] = self.tls
         if not self.tls_verify:
             out["tls_verify"] = False
+        if self.serialize_type != "json":
+            out["serialize_type"] = self.serialize_type
         return out
 
 

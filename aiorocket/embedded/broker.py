@@ -392,9 +392,6 @@ class EmbeddedBroker:
         )
         self._stats = stats
 
-        def served(group: str, topic: str, count: int) -> None:
-            stats.got(group, topic, count, now=time.monotonic(), now_ms=time.time_ns() // 10**6)
-
         pull = PullProcessor(
             store=store,
             topics=topics,
@@ -402,7 +399,7 @@ class EmbeddedBroker:
             offsets=offsets,
             waiters=self._waiters,
             config=config,
-            on_served=served,
+            on_served=stats.got,
         )
         d.register(RequestCode.PULL_MESSAGE, pull.pull)
         BrokerProcessors(
@@ -442,6 +439,9 @@ class EmbeddedBroker:
             ssl_context=_server_tls(config) if tls_mode != "disabled" else None,
             tls_mode=tls_mode,
             tls_handshake_timeout=config.tls_handshake_timeout,
+            # A pull that finds messages answers without waiting: no task for it (it only
+            # waits, in a task then, when it is held).
+            eager_codes=frozenset({int(RequestCode.PULL_MESSAGE)}),
         )
         await server.__aenter__()
         self._server = server

@@ -109,8 +109,20 @@ class BrokerStats:
         """Take the samples that are due (the broker calls this every second)."""
         self._tick(now, now_ms)
 
-    def got(self, group: str, topic: str, count: int, *, now: float, now_ms: int) -> None:
-        """A pull of ``group`` served ``count`` messages of ``topic``."""
+    def got(
+        self,
+        group: str,
+        topic: str,
+        count: int,
+        *,
+        now: float | None = None,
+        now_ms: int | None = None,
+    ) -> None:
+        """A pull of ``group`` served ``count`` messages of ``topic``.
+
+        ``now`` and ``now_ms`` are not needed (the counters are sampled by :meth:`tick`);
+        they are accepted for callers that pass them.
+        """
         self.gets += count
         key = (group, topic)
         self._group_gets[key] = self._group_gets.get(key, 0) + count

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 
+from aiorocket._protocol import accel
 from aiorocket._protocol.message import (
     MAGIC_V1,
     MAGIC_V2,
@@ -68,6 +69,7 @@ __all__ = [
     "PutResult",
     "StoreStatistics",
     "default_tags_code",
+    "use_compiled",
 ]
 
 _log = logging.getLogger(__name__)
@@ -661,92 +663,40 @@ class MessageStore:
         if not raw:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, queue.next_segment_start(offset), mn, mx)
 
-        log_min = self._log.min_offset
-        status = GetStatus.NO_MATCHED_MESSAGE
-        scanned = count = total = 0
-        plan: list[tuple[int, int, int, int]] = []
-        for clo, size, code, _ts in ENTRY.iter_unpack(raw):
-            # DefaultMessageStore.isTheBatchFull runs before the filter, as here.
-            if count and (count >= max_msgs or total + size > max_bytes):
-                break
-            scanned += 1
-            if matches is not None and not matches(code):
-                if not count:
-                    status = GetStatus.NO_MATCHED_MESSAGE
-                continue
-            if size <= 0 or clo < log_min:
-                if not count:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                continue
-            plan.append((clo, size, code, offset + scanned - 1))
-            count += 1
-            total += size
         messages: list[bytes] = []
         codes: list[int] = []
         offsets: list[int] = []
-        if plan:
-            self._read_planned(plan, queue_id, messages, codes, offsets)
+        faults: list[tuple[int, int, int]] = []
+        scanned, outcome = _collect(
+            raw,
+            offset,
+            max_msgs,
+            max_bytes,
+            self._log.min_offset,
+            matches,
+            queue_id,
+            self._log.read_span,
+            messages,
+            codes,
+            offsets,
+            faults,
+        )
+        for what, a, b in faults:
+            if what == _UNREADABLE:
+                _log.error("message store: log span %d+%d is unreadable", a, b)
+            else:
+                _log.error(
+                    "message store: record at %d (queue offset %d) fails validation; skipped",
+                    a,
+                    b,
+                )
+        if outcome == _PLANNED:
             status = GetStatus.FOUND if messages else GetStatus.MESSAGE_WAS_REMOVING
+        elif outcome == _REMOVING:
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, offset + scanned, mn, mx, messages, scanned, codes, offsets)
-
-    def _read_planned(
-        self,
-        plan: list[tuple[int, int, int, int]],
-        queue_id: int,
-        messages: list[bytes],
-        codes: list[int],
-        offsets: list[int],
-    ) -> None:
-        # Entries written in a burst sit back to back in the log, and a queue fed round-robin
-        # has its records a few others apart: read each such run with one pread (a pread costs
-        # about as much as copying 16 KiB), then validate every record (size, magic, its own
-        # offsets, trailer CRC).
-        read_span = self._log.read_span
-        head = RECORD_HEAD.unpack_from
-        trailer = TRAILER.unpack_from
-        crc32 = zlib.crc32
-        magics = _MAGICS
-        n = len(plan)
-        i = 0
-        while i < n:
-            start = plan[i][0]
-            end = start + plan[i][1] + TRAILER_SIZE
-            j = i + 1
-            while j < n:
-                clo = plan[j][0]
-                nxt = clo + plan[j][1] + TRAILER_SIZE
-                if clo < end or clo - end > _MAX_READ_GAP or nxt - start > _MAX_READ_SPAN:
-                    break
-                end = nxt
-                j += 1
-            buf = read_span(start, end - start)
-            if buf is None:
-                _log.error("message store: log span %d+%d is unreadable", start, end - start)
-                i = j
-                continue
-            for k in range(i, j):
-                clo, size, code, qo = plan[k]
-                p = clo - start
-                rsize, magic, _crc, rqid, _flag, rqo, rclo = head(buf, p)
-                record = buf[p : p + size]
-                if (
-                    rsize != size
-                    or rclo != clo
-                    or rqo != qo
-                    or rqid != queue_id
-                    or magic not in magics
-                    or crc32(record) != trailer(buf, p + size)[0]
-                ):
-                    _log.error(
-                        "message store: record at %d (queue offset %d) fails validation; skipped",
-                        clo,
-                        qo,
-                    )
-                    continue
-                messages.append(record)
-                codes.append(code)
-                offsets.append(qo)
-            i = j
 
     def read_at(self, commit_log_offset: int) -> bytes | None:
         """The validated record (trailer stripped) stored at ``commit_log_offset``.
@@ -1139,3 +1089,140 @@ class MessageStore:
                     dropped,
                 )
         return gaps
+
+
+# What _collect reports: nothing matched / the first candidate was removed / records were
+# planned (and read, unless they failed validation); and the faults it met.
+_NO_MATCH: Final = 0
+_REMOVING: Final = 1
+_PLANNED: Final = 2
+_UNREADABLE: Final = 0
+_INVALID: Final = 1
+
+
+def _collect_py(
+    raw: bytes,
+    offset: int,
+    max_msgs: int,
+    max_bytes: int,
+    log_min: int,
+    matches: Callable[[int], bool] | None,
+    queue_id: int,
+    read_span: Callable[[int, int], bytes | None],
+    messages: list[bytes],
+    codes: list[int],
+    offsets: list[int],
+    faults: list[tuple[int, int, int]],
+) -> tuple[int, int]:
+    """The body of :meth:`MessageStore.get` after the index read: pick the entries of ``raw``
+    (consume-queue entries from queue offset ``offset``) to return, read their records from
+    the log and append the valid ones to ``messages``/``codes``/``offsets``.
+
+    Returns ``(entries scanned, outcome)``, outcome being ``_NO_MATCH``, ``_REMOVING`` or
+    ``_PLANNED``. Unreadable spans (``(_UNREADABLE, start, length)``) and records failing
+    validation (``(_INVALID, commit-log offset, queue offset)``) go to ``faults``.
+    ``_store_speedups.collect`` is the compiled twin: same results, same faults.
+    """
+    outcome = _NO_MATCH
+    scanned = count = total = 0
+    plan: list[tuple[int, int, int, int]] = []
+    for clo, size, code, _ts in ENTRY.iter_unpack(raw):
+        # DefaultMessageStore.isTheBatchFull runs before the filter, as here.
+        if count and (count >= max_msgs or total + size > max_bytes):
+            break
+        scanned += 1
+        if matches is not None and not matches(code):
+            if not count:
+                outcome = _NO_MATCH
+            continue
+        if size <= 0 or clo < log_min:
+            if not count:
+                outcome = _REMOVING
+            continue
+        plan.append((clo, size, code, offset + scanned - 1))
+        count += 1
+        total += size
+    if not plan:
+        return scanned, outcome
+    # Entries written in a burst sit back to back in the log, and a queue fed round-robin
+    # has its records a few others apart: read each such run with one pread (a pread costs
+    # about as much as copying 16 KiB), then validate every record (size, magic, its own
+    # offsets, trailer CRC).
+    head = RECORD_HEAD.unpack_from
+    trailer = TRAILER.unpack_from
+    crc32 = zlib.crc32
+    magics = _MAGICS
+    n = len(plan)
+    i = 0
+    while i < n:
+        start = plan[i][0]
+        end = start + plan[i][1] + TRAILER_SIZE
+        j = i + 1
+        while j < n:
+            clo = plan[j][0]
+            nxt = clo + plan[j][1] + TRAILER_SIZE
+            if clo < end or clo - end > _MAX_READ_GAP or nxt - start > _MAX_READ_SPAN:
+                break
+            end = nxt
+            j += 1
+        buf = read_span(start, end - start)
+        if buf is None:
+            faults.append((_UNREADABLE, start, end - start))
+            i = j
+            continue
+        for k in range(i, j):
+            clo, size, code, qo = plan[k]
+            p = clo - start
+            rsize, magic, _crc, rqid, _flag, rqo, rclo = head(buf, p)
+            record = buf[p : p + size]
+            if (
+                rsize != size
+                or rclo != clo
+                or rqo != qo
+                or rqid != queue_id
+                or magic not in magics
+                or crc32(record) != trailer(buf, p + size)[0]
+            ):
+                faults.append((_INVALID, clo, qo))
+                continue
+            messages.append(record)
+            codes.append(code)
+            offsets.append(qo)
+        i = j
+    return scanned, _PLANNED
+
+
+_collect = _collect_py
+
+
+def use_compiled(compiled: bool) -> None:
+    """Read pulls with the compiled ``_store_speedups.collect`` or with :func:`_collect_py`.
+
+    For tests and benchmarks that compare the two; the choice made at import follows the
+    codec's (``AIOROCKET_NO_EXTENSIONS``).
+
+    Raises:
+        RuntimeError: ``compiled`` is asked for and the extension is not built.
+    """
+    global _collect
+    if not compiled:
+        _collect = _collect_py
+        return
+    try:
+        from aiorocket.embedded import _store_speedups
+    except ImportError as exc:
+        raise RuntimeError(f"aiorocket: compiled store helpers not built ({exc})") from None
+    _store_speedups.configure(
+        ENTRY.size,
+        RECORD_HEAD.size,
+        TRAILER_SIZE,
+        MAGIC_V1,
+        MAGIC_V2,
+        _MAX_READ_GAP,
+        _MAX_READ_SPAN,
+    )
+    _collect = _store_speedups.collect
+
+
+with contextlib.suppress(RuntimeError):
+    use_compiled(accel.ACTIVE)

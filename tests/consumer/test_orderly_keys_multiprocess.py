@@ -89,7 +89,10 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
     live: list[Proc] = [a]
     production = asyncio.create_task(produce(broker, keys, per_key, seconds=4.0))
     try:
-        await asyncio.sleep(1.5)
+        # kill it mid-stream: once it is consuming (a loaded machine may take seconds to start it)
+        async with asyncio.timeout(60):
+            while sum(1 for r in records.refresh() if r["c"] == "a" and r["k"] == "s") < 20:
+                await asyncio.sleep(0.05)
         live.remove(a)
         await stop(a, signal.SIGKILL)
         live.append(await spawn("a2", broker, out, *KEYED))

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import os
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 
 from aiorocket._protocol.message import MessageRecord, decode_messages
 from aiorocket._protocol.tags import tags_code
+from aiorocket.embedded import store as store_module
 from aiorocket.embedded.store import (
     SCHEDULE_TOPIC,
     GetStatus,
@@ -47,6 +48,22 @@ class FakeClock:
 
 
 StoreFactory = Callable[..., MessageStore]
+
+
+@pytest.fixture(autouse=True, scope="module", params=["python", "compiled"])
+def read_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every store test runs on the pure-Python read path and on the compiled helper (skipped
+    when it is not built)."""
+    compiled = request.param == "compiled"
+    before = store_module._collect
+    try:
+        store_module.use_compiled(compiled)
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    try:
+        yield request.param
+    finally:
+        store_module._collect = before
 
 
 @pytest.fixture

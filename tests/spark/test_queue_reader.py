@@ -20,6 +20,7 @@ from aiorocket import (
     ReceivedMessage,
     SyncQueueReader,
 )
+from aiorocket._reader import InlineReader
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import (
     ClientClosedError,
@@ -238,4 +239,39 @@ def test_sync_reader(broker_in_thread: BrokerThread) -> None:
         assert reader.committed_offset("sync-group", mq) == 12
     with pytest.raises(ClientClosedError):
         reader.max_offset(mq)
+    reader.close()  # a second close is harmless
+
+
+def test_inline_reader_raw_chunks(broker_in_thread: BrokerThread) -> None:
+    """Raw chunks decode to what read_range_batches yields (tag filter included), an
+    iteration left early leaves the reader usable, and the end of the queue is reported."""
+    addr = broker_in_thread.address
+    mq = MessageQueue("InlineT", "broker-a", 2)
+    produce(addr, "InlineT", 300, queue=mq)
+    with SyncQueueReader(namesrv=addr) as sync:
+        want = [
+            m.queue_offset for ms in sync.read_range_batches(mq, 7, 290, expression="a") for m in ms
+        ]
+    assert want
+    reader = InlineReader(namesrv=addr)
+    with pytest.raises(ClientClosedError):
+        list(reader.read_range_raw(mq, 0, 10))
+    with reader:
+        chunks = list(reader.read_range_raw(mq, 7, 290, expression="a", pipeline=3))
+        assert [c.hi for c in chunks] == [*range(39, 290, 32), 290]
+        # The tag strings to re-check travel with the chunk (brokers filter by hash only).
+        assert {c.tags for c in chunks} == {frozenset({"a"})}
+        got = [m.queue_offset for c in chunks for m in c.messages(mq.broker_name)]
+        assert got == want
+        for i, _chunk in enumerate(reader.read_range_raw(mq, 0, 300)):
+            if i == 1:
+                break
+        with pytest.raises(PullNotFoundError):
+            list(reader.read_range_raw(mq, 0, 400))
+        ended = list(reader.read_range_raw(mq, 280, 400, tolerate_loss=True))
+        assert [m.queue_offset for c in ended for m in c.messages("broker-a")] == list(
+            range(280, 300)
+        )
+    with pytest.raises(ClientClosedError):
+        list(reader.read_range_raw(mq, 0, 10))
     reader.close()  # a second close is harmless

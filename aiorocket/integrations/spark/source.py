@@ -15,9 +15,11 @@
 Offsets are JSON dicts ``{topic: {"<broker>:<queue id>": offset}}`` (the offset is the next
 one to read), kept by Spark in its checkpoint. A micro-batch is the offset range between two
 such dicts; :meth:`partitions` turns it into one partition per queue (or several with
-``maxOffsetsPerPartition``), and executors read each range straight from its broker through
-:class:`~aiorocket.SyncQueueReader`. A range is read by offset, so reading it again (a retried
-task, a batch replayed after a restart) gives the same rows.
+``maxOffsetsPerPartition``), and executors read each range straight from its broker (a queue
+reader whose event loop runs in the executor's thread), decoding pull bodies into Arrow
+buffers with the compiled builder of :mod:`~aiorocket.integrations.spark.columns` when it is
+built. A range is read by offset, so reading it again (a retried task, a batch replayed after
+a restart) gives the same rows.
 
 The first micro-batch of a new streaming query reads nothing: it only pins the starting
 offsets (``latest``, ``earliest`` and timestamps move over time) in Spark's offset log, so a
@@ -104,6 +106,7 @@ from pyspark.sql.types import (
 )
 
 from aiorocket import MessageQueue, ReceivedMessage, SyncQueueReader
+from aiorocket._reader import InlineReader, RawChunk
 from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
@@ -111,6 +114,7 @@ from aiorocket.errors import (
     TopicNotExistError,
     TransportError,
 )
+from aiorocket.integrations.spark import columns
 from aiorocket.integrations.spark.worker_python import check_worker_python
 from aiorocket.models import validate_name
 
@@ -176,6 +180,9 @@ _PROPS_TYPE: Final = ARROW_SCHEMA.field("properties").type
 
 #: Rows per Arrow record batch yielded by executors.
 _ARROW_ROWS: Final = 4096
+#: Chunks of 32 offsets an executor keeps pulling at once: more answers per wake-up of its
+#: loop (16 took 10 % less CPU per row than 8; at most 16 x 256 KiB in flight).
+_READ_PIPELINE: Final = 16
 #: Attempts of an executor read after transport errors (local mode does not retry tasks).
 _READ_ATTEMPTS: Final = 4
 #: How long the driver trusts its list of queues before asking the name server again.
@@ -306,6 +313,16 @@ class _Options:
         # Settings and names are checked here, on the driver, before any task runs.
         SyncQueueReader(namesrv=namesrv, **client)
         return parsed
+
+    def open_inline_reader(self) -> InlineReader:
+        """A started reader whose loop runs in the calling thread (executors).
+
+        Raises:
+            ConfigurationError: invalid client settings.
+        """
+        reader = InlineReader(namesrv=self.namesrv, **self.client)
+        reader.start()
+        return reader
 
     def open_reader(self) -> SyncQueueReader:
         """A started reader for these options.
@@ -462,26 +479,29 @@ def _ranges(start: Offsets, end: Offsets, split: int | None) -> list[QueueRange]
 # -- executors: reading a range ----------------------------------------------------------------
 
 
-def _message_lists(opts: _Options, part: QueueRange) -> Iterator[list[ReceivedMessage]]:
-    """The range's messages, one list per pull; transport failures are retried from where
-    the read stopped (a few times, with a growing pause)."""
+def _chunks(opts: _Options, part: QueueRange) -> Iterator[RawChunk]:
+    """The range's pull bodies, one chunk of 32 offsets at a time; transport failures are
+    retried from the first chunk not yet handed over (a few times, with a growing pause).
+
+    The reader's event loop runs in this thread (no hop to a loop thread per chunk)."""
     mq = part.queue
     offset = part.start
     attempt = 0
     while True:
         try:
-            with opts.open_reader() as reader:
-                for msgs in reader.read_range_batches(
+            with opts.open_inline_reader() as reader:
+                for chunk in reader.read_range_raw(
                     mq,
                     offset,
                     part.end,
                     expression=opts.tags,
                     tolerate_loss=not opts.fail_on_data_loss,
+                    pipeline=_READ_PIPELINE,
                 ):
-                    if msgs:
-                        offset = msgs[-1].queue_offset + 1
-                        attempt = 0
-                    yield msgs
+                    yield chunk
+                    # The caller took every row of the chunk: a retry starts after it.
+                    offset = chunk.hi
+                    attempt = 0
             return
         except TransportError as exc:
             attempt += 1
@@ -496,6 +516,13 @@ def _message_lists(opts: _Options, part: QueueRange) -> Iterator[list[ReceivedMe
                     f"data loss in {mq} (failOnDataLoss is true): {exc.remark}"
                 ) from exc
             raise
+
+
+def _message_lists(chunks: Iterable[RawChunk], part: QueueRange) -> Iterator[list[ReceivedMessage]]:
+    """Chunks decoded into messages (the row path, and the Arrow path's reference; both take
+    the topic from the partition, not from the messages)."""
+    for chunk in chunks:
+        yield chunk.messages(part.broker)
 
 
 def arrow_table(msgs: list[ReceivedMessage]) -> pa.Table:
@@ -620,7 +647,12 @@ def _read(opts: _Options, partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, QueueRange):
         # Spark substitutes a placeholder partition when there are none.
         return iter(())
-    lists = _message_lists(opts, partition)
+    chunks = _chunks(opts, partition)
+    if opts.use_arrow and columns.compiled():
+        return columns.arrow_batches(
+            chunks, partition.topic, partition.broker, partition.queue_id, ARROW_SCHEMA
+        )
+    lists = _message_lists(chunks, partition)
     return _arrow_batches(lists, partition) if opts.use_arrow else _rows(lists, partition)
 
 
