@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -40,7 +41,12 @@ from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import ProcessQueue
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
-from aiorocket.models import ConcurrentContext, ConsumeStatus, ReceivedMessage
+from aiorocket.models import (
+    ConcurrentContext,
+    ConsumeStatus,
+    ReceivedMessage,
+    _concurrent_context,
+)
 from aiorocket.settings import ConsumerSettings
 
 __all__ = ["ConcurrentConsumeService", "Handler"]
@@ -87,6 +93,12 @@ class _WorkQueue:
 
     def put(self, req: _Request) -> None:
         self.items.append(req)
+        if self._woken == 0:
+            self._wake_one()
+
+    def put_all(self, reqs: list[_Request]) -> None:
+        """:meth:`put` each of ``reqs`` in order (one wake-up at most, as :meth:`put` gives)."""
+        self.items.extend(reqs)
         if self._woken == 0:
             self._wake_one()
 
@@ -160,7 +172,12 @@ class ConcurrentConsumeService:
         self._offsets = offsets
         self._stats = stats
         self._hooks = tuple(hooks)
-        self._clock = clock or asyncio.get_running_loop().time
+        if clock is None:
+            loop = asyncio.get_running_loop()
+            # The default loop's time() is time.monotonic() behind a Python call: call it
+            # directly (uvloop's is C already).
+            clock = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        self._clock = clock
         self._queue = _WorkQueue()
         self._running: set[_Request] = set()
         self._later: dict[_Request, asyncio.TimerHandle] = {}
@@ -175,13 +192,14 @@ class ConcurrentConsumeService:
 
     def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         """Queue ``msgs`` (already cached in ``pq``) in requests of ``consume_batch_size``."""
-        put = self._queue.put
         size = self._batch
         if len(msgs) <= size:
-            put(_Request(pq, msgs))
+            reqs = [_Request(pq, msgs)]
+        elif size == 1:  # per-message handlers: no slicing
+            reqs = [_Request(pq, [m]) for m in msgs]
         else:
-            for i in range(0, len(msgs), size):
-                put(_Request(pq, msgs[i : i + size]))
+            reqs = [_Request(pq, msgs[i : i + size]) for i in range(0, len(msgs), size)]
+        self._queue.put_all(reqs)
         self._idle.clear()
 
     def _submit_later(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
@@ -220,7 +238,9 @@ class ConcurrentConsumeService:
         try:
             while True:
                 if items:
-                    req = queue.pop_nowait()
+                    req = items.popleft()
+                    if items and queue._woken == 0:
+                        queue._wake_one()  # (pop_nowait, inlined)
                 else:
                     streak = 0
                     self._check_idle()
@@ -229,7 +249,7 @@ class ConcurrentConsumeService:
                     continue
                 pq = req.pq  # (after the check: mypy would keep "not dropped" across the await)
                 msgs = req.msgs
-                ctx = ConcurrentContext(pq.queue)
+                ctx = _concurrent_context(pq.queue)
                 hook_ctx = None
                 if hooks:
                     hook_ctx = ConsumeHookContext(self._group, pq.queue, msgs)

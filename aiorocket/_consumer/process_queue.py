@@ -2,7 +2,7 @@
 
 Rules this state keeps:
 
-* Messages are kept by queue offset (a ``SortedDict`` of pulled runs) from the moment they
+* Messages are kept by queue offset (an ordered list of pulled runs) from the moment they
   are pulled until their consumption finished; :meth:`ProcessQueue.remove` returns the
   smallest offset still cached, or one past the largest ever cached when nothing is left.
   That is the offset to commit: it never passes a message whose consumption has not
@@ -32,13 +32,9 @@ No I/O and no clock: callers pass ``now`` (monotonic seconds).
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left
-from collections import deque
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-
-from sortedcontainers import SortedDict
 
 from aiorocket.models import MessageQueue, ReceivedMessage
 
@@ -101,11 +97,13 @@ class _Run:
 class ProcessQueue:
     """Messages of one queue between pull and finished consumption.
 
-    The cache is a ``SortedDict`` keyed by queue offset: the first offset of each pulled run
-    of messages, whose runs never overlap, plus an index from every cached offset to its run.
-    A put is then one sorted insertion per pull rather than per message, and a removal marks
-    messages in their run and drops the run once it is empty, which keeps the per-message
-    cost of the consumer's hot path low.
+    The cache is the list of pulled runs of messages in offset order (runs never overlap),
+    with their first offsets beside it: an offset is found by bisecting those, then indexing
+    its run. Pulls of a queue come in increasing offset order, so a put appends one run per
+    pull (no per-message index to fill), and runs are emptied mostly from the front: a
+    removal marks messages in their run and drops the run once it is empty, which keeps the
+    per-message cost of the consumer's hot path low (the smallest cached offset is
+    ``runs[0]``'s head, O(1)).
 
     Attributes:
         queue: the queue.
@@ -122,13 +120,13 @@ class ProcessQueue:
         "_calls",
         "_capacity_waiter",
         "_consuming",
+        "_firsts",
         "_limits",
         "_lock_waiters",
         "_reconsume",
         "_resume_waiter",
         "_runs",
         "_take_from",
-        "_where",
         "broker_max_offset",
         "cached_bytes",
         "cached_count",
@@ -145,8 +143,9 @@ class ProcessQueue:
 
     def __init__(self, queue: MessageQueue, *, now: float = 0.0) -> None:
         self.queue = queue
-        self._runs: SortedDict[int, _Run] = SortedDict()
-        self._where: dict[int, _Run] = {}
+        #: the runs in offset order, and the first offset of each (for bisect)
+        self._runs: list[_Run] = []
+        self._firsts: list[int] = []
         #: messages cached (pulled, consumption not finished)
         self.cached_count = 0
         self.cached_bytes = 0
@@ -186,7 +185,7 @@ class ProcessQueue:
         """The smallest cached offset, -1 when empty."""
         if not self._runs:
             return -1
-        run = self._runs.peekitem(0)[1]
+        run = self._runs[0]
         return run.offsets[run.head]
 
     @property
@@ -194,7 +193,7 @@ class ProcessQueue:
         """The largest cached offset, -1 when empty."""
         if not self._runs:
             return -1
-        run = self._runs.peekitem(-1)[1]
+        run = self._runs[-1]
         return run.offsets[run.tail]
 
     @property
@@ -203,12 +202,26 @@ class ProcessQueue:
         return self.max_offset - self.min_offset if self._runs else 0
 
     def __contains__(self, offset: object) -> bool:
-        return offset in self._where
+        return isinstance(offset, int) and self._locate(offset) is not None
+
+    def _locate(self, offset: int) -> tuple[_Run, int] | None:
+        """The run and index of ``offset`` if it is cached."""
+        pos = bisect_right(self._firsts, offset) - 1
+        if pos < 0:
+            return None
+        run = self._runs[pos]
+        offsets = run.offsets
+        i = offset - offsets[0]
+        if i >= len(offsets) or offsets[i] != offset:
+            i = bisect_left(offsets, offset)  # a run with gaps (tags filtered out)
+            if i >= len(offsets) or offsets[i] != offset:
+                return None
+        return (run, i) if run.live[i] else None
 
     def messages(self) -> list[ReceivedMessage]:
         """The cached messages in offset order (a copy)."""
         out: list[ReceivedMessage] = []
-        for run in self._runs.values():
+        for run in self._runs:
             live = run.live
             out.extend(m for i, m in enumerate(run.msgs) if live[i])
         return out
@@ -224,22 +237,27 @@ class ProcessQueue:
         # ``m._r`` is the record behind the read-only message; reading its fields directly
         # skips property calls on the consumer's hot path.
         offsets = [m._r.queue_offset for m in msgs]
-        ascending = sorted(set(offsets)) == offsets  # strictly ascending (C-speed check)
-        if ascending and (not runs or offsets[0] > self._last_run_offset()):
+        first = offsets[0]
+        # Strictly ascending? A pull's offsets are usually consecutive, which one list
+        # comparison confirms (C speed); a pull with gaps (tags filtered) needs the sort.
+        ascending = (
+            offsets[-1] - first == len(offsets) - 1
+            and offsets == list(range(first, first + len(offsets)))
+        ) or sorted(set(offsets)) == offsets
+        if ascending and (not runs or first > runs[-1].offsets[-1]):
             # The list itself is kept (not copied): removing that very list later takes the
             # whole run at once (see remove).
             self._add_run(msgs if type(msgs) is list else list(msgs), offsets)
             added = len(msgs)
         else:
             # Rare (a pull overlapping the cache): dedupe, then rebuild one ordered run.
-            where = self._where
-            fresh = {m._r.queue_offset: m for m in msgs if m._r.queue_offset not in where}
+            fresh = {m._r.queue_offset: m for m in msgs if m._r.queue_offset not in self}
             if not fresh:
                 return 0
-            merged = dict(zip(where, (self._message_at(o) for o in where), strict=True))
+            merged = {m._r.queue_offset: m for m in self.messages()}
             merged.update(fresh)
             runs.clear()
-            where.clear()
+            self._firsts.clear()
             self.cached_count = 0
             self.cached_bytes = 0
             order = sorted(merged)
@@ -249,21 +267,14 @@ class ProcessQueue:
             self.max_offset_ever = max(self.max_offset_ever, max(offsets))
         return added
 
-    def _last_run_offset(self) -> int:
-        run = self._runs.peekitem(-1)[1]
-        return run.offsets[-1]
-
-    def _message_at(self, offset: int) -> ReceivedMessage:
-        run = self._where[offset]
-        return run.msgs[bisect_left(run.offsets, offset)]
-
     def _add_run(self, msgs: list[ReceivedMessage], offsets: list[int]) -> None:
         size = 0
         for m in msgs:
             size += len(m._r.body)
         run = _Run(msgs, offsets, size)
-        self._runs[offsets[0]] = run
-        self._where.update(zip(offsets, repeat(run)))
+        # Always past the last run: put checks it, or rebuilds the cache from empty.
+        self._runs.append(run)
+        self._firsts.append(offsets[0])
         self.cached_count += len(msgs)
         self.cached_bytes += size
 
@@ -278,27 +289,27 @@ class ProcessQueue:
             return -1
         if now is not None:
             self.last_consume_time = now
-        where = self._where
+        if type(msgs) is list and len(msgs) == 1:
+            return self._remove_one(msgs[0])  # per-message consumption: the hot case
+        locate = self._locate
         if type(msgs) is list and msgs:
-            run = where.get(msgs[0]._r.queue_offset)
-            if run is not None and run.msgs is msgs and run.count == len(msgs):
+            run = runs[0]
+            if run.msgs is not msgs:
+                found = locate(msgs[0]._r.queue_offset)
+                if found is not None:
+                    run = found[0]
+            if run.msgs is msgs and run.count == len(msgs):
                 # The whole run as it was put, all of it still cached: drop it in one go.
-                del runs[run.offsets[0]]
-                deque(map(where.__delitem__, run.offsets), maxlen=0)
+                self._drop_run(run)
                 self.cached_count -= run.count
                 self.cached_bytes -= run.nbytes
                 return self._after_remove()
-        pop = where.pop
         freed = count = 0
         for m in msgs:
-            offset = m._r.queue_offset
-            run = pop(offset, None)
-            if run is None:
-                continue
-            offsets = run.offsets
-            i = offset - offsets[0]
-            if i >= len(offsets) or offsets[i] != offset:
-                i = bisect_left(offsets, offset)  # a run with gaps (tags filtered out)
+            found = locate(m._r.queue_offset)
+            if found is None:
+                continue  # not cached (any more)
+            run, i = found
             live = run.live
             live[i] = 0
             count += 1
@@ -307,7 +318,7 @@ class ProcessQueue:
             run.nbytes -= size
             run.count -= 1
             if run.count == 0:
-                del runs[offsets[0]]
+                self._drop_run(run)
             else:
                 if i == run.head:
                     head = i + 1
@@ -321,21 +332,76 @@ class ProcessQueue:
                     run.tail = tail
         self.cached_count -= count
         self.cached_bytes -= freed
-        return self._after_remove()
+        if self._capacity_waiter is not None:
+            self._wake_if_capacity()
+        if runs:
+            first = runs[0]
+            return first.offsets[first.head]
+        return self.max_offset_ever + 1
+
+    def _remove_one(self, msg: ReceivedMessage) -> int:
+        """:meth:`remove` of one message (the same steps, without the loop's bookkeeping)."""
+        offset = msg._r.queue_offset
+        runs = self._runs
+        run = runs[0]  # consumption goes roughly in offset order: try the front run first
+        offsets = run.offsets
+        i = offset - offsets[0]
+        if not (0 <= i < len(offsets) and offsets[i] == offset):
+            found = self._locate(offset)
+            run, i = found if found is not None else (run, -1)
+        live = run.live
+        if i >= 0 and live[i]:
+            live[i] = 0
+            size = len(run.msgs[i]._r.body)
+            run.nbytes -= size
+            run.count -= 1
+            self.cached_count -= 1
+            self.cached_bytes -= size
+            if run.count == 0:
+                self._drop_run(run)
+            else:
+                if i == run.head:
+                    head = i + 1
+                    while not live[head]:
+                        head += 1
+                    run.head = head
+                if i == run.tail:
+                    tail = i - 1
+                    while not live[tail]:
+                        tail -= 1
+                    run.tail = tail
+        if self._capacity_waiter is not None:
+            self._wake_if_capacity()
+        if runs:
+            first = runs[0]
+            return first.offsets[first.head]
+        return self.max_offset_ever + 1
+
+    def _drop_run(self, run: _Run) -> None:
+        """Forget an emptied run."""
+        runs = self._runs
+        firsts = self._firsts
+        if runs[0] is run:  # the usual case: consumption goes roughly in offset order
+            del runs[0]
+            del firsts[0]
+        else:
+            pos = bisect_left(firsts, run.offsets[0])
+            del runs[pos]
+            del firsts[pos]
 
     def _after_remove(self) -> int:
         if self._capacity_waiter is not None:
             self._wake_if_capacity()
         runs = self._runs
         if runs:
-            first = runs.peekitem(0)[1]
+            first = runs[0]
             return first.offsets[first.head]
         return self.max_offset_ever + 1
 
     def clear(self) -> None:
         """Drop every cached message (offset reset)."""
         self._runs.clear()
-        self._where.clear()
+        self._firsts.clear()
         self.cached_count = 0
         self.cached_bytes = 0
         self._consuming = []
@@ -357,18 +423,13 @@ class ProcessQueue:
         if not runs or n <= 0:
             return []
         start = self._take_from
-        # The common case, one offset after the last taken one still cached: O(1).
-        run = self._where.get(start) if start >= 0 else None
-        if run is not None:
-            offsets = run.offsets
-            i = start - offsets[0]
-            if i >= len(offsets) or offsets[i] != start:
-                i = bisect_left(offsets, start)
-        else:
+        # The common case, one offset after the last taken one still cached: one bisect.
+        found = self._locate(start) if start >= 0 else None
+        if found is None:
             found = self._run_from(start)
             if found is None:
                 return []
-            run, i = found
+        run, i = found
         out: list[ReceivedMessage] = []
         while True:
             live = run.live
@@ -380,10 +441,10 @@ class ProcessQueue:
                 i += 1
             if len(out) >= n:
                 break
-            pos = runs.bisect_right(run.offsets[0])
+            pos = bisect_right(self._firsts, run.offsets[0])
             if pos >= len(runs):
                 break
-            run = runs.peekitem(pos)[1]
+            run = runs[pos]
             i = run.head
         if not out:
             return out
@@ -403,11 +464,11 @@ class ProcessQueue:
         """The run and index of the first cached offset >= ``start`` (-1: the front)."""
         runs = self._runs
         if start < 0:
-            run = runs.peekitem(0)[1]
+            run = runs[0]
             return run, run.head
-        pos = max(runs.bisect_right(start) - 1, 0)
+        pos = max(bisect_right(self._firsts, start) - 1, 0)
         while pos < len(runs):
-            run = runs.peekitem(pos)[1]
+            run = runs[pos]
             offsets = run.offsets
             if offsets[run.tail] >= start:
                 return run, max(run.head, bisect_left(offsets, start, run.head, run.tail + 1))

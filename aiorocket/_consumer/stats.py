@@ -167,7 +167,7 @@ class StatsRecorder:
 
     def consumed(self, topic: str, rt: float, ok: int, failed: int) -> None:
         """One handler call finished after ``rt`` seconds."""
-        c = self._topic(topic)
+        c = self._topics.get(topic) or self._topic(topic)
         c.consume_calls += 1
         c.consume_rt += rt
         c.ok += ok

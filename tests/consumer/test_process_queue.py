@@ -169,6 +169,7 @@ def test_matches_a_plain_sorted_map(ops: list[tuple[str, list[int]]]) -> None:
         assert pq.min_offset == (min(model) if model else -1)
         assert pq.span == (max(model) - min(model) if model else 0)
         assert [m.queue_offset for m in pq.messages()] == sorted(model)
+        assert [o for o in range(-1, 62) if o in pq] == sorted(model)
 
 
 def test_removing_the_very_list_that_was_put_drops_its_run() -> None:
@@ -182,3 +183,26 @@ def test_removing_the_very_list_that_was_put_drops_its_run() -> None:
     assert pq.remove(first[:1]) == 1
     assert pq.remove(first) == 8  # not whole any more: message by message
     assert (pq.cached_count, pq.cached_bytes, 5 in pq) == (0, 0, False)
+
+
+def test_a_pull_spanning_its_length_out_of_order_is_not_taken_as_ascending() -> None:
+    # First and last offsets 3 apart over 4 messages, yet not ascending: the cache must sort.
+    pq = ProcessQueue(MQ)
+    msgs = _msgs([5, 7, 6, 8])
+    assert pq.put(msgs) == 4
+    assert [m.queue_offset for m in pq.messages()] == [5, 6, 7, 8]
+    assert pq.remove(msgs[:1]) == 6
+    assert pq.remove(msgs[2:3]) == 7
+
+
+def test_emptying_a_run_behind_the_first_keeps_the_others() -> None:
+    pq = ProcessQueue(MQ)
+    runs = [_msgs(range(1, 3)), _msgs(range(3, 5)), _msgs(range(5, 7))]
+    for run in runs:
+        pq.put(run)
+    assert pq.remove(runs[1]) == 1  # the middle run, whole
+    assert pq.remove(runs[2][:1]) == 1
+    assert [m.queue_offset for m in pq.messages()] == [1, 2, 6]
+    assert [m.queue_offset for m in pq.take(3)] == [1, 2, 6]
+    assert pq.commit() == 7
+    assert (pq.cached_count, pq.min_offset) == (0, -1)
