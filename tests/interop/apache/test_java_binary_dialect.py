@@ -24,7 +24,7 @@ import pytest
 from aiorocket._protocol.codes import SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import server as server_module
-from aiorocket._remoting.connection import Connection
+from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop import binary_scenarios as sc
 from tests.interop.apache.kit import JavaClient, JavaCluster
@@ -71,7 +71,7 @@ async def test_pull_consumer_and_admin(java_cluster: JavaCluster) -> None:
 BINARY_JVM = ("-Drocketmq.serialize.type=ROCKETMQ",)
 
 
-class Recording(Connection):
+class Recording(ServerConnection):
     """A broker-side connection that also counts the dialects of the responses it writes."""
 
     made: ClassVar[list[Recording]] = []
@@ -94,7 +94,7 @@ class Recording(Connection):
 def recording(monkeypatch: pytest.MonkeyPatch) -> list[Recording]:
     """Every connection the embedded broker accepts from now on."""
     Recording.made = []
-    monkeypatch.setattr(server_module, "Connection", Recording)
+    monkeypatch.setattr(server_module, "ServerConnection", Recording)
     return Recording.made
 
 
