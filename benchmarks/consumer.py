@@ -231,6 +231,63 @@ async def drain(
     return t1 - t0, c1 - c0
 
 
+async def drain_processes(
+    addr: str,
+    n: int,
+    group: str,
+    *,
+    batch: bool,
+    processes: int,
+    topic: str = TOPIC,
+    queues: int = 8,
+) -> tuple[float, float]:
+    """Consume the whole topic with ``processes`` member processes of a fresh group (what
+    ``aiorocket run --workers N`` deploys); (seconds, CPU seconds of all members) from the
+    moment the settled group starts pulling to its last message."""
+    child = Path(__file__).with_name("drain_child.py")
+    args = [addr, topic, group, str(n // queues), "32" if batch else "1", str(queues)]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(child),
+            *args,
+            str(processes),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        for _ in range(processes)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = await asyncio.wait_for(p.stdout.readline(), 90)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"drain member did not get ready: {line!r}")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(b"go\n")
+            await p.stdin.drain()
+        starts, ends, cpu = [], [], 0.0
+        for p in procs:
+            assert p.stdout is not None
+            line = await asyncio.wait_for(p.stdout.readline(), 600)
+            word, t0, t1, c = line.decode().split()
+            if word != "done":
+                raise RuntimeError(f"drain member failed: {line!r}")
+            starts.append(float(t0))
+            ends.append(float(t1))
+            cpu += float(c)
+        for p in procs:
+            await asyncio.wait_for(p.wait(), 60)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+    return max(ends) - min(starts), cpu
+
+
 async def pull_drain(
     addr: str, n: int, group: str, *, poll: bool, topic: str = TOPIC
 ) -> tuple[float, float]:

@@ -8,7 +8,9 @@ In one run, for each broker (the embedded broker in a child process; then the Ap
 * drain it with a fresh group, alternating contenders so drift hits both alike:
   aiorocket's batch handler (32 per call) | Java ``DefaultMQPushConsumer``, no-op listener,
   ``consumeMessageBatchMaxSize`` 32 | aiorocket's per-message ``async def`` handler | Java with
-  batch 1 (both Java runs with the default 20 consume threads);
+  batch 1 (both Java runs with the default 20 consume threads); then aiorocket's batch and
+  per-message drains again with ``--members`` processes in one group (default 2: what
+  ``aiorocket run --workers 2`` deploys), timed from the settled group's first pull;
 * a sync send loop (one in flight, 128 B) for ``--seconds``: Java ``DefaultMQProducer`` beside
   aiorocket's ``Producer.send``; and aiorocket pipelined (``--in-flight`` sends in flight).
 
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from consumer import broker_process, drain, fill  # noqa: E402
+from consumer import broker_process, drain, drain_processes, fill  # noqa: E402
 
 from aiorocket import Message, Producer  # noqa: E402
 from tests.interop.apache.kit import JavaCluster, kit_problem, rmq  # noqa: E402
@@ -158,6 +160,18 @@ async def one_broker(
         ("aiorocket_per_message", lambda g: drain(addr, n, g, batch=False, topic=topic)),
         ("java_batch_1", lambda g: java_drain(classes, addr, topic, g, n, 1)),
     ]
+    if args.members > 1:
+        m = args.members
+        contenders += [
+            (
+                f"aiorocket_batch_{m}_members",
+                lambda g: drain_processes(addr, n, g, batch=True, processes=m, topic=topic),
+            ),
+            (
+                f"aiorocket_per_message_{m}_members",
+                lambda g: drain_processes(addr, n, g, batch=False, processes=m, topic=topic),
+            ),
+        ]
     for i in range(args.repeat):
         for name, run in contenders:
             result = await run(f"bench-{label}-{name}-{i}".replace("_", "-"))
@@ -189,6 +203,10 @@ async def one_broker(
     out["ratio_batch_vs_java_batch_32"] = (
         out["aiorocket_batch"]["msgs_per_s"] / out["java_batch_32"]["msgs_per_s"]
     )
+    for name in list(out):
+        if name.endswith("_members"):
+            peer = "java_batch_32" if name.startswith("aiorocket_batch") else "java_batch_1"
+            out[f"ratio_{name}_vs_{peer}"] = out[name]["msgs_per_s"] / out[peer]["msgs_per_s"]
     out["ratio_producer_sync_vs_java"] = (
         out["aiorocket_producer_sync"]["msgs_per_s"] / out["java_producer_sync"]["msgs_per_s"]
     )
@@ -219,6 +237,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=5.0, help="each producer loop")
     ap.add_argument("--in-flight", type=int, default=256)
+    ap.add_argument(
+        "--members",
+        type=int,
+        default=2,
+        help="also drain with this many member processes in one group (1: skip)",
+    )
     ap.add_argument("--quick", action="store_true", help="100k messages, one run, 2 s loops")
     args = ap.parse_args()
     if args.quick:
@@ -250,7 +274,11 @@ def main() -> int:
             "aiorocket_producer_sync",
             "java_producer_sync",
             "aiorocket_producer_pipelined",
+            f"aiorocket_batch_{args.members}_members",
+            f"aiorocket_per_message_{args.members}_members",
         ):
+            if key not in res[side]:
+                continue
             row = res[side][key]
             spread = f"{row['spread_pct']:.0f}%" if "spread_pct" in row else "-"
             print(
@@ -263,6 +291,9 @@ def main() -> int:
             f"batch / Java batch 32 = {d['ratio_batch_vs_java_batch_32']:.2f}; "
             f"sync send / Java = {d['ratio_producer_sync_vs_java']:.2f}"
         )
+        for key, value in d.items():
+            if key.startswith("ratio_") and "_members_" in key:
+                print(f"{side}: {key[len('ratio_') :]} = {value:.2f}")
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"java_peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(res, indent=2))

@@ -798,7 +798,20 @@ def java_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
             ("aiorocket_batch", "java_batch_32", "batch handler (32) vs Java batch 32"),
             ("aiorocket_producer_sync", "java_producer_sync", "sync send loop vs Java"),
             ("aiorocket_producer_pipelined", "java_producer_sync", "pipelined send vs Java sync"),
+            # Context: the same drains by two member processes of one group (--workers 2).
+            (
+                "aiorocket_per_message_2_members",
+                "java_batch_1",
+                "2 member processes, per-message handler vs Java batch 1",
+            ),
+            (
+                "aiorocket_batch_2_members",
+                "java_batch_32",
+                "2 member processes, batch handler (32) vs Java batch 32",
+            ),
         ):
+            if ours not in d:
+                continue  # (java_peers.py --members 1, or a result from before the option)
             o, j = d[ours], d[java]
             ratio = _ratio(o["msgs_per_s"], j["msgs_per_s"])
             # The goals: twice the Java push consumer per message, 2.5x with batches of 32,
