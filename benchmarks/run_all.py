@@ -1162,14 +1162,14 @@ def main() -> int:
     met = sum(1 for r in rows if r.met)
     missed = sum(1 for r in rows if r.met is False)
     print(f"\ngoals: {met} rows met, {missed} missed")
-    print("\nbenchmark   status          seconds   load average (1 min) before -> after")
+    print("\nbenchmark     status          seconds   load average (1 min) before -> after")
     for o in outcomes.values():
         load = (
             f"{o.load_before[0]:.2f} -> {o.load_after[0]:.2f}"
             if o.load_before and o.load_after
             else "-"
         )
-        print(f"{o.name:<12}{o.status:<16}{o.seconds:>7.0f}   {load}")
+        print(f"{o.name:<14}{o.status:<16}{o.seconds:>7.0f}   {load}")
     if "duration_s" in report:
         print(f"run time: {report['duration_s'] / 60:.1f} min")
 
