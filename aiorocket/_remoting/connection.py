@@ -45,6 +45,7 @@ from aiorocket._protocol.frame import (
 from aiorocket.errors import (
     ClientClosedError,
     ConnectionClosedError,
+    FrameTooLargeError,
     LocalProtocolError,
     RemoteProtocolError,
     RequestTimeoutError,
@@ -56,6 +57,14 @@ log = logging.getLogger("aiorocket.remoting")
 
 #: Serves one inbound request; returns the response, or ``None`` to send nothing.
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
+
+
+def _tls_hint(exc: RemoteProtocolError) -> str:
+    """Why a frame length is absurd when the peer speaks TLS: a TLS record starts with its
+    type (0x16 handshake, 0x15 alert) and version 3.x, read here as a length of 350-370 MB."""
+    if isinstance(exc, FrameTooLargeError) and (exc.length >> 16) in (0x1603, 0x1503):
+        return " (the peer speaks TLS on a connection that is plain TCP on this side)"
+    return ""
 
 
 class Spawn(Protocol):
@@ -173,7 +182,7 @@ class Connection(asyncio.BufferedProtocol):
                 cmd = decoder.next_command()
             except RemoteProtocolError as exc:
                 # The stream position can no longer be trusted: close this connection only.
-                log.warning("closing %s: %s", self._label(), exc)
+                log.warning("closing %s: %s%s", self._label(), exc, _tls_hint(exc))
                 self._abort(exc)
                 return
             if cmd is NEED_DATA:

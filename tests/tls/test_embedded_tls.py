@@ -142,13 +142,19 @@ async def test_hostname_is_checked(pki: Pki, tmp_path: Path) -> None:
         await produce(b.address, "Host", [b"x"], tls=lax)
 
 
-async def test_tls_client_against_plain_broker(tmp_path: Path) -> None:
-    """A TLS client against a plain-only broker fails fast and says the handshake was cut."""
+async def test_tls_client_against_plain_broker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A TLS client against a plain-only broker fails fast and says the handshake was cut;
+    the broker's log says the peer spoke TLS, not only that a frame length was absurd."""
     async with EmbeddedBroker(data_dir=tmp_path / "b") as b:
         with pytest.raises(RocketError) as info:
             await produce(b.address, "T", [b"x"], tls=True, tls_verify=False)
         chain = [info.value, info.value.__cause__, info.value.__context__]
         assert any("TLS handshake" in str(e) for e in chain), repr(chain)
+    closing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("closing")]
+    assert closing, caplog.text
+    assert all("the peer speaks TLS" in m for m in closing), closing
 
 
 async def test_client_certificates_required(pki: Pki, tmp_path: Path) -> None:
