@@ -945,6 +945,12 @@ def print_table(rows: list[Row]) -> None:
 # -- charts -------------------------------------------------------------------------------------
 
 
+def _goal_ratio(target: str | None) -> float | None:
+    """The ratio of a target such as ">= 2.5x Java" (None for absolute targets)."""
+    m = re.match(r">= ([0-9.]+)x", target or "")
+    return float(m.group(1)) if m else None
+
+
 def render_charts(docs: dict[str, dict[str, Any] | None], rows: list[Row]) -> list[str]:
     """Write the PNG charts; return their paths (none when matplotlib is missing)."""
     try:
@@ -964,7 +970,7 @@ def render_charts(docs: dict[str, dict[str, Any] | None], rows: list[Row]) -> li
         if r.ratio is not None and r.peer is not None and r.unit in ("msg/s", "rows/s")
     ]
     if bars:
-        goals = {"P1": 0.6, "P2": 3.0, "P3": 2.0, "P8": 8.0}
+        goals = {r.figure: _goal_ratio(r.target) for r in bars if r.goal != "-"}
         fig, ax = plt.subplots(figsize=(10, 0.55 * len(bars) + 1.6), dpi=110)
         labels = [
             (f"{r.goal}: " if r.goal != "-" else "") + f"{r.figure}\nvs {r.peer}" for r in bars
@@ -974,7 +980,7 @@ def render_charts(docs: dict[str, dict[str, Any] | None], rows: list[Row]) -> li
         ys = list(range(len(bars)))[::-1]
         ax.barh(ys, values, color=colours, height=0.6)
         for y, r, v in zip(ys, bars, values, strict=True):
-            g = goals.get(r.goal)
+            g = goals.get(r.figure)
             # Beside the bar, unless the goal marker is just right of it.
             at = v if g is None or v >= g or g / max(v, 1e-9) > 2.5 else g
             ax.text(at * 1.12, y, f"{v:.2f}x", va="center", fontsize=9)
