@@ -18,6 +18,7 @@ from typing import Final
 
 from aiorocket._protocol.codes import LanguageCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.frame import TemplateBase
 from aiorocket.errors import LocalProtocolError
 
 __all__ = ["BinaryRequestTemplate"]
@@ -27,7 +28,7 @@ _U16: Final = struct.Struct(">H")
 _INT32_MAX: Final = 2**31 - 1
 
 
-class BinaryRequestTemplate:
+class BinaryRequestTemplate(TemplateBase):
     """A request sent again and again with the same fields except a few integer ext fields,
     in the binary header dialect.
 
@@ -57,7 +58,7 @@ class BinaryRequestTemplate:
         "_var_keys",
     )
 
-    serialize_type: Final = SerializeType.ROCKETMQ
+    serialize_type = SerializeType.ROCKETMQ
 
     def __init__(self, cmd: RemotingCommand, variable: Sequence[str]) -> None:
         missing = [k for k in variable if k not in cmd.ext_fields]
@@ -109,29 +110,6 @@ class BinaryRequestTemplate:
             self._structs.clear()
         st = self._structs[key] = struct.Struct("".join(fmt))
         return st
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The variable ext keys, in the order :meth:`encode` takes their values."""
-        return self._keys
-
-    def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
-        """The request with ``values`` filled in, as a :class:`RemotingCommand` (binary)."""
-        cmd = self._cmd
-        ext = dict(cmd.ext_fields)
-        for key, value in zip(self._keys, values, strict=True):
-            ext[key] = str(value)
-        return RemotingCommand(
-            cmd.code,
-            opaque,
-            cmd.flag,
-            cmd.language,
-            cmd.version,
-            cmd.remark,
-            ext,
-            cmd.body,
-            SerializeType.ROCKETMQ,
-        )
 
     def encode(self, opaque: int, values: Sequence[int]) -> list[bytes | bytearray | memoryview]:
         """The frame with ``values`` (ints, one per variable key) and ``opaque``, as buffers

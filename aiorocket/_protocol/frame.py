@@ -31,6 +31,7 @@ __all__ = [
     "FrameDecoder",
     "NeedData",
     "RequestTemplate",
+    "TemplateBase",
     "decode_frame",
     "encode_command",
     "encode_command_parts",
@@ -574,7 +575,42 @@ def encode_command(cmd: RemotingCommand) -> bytes:
     return b"".join(encode_command_parts(cmd))
 
 
-class RequestTemplate:
+class TemplateBase:
+    """What every request template shares: the request, its variable keys, and the request
+    rebuilt with their values (:meth:`command`) in the template's dialect."""
+
+    __slots__ = ()
+
+    serialize_type: SerializeType = SerializeType.JSON
+    _cmd: RemotingCommand
+    _keys: tuple[str, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The variable ext keys, in the order :meth:`encode` takes their values."""
+        return self._keys
+
+    def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
+        """The request with ``values`` filled in, as a :class:`RemotingCommand` in the
+        template's dialect."""
+        cmd = self._cmd
+        ext = dict(cmd.ext_fields)
+        for key, value in zip(self._keys, values, strict=True):
+            ext[key] = str(value)
+        return RemotingCommand(
+            cmd.code,
+            opaque,
+            cmd.flag,
+            cmd.language,
+            cmd.version,
+            cmd.remark,
+            ext,
+            cmd.body,
+            self.serialize_type,
+        )
+
+
+class RequestTemplate(TemplateBase):
     """A request sent again and again with the same fields except a few integer ext fields
     (a queue's PULL_MESSAGE: offset, flag and commit offset change, nine fields do not).
 
@@ -628,21 +664,6 @@ class RequestTemplate:
         for marker in markers:
             text = text.replace(marker, "%d")
         self._fmt = text.encode("utf-8")
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The variable ext keys, in the order :meth:`encode` takes their values."""
-        return self._keys
-
-    def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
-        """The request with ``values`` filled in, as a :class:`RemotingCommand`."""
-        cmd = self._cmd
-        ext = dict(cmd.ext_fields)
-        for key, value in zip(self._keys, values, strict=True):
-            ext[key] = str(value)
-        return RemotingCommand(
-            cmd.code, opaque, cmd.flag, cmd.language, cmd.version, cmd.remark, ext, cmd.body
-        )
 
     def encode(self, opaque: int, values: Sequence[int]) -> list[bytes | bytearray | memoryview]:
         """The frame with ``values`` (ints, one per variable key) and ``opaque``, as buffers

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -224,25 +225,10 @@ class TransactionService:
             return None
         if self._topics.get(topic) is None:
             self._topics.ensure(topic, max(qid + 1, self._config.default_queues))
-        host, port = self._store_address()
-        return MessageRecord(
-            topic=topic,
-            body=half.body,
-            queue_id=qid,
-            flag=half.flag,
-            queue_offset=0,
-            commit_log_offset=0,
-            sys_flag=reset_transaction_value(half.sys_flag, _COMMIT),
-            born_timestamp=half.born_timestamp,
-            born_host=half.born_host,
-            born_port=half.born_port,
-            store_timestamp=0,
-            store_host=host,
-            store_port=port,
-            reconsume_times=half.reconsume_times,
-            prepared_transaction_offset=commit_log_offset,
-            properties=props,
-        )
+        real = self._copy(half, topic, qid, properties=props)
+        real.sys_flag = reset_transaction_value(half.sys_flag, _COMMIT)
+        real.prepared_transaction_offset = commit_log_offset
+        return real
 
     def _put_op(self, half: MessageRecord) -> PutResult:
         # TransactionalMessageBridge.putOpMessage: tag "d", body = the half's queue offset,
@@ -380,14 +366,21 @@ class TransactionService:
                 yield qo, rec
             offset = result.next_begin_offset
 
-    def _put_back(self, half: MessageRecord) -> MessageRecord:
-        # putBackHalfMsgQueue / renewHalfMessageInner: the same half at the queue's end; the
-        # check-back names this copy, whose offsets END_TRANSACTION will carry.
+    def _copy(
+        self,
+        half: MessageRecord,
+        topic: str,
+        queue_id: int,
+        *,
+        properties: dict[str, str] | None = None,
+    ) -> MessageRecord:
+        """A new record of ``half`` for ``topic``/``queue_id``, stored by this broker (with
+        ``half``'s properties copied unless others are given)."""
         host, port = self._store_address()
-        copy = MessageRecord(
-            topic=HALF_TOPIC,
+        return MessageRecord(
+            topic=topic,
             body=half.body,
-            queue_id=half.queue_id,
+            queue_id=queue_id,
             flag=half.flag,
             queue_offset=0,
             commit_log_offset=0,
@@ -400,8 +393,13 @@ class TransactionService:
             store_port=port,
             reconsume_times=half.reconsume_times,
             prepared_transaction_offset=0,
-            properties=dict(half.properties),
+            properties=dict(half.properties) if properties is None else properties,
         )
+
+    def _put_back(self, half: MessageRecord) -> MessageRecord:
+        # putBackHalfMsgQueue / renewHalfMessageInner: the same half at the queue's end; the
+        # check-back names this copy, whose offsets END_TRANSACTION will carry.
+        copy = self._copy(half, HALF_TOPIC, half.queue_id)
         result = self._writer.store_message(copy)
         copy.queue_offset = result.queue_offset
         copy.commit_log_offset = result.commit_log_offset
@@ -418,27 +416,7 @@ class TransactionService:
             CHECK_MAX_TOPIC,
         )
         self._topics.ensure(CHECK_MAX_TOPIC, 1)
-        host, port = self._store_address()
-        self._writer.store_message(
-            MessageRecord(
-                topic=CHECK_MAX_TOPIC,
-                body=half.body,
-                queue_id=0,
-                flag=half.flag,
-                queue_offset=0,
-                commit_log_offset=0,
-                sys_flag=half.sys_flag,
-                born_timestamp=half.born_timestamp,
-                born_host=half.born_host,
-                born_port=half.born_port,
-                store_timestamp=0,
-                store_host=host,
-                store_port=port,
-                reconsume_times=half.reconsume_times,
-                prepared_transaction_offset=0,
-                properties=dict(half.properties),
-            )
-        )
+        self._writer.store_message(self._copy(half, CHECK_MAX_TOPIC, 0))
         self.discarded += 1
 
     def _send_check(self, half: MessageRecord) -> None:
@@ -464,23 +442,10 @@ class TransactionService:
                 half.store_host, half.store_port, half.commit_log_offset
             ),
         )
-        sent = MessageRecord(
+        sent = dataclasses.replace(
+            half,
             topic=half.properties.get(mp.REAL_TOPIC, half.topic),
-            body=half.body,
             queue_id=_int(half.properties.get(mp.REAL_QID), half.queue_id),
-            flag=half.flag,
-            queue_offset=half.queue_offset,
-            commit_log_offset=half.commit_log_offset,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=half.born_host,
-            born_port=half.born_port,
-            store_timestamp=half.store_timestamp,
-            store_host=half.store_host,
-            store_port=half.store_port,
-            reconsume_times=half.reconsume_times,
-            prepared_transaction_offset=half.prepared_transaction_offset,
-            properties=half.properties,
         )
         cmd = RemotingCommand.request(
             RequestCode.CHECK_TRANSACTION_STATE,
