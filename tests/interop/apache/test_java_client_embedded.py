@@ -346,11 +346,12 @@ async def test_java_push_members_survivor_takes_over_a_killed_member(
         if orderly:
             # A Java broker keeps a dead member's queue locks until the lease from its last
             # renewal runs out (RebalanceLockManager: locks survive the connection). Just
-            # before that, they are still a's and b has none of them.
+            # before the first of them runs out, they are still a's and b has none of them
+            # (each queue's lease counts from its own last renewal, so the earliest decides).
             a_id = a.of("ready")[0]["client_id"]
             a_mqs = [rmq.MessageQueue(topic, broker.config.broker_name, q) for q in a_queues]
-            last_renewal = max(locks._table[group][mq].last_update for mq in a_mqs)
-            await asyncio.sleep(max(0.0, last_renewal + LOCK_LEASE - 0.3 - time.monotonic()))
+            first_expiry = min(locks._table[group][mq].last_update for mq in a_mqs) + LOCK_LEASE
+            await asyncio.sleep(max(0.0, first_expiry - 0.3 - time.monotonic()))
             now = time.monotonic()
             assert [locks.holder(group, mq, now=now) for mq in a_mqs] == [a_id] * len(a_mqs)
             assert not java_locked(b) & a_queues
