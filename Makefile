@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 EXTRAS ?= dev,uvloop,fastapi,spark,prometheus,opentelemetry
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint typecheck importlint unit bench clean
+.PHONY: demo test lint typecheck importlint unit interop bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest
 
 test: lint typecheck importlint unit
+
+# The interop suite alone, against the Apache RocketMQ install ROCKETMQ_HOME names.
+interop: $(STAMP)
+	@test -n "$$ROCKETMQ_HOME" || { echo "make interop: set ROCKETMQ_HOME to an Apache RocketMQ install (its lib/*.jar)"; exit 2; }
+	$(VENV)/bin/pytest tests/interop/apache $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }

@@ -1,8 +1,7 @@
-"""aiorocket beside the Java 4.9.8 client, on the embedded broker and on the Java broker.
+"""aiorocket beside the Java client, on the embedded broker and on the Java broker.
 
-In one run, for each broker (the embedded broker in a child process; then the Apache RocketMQ
-4.9.8 name server and broker from the interop kit, ``../shared/peers/apache-rocketmq-4.9.8`` or
-``AIOROCKET_ROCKETMQ_KIT``):
+In one run, for each broker (the embedded broker in a child process; then the name server and
+broker of the Apache RocketMQ install ``ROCKETMQ_HOME`` names, whose Java client is the peer):
 
 * fill one 8-queue topic with ``--messages`` x 128 B (default 1M, so the JVM's JIT is warm);
 * drain it with a fresh group, alternating contenders so drift hits both alike:
@@ -31,7 +30,6 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +44,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from consumer import broker_process, drain, drain_processes, fill  # noqa: E402
 
 from aiorocket import Message, Producer  # noqa: E402
-from tests.interop.apache.kit import JavaCluster, kit_problem, rmq  # noqa: E402
+from tests.interop.apache.install import (  # noqa: E402
+    InstallError,
+    JavaCluster,
+    compile_java,
+    find_install,
+    tools_options,
+)
 
 RESULTS = Path(__file__).parent / "results"
 JAVA_SOURCE = Path(__file__).parent / "java" / "JBench.java"
@@ -59,19 +63,18 @@ def _cpu() -> float:
 
 
 def compile_bench(out: Path) -> Path:
-    """Compile ``java/JBench.java`` against the kit's jars into ``out``."""
-    subprocess.run([rmq(), "javac", str(out), str(JAVA_SOURCE)], check=True, timeout=300)
-    return out
+    """Compile ``java/JBench.java`` against the install's jars into ``out``."""
+    return compile_java(out, [JAVA_SOURCE])
 
 
 async def run_java(classes: Path, *args: str, timeout: float = 900) -> dict[str, Any]:
     """Run ``JBench`` with ``args``; its JSON line (the client's own log lines are skipped)."""
+    install = find_install()
+    assert install is not None
+    tmp = Path(tempfile.gettempdir())
+    argv = install.java_argv("JBench", *args, classpath=[classes], jvm_options=tools_options(tmp))
     proc = await asyncio.create_subprocess_exec(
-        rmq(),
-        "run",
-        str(classes),
-        "JBench",
-        *args,
+        *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
@@ -247,7 +250,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.messages, args.repeat, args.seconds = 100_000, 1, 2.0
-    problem = kit_problem()
+    try:
+        problem = None if find_install() else "ROCKETMQ_HOME is not set"
+    except InstallError as exc:
+        problem = str(exc)
     if problem is not None:
         print(f"java_peers: not run: {problem}", flush=True)
         return 2

@@ -1,5 +1,9 @@
 """Fixtures of the Apache RocketMQ interop tests: a Java cluster per module, compiled programs.
 
+The install is the one ``ROCKETMQ_HOME`` names (``install.py``). Without it every module here
+is collected as one skipped item, so a run prints one skip line per module and imports none of
+them; with ``ROCKETMQ_HOME`` set but unusable, collection stops the run with one message.
+
 A module picks its cluster with module-level constants: ``JAVA_BROKERS`` (broker names, default
 one broker), ``JAVA_BROKER_CONF`` (``k=v`` settings added to :data:`DEFAULT_BROKER_CONF`),
 ``JAVA_BROKER_FILES`` (files for each broker's ``conf/``, e.g. ``plain_acl.yml``) and
@@ -11,10 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.interop.apache.kit import JavaCluster, compile_java, kit_problem, require_kit
+from tests.interop.apache.install import (
+    ENV,
+    Install,
+    InstallError,
+    JavaCluster,
+    compile_java,
+    install,
+    require_install,
+)
 
 #: Every delay level at 1 s, so retries (level 3 + reconsume times) come back quickly; the
 #: Java broker's default starts at "1s 5s 10s" and a first retry would wait 10 s.
@@ -23,35 +36,82 @@ FAST_DELAY_LEVELS = " ".join(["1s"] * 18)
 #: settings every test cluster's brokers get (a module's ``JAVA_BROKER_CONF`` adds to them)
 DEFAULT_BROKER_CONF = {"messageDelayLevel": FAST_DELAY_LEVELS}
 
+_HERE = Path(__file__).parent
+
+
+class _NoInstall(pytest.Item):
+    """The one item of a module that cannot run here; marked skip."""
+
+    def runtest(self) -> None:
+        raise AssertionError("marked skip: never runs")
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name
+
+
+class _SkippedModule(pytest.Module):
+    """A test module collected as a single skipped item, without importing it."""
+
+    def collect(self) -> list[pytest.Item]:
+        item = _NoInstall.from_parent(self, name="interop")
+        item.add_marker(
+            pytest.mark.skip(reason=f"{ENV} is not set: no Apache RocketMQ install to test against")
+        )
+        return [item]
+
+
+class _UnusableModule(pytest.Module):
+    """A test module of a run that :func:`pytest_collection_modifyitems` stops."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+#: why ``ROCKETMQ_HOME`` cannot be used, once a module found out
+_unusable: list[str] = []
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Any:
+    if not module_path.name.startswith("test_"):
+        return None
+    try:
+        found = install()
+    except InstallError as exc:
+        # pytest.exit inside a collector would be reported as a collection error with a
+        # traceback; the run is stopped after collection, with the message alone
+        _unusable[:] = [str(exc)]
+        return _UnusableModule.from_parent(parent, path=module_path)
+    if found is None:
+        return _SkippedModule.from_parent(parent, path=module_path)
+    return None
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # every test here needs the kit: mark them so `-m "not interop"` leaves them out
-    here = Path(__file__).parent
+    if _unusable:
+        pytest.exit(f"interop: {_unusable[0]}", returncode=pytest.ExitCode.USAGE_ERROR)
+    # every test here needs the install: mark them so `-m "not interop"` leaves them out
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(here):
+        if Path(str(item.fspath)).is_relative_to(_HERE):
             item.add_marker(pytest.mark.interop)
 
 
-@pytest.fixture(autouse=True)
-def _kit() -> None:
-    require_kit()
+@pytest.fixture(scope="session")
+def rocketmq() -> Install:
+    """The Apache RocketMQ install under test."""
+    return require_install()
 
 
 @pytest.fixture(scope="session")
-def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test programs (``java/*.java``) and the kit's own (``Peer``, ``Drain``), compiled."""
-    if kit_problem() is not None:
-        pytest.skip(kit_problem() or "")
+def java_classes(rocketmq: Install, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test programs (``java/*.java``), compiled against the install."""
     return compile_java(tmp_path_factory.mktemp("java-classes"))
 
 
 @pytest.fixture(scope="module")
 def java_cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    rocketmq: Install, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JavaCluster]:
     """A Java name server and broker(s) shared by the tests of one module."""
-    if kit_problem() is not None:
-        require_kit()
     module = request.module
     conf = {**DEFAULT_BROKER_CONF, **getattr(module, "JAVA_BROKER_CONF", {})}
     cluster = JavaCluster(
@@ -60,6 +120,7 @@ def java_cluster(
         broker_conf=conf,
         files=getattr(module, "JAVA_BROKER_FILES", None),
         system_properties=getattr(module, "JAVA_BROKER_PROPERTIES", None),
+        install=rocketmq,
     )
     with cluster:
         yield cluster

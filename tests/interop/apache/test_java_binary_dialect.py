@@ -27,7 +27,7 @@ from aiorocket._remoting import server as server_module
 from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop import binary_scenarios as sc
-from tests.interop.apache.kit import JavaClient, JavaCluster
+from tests.interop.apache.install import JavaClient, JavaCluster
 from tests.interop.apache.test_java_client_embedded import (
     BOOT,
     COUNT,

@@ -29,7 +29,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.errors import AccessDeniedError, BrokerSystemError
-from tests.interop.apache.kit import JavaCluster
+from tests.interop.apache.install import JavaCluster
 from tests.interop.harness import unique_name
 
 #: the account the tests use; every topic but :data:`DENIED_TOPIC` is allowed

@@ -48,7 +48,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket import MessageQueue
-from tests.interop.apache.kit import JavaClient, JavaCluster
+from tests.interop.apache.install import JavaClient, JavaCluster
 from tests.interop.harness import unique_name
 
 #: consumer settings that keep the tests quick (``tests/consumer/conftest.py``'s ``FAST``)

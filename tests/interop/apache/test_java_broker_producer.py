@@ -39,7 +39,7 @@ from aiorocket._protocol import properties as wire_props
 from aiorocket._protocol.codes import MessageSysFlag
 from tests.consumer.conftest import FAST, wait_for
 from tests.interop.apache.conftest import FAST_DELAY_LEVELS
-from tests.interop.apache.kit import JavaClient, JavaCluster, compile_java
+from tests.interop.apache.install import JavaClient, JavaCluster, compile_java
 from tests.interop.harness import unique_name
 
 #: Level 2 is 3 s and every other level 1 s: a delayed message that arrives after 3 s proves

@@ -36,7 +36,7 @@ from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket.settings import ClientSettings
 from tests.consumer.conftest import FAST, wait_for
-from tests.interop.apache.kit import JavaClient, JavaCluster, compile_java
+from tests.interop.apache.install import JavaClient, JavaCluster, compile_java
 from tests.interop.harness import unique_name
 from tests.spark._support import spark_missing, spark_session
 

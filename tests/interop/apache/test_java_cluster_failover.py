@@ -32,7 +32,7 @@ from typing import Any
 
 import aiorocket as rmq
 from tests.interop.apache._groups import create_topic, eventually, wait_route
-from tests.interop.apache.kit import JavaCluster
+from tests.interop.apache.install import JavaCluster
 from tests.interop.harness import unique_name
 
 JAVA_BROKERS = ("broker-a", "broker-b")

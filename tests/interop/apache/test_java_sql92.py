@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,7 @@ import aiorocket as rmq
 from aiorocket._protocol.sql92 import Sql92EvaluationError, compile_sql92
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import InvalidSelectorError
-from tests.interop.apache.kit import JavaClient, JavaCluster
-from tests.interop.apache.kit import rmq as rmq_script
+from tests.interop.apache.install import JavaClient, JavaCluster, run_java
 from tests.interop.harness import unique_name
 
 JAVA_BROKER_CONF = {"enablePropertyFilter": "true"}
@@ -226,16 +224,15 @@ def python_verdict(case: dict[str, Any]) -> str:
     return "N" if v is None else "T" if v else "F"
 
 
-def test_verdicts_equal_the_java_filter_module(java_classes: Path) -> None:
+def test_verdicts_equal_the_java_filter_module(java_classes: Path, tmp_path: Path) -> None:
     cases = generated_cases(20240, 6000)
-    proc = subprocess.run(
-        [rmq_script(), "run", str(java_classes), "JSqlEval"],
+    proc = run_java(
+        "JSqlEval",
+        classpath=[java_classes],
+        tmp=tmp_path,
         input="".join(json.dumps(c) + "\n" for c in cases),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
     )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     java = [line for line in proc.stdout.split() if line in ("P", "T", "F", "N", "X")]
     assert len(java) == len(cases), proc.stderr[-2000:]
     kinds = {v: java.count(v) for v in "PTFNX"}

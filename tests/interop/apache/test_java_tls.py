@@ -23,7 +23,7 @@ from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, Receiv
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConnectionClosedError, RocketError
 from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
-from tests.interop.apache.kit import JavaClient, JavaCluster, kit_problem, require_kit
+from tests.interop.apache.install import Install, JavaClient, JavaCluster
 from tests.interop.harness import unique_name
 from tests.tls.pki import Pki, make_pki
 
@@ -54,13 +54,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def tls_cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[JavaCluster]:
+def tls_cluster(
+    rocketmq: Install, tmp_path_factory: pytest.TempPathFactory, pki: Pki
+) -> Iterator[JavaCluster]:
     """A Java name server and broker with TLS enforced on every port."""
-    if kit_problem() is not None:
-        require_kit()
     root = tmp_path_factory.mktemp("java-tls-cluster")
     cluster = JavaCluster(
-        root, broker_conf=DEFAULT_BROKER_CONF, jvm_options=java_tls_options(pki, root)
+        root,
+        broker_conf=DEFAULT_BROKER_CONF,
+        jvm_options=java_tls_options(pki, root),
+        install=rocketmq,
     )
     with cluster:
         yield cluster

@@ -23,7 +23,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-from tests.interop.apache.kit import JavaClient, JavaCluster
+from tests.interop.apache.install import JavaClient, JavaCluster
 from tests.interop.harness import unique_name
 
 #: the Java broker looks for pending halves every second and checks those 2 s old; a checked

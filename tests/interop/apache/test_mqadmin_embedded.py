@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -37,8 +36,13 @@ import pytest
 import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConsumerNotOnlineError
-from tests.interop.apache.kit import JavaClient, JavaCluster, KitError, kit_dir
-from tests.interop.apache.kit import rmq as rmq_launcher
+from tests.interop.apache.install import (
+    InstallError,
+    JavaClient,
+    JavaCluster,
+    run_java,
+    tools_home,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -65,26 +69,17 @@ def run_batch(
     classes: Path, namesrv: str, commands: Sequence[Sequence[str]], tmp: Path
 ) -> list[str]:
     """Run ``commands`` in one ``AdminBatch`` JVM; the output of each."""
-    argv = [rmq_launcher(), "run", str(classes), "AdminBatch", str(kit_dir()), namesrv]
+    argv = [str(tools_home(tmp)), namesrv]
     for i, cmd in enumerate(commands):
         argv += [*(["--"] if i else []), *cmd]
-    tmp.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=tmp,
-        env={**os.environ, "TMPDIR": str(tmp)},
-    )
+    proc = run_java("AdminBatch", *argv, classpath=[classes], tmp=tmp, timeout=300)
     if proc.returncode != 0:
-        raise KitError(f"AdminBatch exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        raise InstallError(f"AdminBatch exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     parts = re.split(r"^@@@ .*$", proc.stdout, flags=re.M)
     # parts: [before, out1, "", out2, "", ...]: each command's text sits between its two markers
     outs = parts[1::2]
     if len(outs) != len(commands):
-        raise KitError(
+        raise InstallError(
             f"AdminBatch printed {len(outs)} outputs for {len(commands)}:\n{proc.stdout}"
         )
     return [o.strip("\n") for o in outs]

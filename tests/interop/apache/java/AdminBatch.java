@@ -1,7 +1,7 @@
-// Several mqadmin commands in one JVM: the real MQAdminStartup.main0 of the 4.9.8 tools, run
+// Several mqadmin commands in one JVM: the real MQAdminStartup.main0 of the install's tools, run
 // once per command, so a test pays one JVM start-up instead of one per command.
 //
-//   AdminBatch KIT_DIR NAMESRV CMD ARGS... [-- CMD ARGS...]...
+//   AdminBatch TOOLS_HOME NAMESRV CMD ARGS... [-- CMD ARGS...]...
 //
 // Before each command it prints "@@@ CMD ARGS" on a line of its own, after it "@@@ end": the
 // test splits the output there. "-n NAMESRV" is appended to every command. Errors the tools
@@ -12,8 +12,8 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
 
 public class AdminBatch {
     public static void main(String[] args) {
-        // MQAdminStartup reads its logback configuration from rocketmq.home.dir (what
-        // "rmq admin" sets), once, when the class loads.
+        // 4.9.x MQAdminStartup reads its logback configuration from rocketmq.home.dir (the
+        // harness's tools home, TOOLS_HOME/conf/logback_tools.xml), once, when the class loads.
         System.setProperty("rocketmq.home.dir", args[0]);
         System.setErr(System.out);
         String namesrv = args[1];

@@ -1,0 +1,80 @@
+// A Java push consumer as a test peer, printing every message it consumes as a JSON line.
+//
+//   Peer consume NAMESRV TOPIC GROUP N TIMEOUT_S
+//
+// Consumes TOPIC from the first offset in GROUP (concurrently, CONSUME_SUCCESS) until it has
+// seen N distinct message ids or TIMEOUT_S seconds passed, then shuts down (unregistering from
+// the group) and exits 0. Every message: {"ev":"msg","topic","body","tags","keys","queue",
+// "offset","msg_id","reconsume","props":{...}}, non-ASCII text escaped as \uXXXX so the line
+// reads the same whatever the JVM's locale; "ready" once the consumer has started.
+import java.util.*;
+import java.util.concurrent.*;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.*;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.MessageExt;
+
+public class Peer {
+    static final Object OUT = new Object();
+
+    static void emit(String line) {
+        synchronized (OUT) {
+            System.out.println(line);
+            System.out.flush();
+        }
+    }
+
+    static String q(String s) {
+        if (s == null) return "null";
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') b.append('\\').append(c);
+            else if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04x", (int) c));
+            else b.append(c);
+        }
+        return b.append('"').toString();
+    }
+
+    static String json(Map<String, String> m) {
+        StringBuilder b = new StringBuilder("{");
+        for (Map.Entry<String, String> e : new TreeMap<>(m).entrySet()) {
+            if (b.length() > 1) b.append(',');
+            b.append(q(e.getKey())).append(':').append(q(e.getValue()));
+        }
+        return b.append('}').toString();
+    }
+
+    public static void main(String[] a) throws Exception {
+        if (a.length != 6 || !a[0].equals("consume")) {
+            System.err.println("usage: Peer consume NAMESRV TOPIC GROUP N TIMEOUT_S");
+            System.exit(2);
+        }
+        String ns = a[1], topic = a[2], group = a[3];
+        int n = Integer.parseInt(a[4]);
+        long timeoutMs = Long.parseLong(a[5]) * 1000;
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        CountDownLatch done = new CountDownLatch(1);
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(ns);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                emit("{\"ev\":\"msg\",\"topic\":" + q(m.getTopic())
+                    + ",\"body\":" + q(new String(m.getBody(), java.nio.charset.StandardCharsets.UTF_8))
+                    + ",\"tags\":" + q(m.getTags()) + ",\"keys\":" + q(m.getKeys())
+                    + ",\"queue\":" + m.getQueueId() + ",\"offset\":" + m.getQueueOffset()
+                    + ",\"msg_id\":" + q(m.getMsgId()) + ",\"reconsume\":" + m.getReconsumeTimes()
+                    + ",\"props\":" + json(m.getProperties()) + "}");
+                seen.add(m.getMsgId());
+            }
+            if (seen.size() >= n) done.countDown();
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        emit("{\"ev\":\"ready\"}");
+        done.await(timeoutMs, TimeUnit.MILLISECONDS);
+        c.shutdown();
+        System.exit(0);
+    }
+}
