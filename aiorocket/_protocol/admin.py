@@ -59,6 +59,7 @@ __all__ = [
     "GetKVConfigRequestHeader",
     "GetKVListByNamespaceRequestHeader",
     "GetProducerConnectionListRequestHeader",
+    "GetTopicConfigRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "GroupList",
     "KVTable",
@@ -99,6 +100,13 @@ class GetConsumeStatsRequestHeader(Header):
 @header_class
 class GetTopicStatsInfoRequestHeader(Header):
     """GET_TOPIC_STATS_INFO (202)."""
+
+    topic: str = wire("topic", required=True)
+
+
+@header_class
+class GetTopicConfigRequestHeader(Header):
+    """GET_TOPIC_CONFIG (351, 5.x); ``lo`` asks for the static-topic mapping as well."""
 
     topic: str = wire("topic", required=True)
 

@@ -110,6 +110,8 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
+    #: 5.x: one topic's configuration (``mqadmin topicStatus`` asks each broker first)
+    GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
 
 

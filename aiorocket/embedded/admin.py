@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
+from aiorocket._protocol import fastjson
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.admin import (
     UNIQUE_KEY_QUERY,
@@ -57,6 +58,7 @@ from aiorocket._protocol.admin import (
     GetKVConfigRequestHeader,
     GetKVListByNamespaceRequestHeader,
     GetProducerConnectionListRequestHeader,
+    GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
     GroupList,
     KVTable,
@@ -90,7 +92,7 @@ from aiorocket.embedded.offsets import ConsumerOffsets
 from aiorocket.embedded.stats import BrokerStats
 from aiorocket.embedded.store import MessageStore
 from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
-from aiorocket.embedded.topics import TopicTable, is_valid_name
+from aiorocket.embedded.topics import TopicConfig, TopicTable, is_valid_name
 from aiorocket.errors import (
     ConnectionClosedError,
     RemoteProtocolError,
@@ -209,6 +211,7 @@ class AdminProcessors:
             (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info),
             (rc.GET_BROKER_CONFIG, self.broker_config),
             (rc.GET_ALL_TOPIC_CONFIG, self.all_topic_config),
+            (rc.GET_TOPIC_CONFIG, self.topic_config),
             (rc.GET_TOPIC_STATS_INFO, self.topic_stats),
             (rc.GET_CONSUME_STATS, self.consume_stats),
             (rc.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections),
@@ -357,20 +360,26 @@ class AdminProcessors:
 
     async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_ALL_TOPIC_CONFIG: a :class:`TopicConfigSerializeWrapper`."""
-        table = {
-            t.name: TopicConfigBody(
-                topic_name=t.name,
-                read_queue_nums=t.read_queue_nums,
-                write_queue_nums=t.write_queue_nums,
-                perm=t.perm,
-                topic_filter_type=t.topic_filter_type,
-                topic_sys_flag=t.topic_sys_flag,
-                order=t.order,
-            )
-            for t in self._topics.all()
-        }
+        table = {t.name: _topic_body(t) for t in self._topics.all()}
         body = TopicConfigSerializeWrapper(table, DataVersion(self._stats.boot_ms, len(table)))
         return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
+
+    async def topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_TOPIC_CONFIG (5.x): the topic's ``TopicConfigAndQueueMapping``, which is its
+        ``TopicConfig`` (this broker has no static topics, so no ``mappingDetail``), or code 17
+        with 5.x's remark.
+
+        Raises:
+            MissingHeaderFieldError: no ``topic``.
+        """
+        h = GetTopicConfigRequestHeader.from_ext(cmd.ext_fields)
+        cfg = self._topics.get(h.topic)
+        if cfg is None:
+            return cmd.make_response(
+                ResponseCode.TOPIC_NOT_EXIST, remark=f"No topic in this broker. topic: {h.topic}"
+            )
+        body = fastjson.dumps(_topic_body(cfg).to_dict())
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
 
     # -- progress -----------------------------------------------------------------------------
 
@@ -819,6 +828,18 @@ class AdminProcessors:
 
 def _mq(topic: str, broker_name: str, queue_id: int) -> MessageQueue:
     return MessageQueue(topic, broker_name, queue_id)
+
+
+def _topic_body(t: TopicConfig) -> TopicConfigBody:
+    return TopicConfigBody(
+        topic_name=t.name,
+        read_queue_nums=t.read_queue_nums,
+        write_queue_nums=t.write_queue_nums,
+        perm=t.perm,
+        topic_filter_type=t.topic_filter_type,
+        topic_sys_flag=t.topic_sys_flag,
+        order=t.order,
+    )
 
 
 class NameServerAdmin:

@@ -24,6 +24,7 @@ from aiorocket._protocol.admin import (
     KVTable,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
+    TopicConfigBody,
     TopicConfigSerializeWrapper,
     TopicStatsTable,
 )
@@ -140,6 +141,15 @@ async def test_topic_stats_and_topic_admin(broker: EmbeddedBroker, admin: rmq.Ad
     resp = await call(admin, broker.address, RequestCode.GET_ALL_TOPIC_CONFIG)
     configs = TopicConfigSerializeWrapper.from_json(resp.body).topic_config_table
     assert configs["statT"].read_queue_nums == 3
+    # one topic's config, as a 5.x broker answers GET_TOPIC_CONFIG (mqadmin topicStatus)
+    resp = await call(admin, broker.address, RequestCode.GET_TOPIC_CONFIG, {"topic": "statT"})
+    assert resp.code == ResponseCode.SUCCESS
+    assert TopicConfigBody.from_dict(json.loads(resp.body)) == configs["statT"]
+    resp = await call(admin, broker.address, RequestCode.GET_TOPIC_CONFIG, {"topic": "nope"})
+    assert (resp.code, resp.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "No topic in this broker. topic: nope",
+    )
     # delete: the config and the queues go, on disk too
     qdir = broker.data_dir / "consumequeue" / "statT"
     assert qdir.exists()

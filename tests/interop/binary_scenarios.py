@@ -1,23 +1,27 @@
 """Client scenarios run with ``serialize_type="rocketmq"`` (the binary header dialect, REMOTING.md
 §1.5), against the embedded broker (``tests/remoting/test_binary_clients.py``) and against the
-Java 4.9.8 broker (``tests/interop/apache/test_java_broker_binary.py``).
+Java broker (``tests/interop/apache/test_java_binary_dialect.py``).
 
-Every scenario checks what the client did (messages intact, order, offsets) and that the
-dialect really was binary: a broker answers a request in the request's dialect, so the
-responses a binary client receives are binary (its connections count them), request code by
-request code (:func:`watch`).
+Every scenario checks what the client did (messages intact, order, offsets) and which dialect
+each response came in, request code by request code (:func:`watch`); :class:`Answers` says
+what the broker under test answers a binary request with:
 
-One exception, on the Java broker only (``held_pulls_json=True``): a pull the broker held
-(long polling) and answers once a message arrives is written by
-``PullMessageProcessor.executeRequestWhenWakeup``, which does not copy the request's serialize
-type into the response, so it comes back in the broker's own dialect (JSON by default). The
-client reads either dialect on any frame.
+* the embedded broker answers in the request's dialect: every response is binary;
+* a 4.9.x Java broker too (``NettyRemotingAbstract`` copies the request's serialize type into
+  the response), except a pull it held (long polling) and answers once a message arrives:
+  ``PullMessageProcessor.executeRequestWhenWakeup`` does not copy it, so that one comes back in
+  the broker's own dialect (JSON by default);
+* a 5.x Java broker copies it nowhere: every response is in its own dialect, JSON, while the
+  client's requests are binary (its connections say so).
+
+The client reads either dialect on any frame.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -32,6 +36,7 @@ from aiorocket._remoting.connection import Connection, FrameTemplate
 
 __all__ = [
     "BINARY",
+    "Answers",
     "admin_scenario",
     "assert_binary",
     "check_watched",
@@ -57,6 +62,22 @@ WAIT = 60.0
 PROPS = {"region": "eu-west", "ü✓": "日本😀"}
 
 
+class Answers(enum.Enum):
+    """What a broker answers a binary request with (see the module's docs)."""
+
+    #: every response binary (the embedded broker)
+    BINARY = "binary"
+    #: binary, but held pulls in JSON (Java 4.9.x)
+    HELD_PULLS_JSON = "held-pulls-json"
+    #: every response JSON (Java 5.x)
+    JSON = "json"
+
+    @property
+    def dialect(self) -> SerializeType:
+        """The dialect of a response that is not a held pull."""
+        return SerializeType.JSON if self is Answers.JSON else SerializeType.ROCKETMQ
+
+
 def dialects(client: object) -> dict[SerializeType, int]:
     """The responses received on the live connections of ``client`` (a producer, consumer,
     reader or admin client), summed per header dialect."""
@@ -69,13 +90,20 @@ def dialects(client: object) -> dict[SerializeType, int]:
     return total
 
 
-def assert_binary(client: object, *, held_pulls_json: bool = False) -> None:
-    """``client``'s connections received binary responses, and no JSON ones unless
-    ``held_pulls_json`` (see the module's docs; :func:`check_watched` checks that those were
-    pull responses)."""
+def assert_binary(client: object, answers: Answers) -> None:
+    """``client``'s connections send binary requests and received the responses ``answers``
+    says (:func:`check_watched` checks that JSON ones of a 4.9.x broker were pull responses)."""
+    instance = getattr(client, "_client", None)
+    assert isinstance(instance, ClientInstance), f"{client!r} has no started client"
+    sending = {dialects_of(c) for c in instance.connections().values()}
+    assert sending == {SerializeType.ROCKETMQ}, sending
     seen = dialects(client)
+    if answers is Answers.JSON:
+        assert seen[SerializeType.JSON] > 0, seen
+        assert seen[SerializeType.ROCKETMQ] == 0, seen
+        return
     assert seen[SerializeType.ROCKETMQ] > 0, seen
-    if not held_pulls_json:
+    if answers is Answers.BINARY:
         assert seen[SerializeType.JSON] == 0, seen
 
 
@@ -123,14 +151,15 @@ def watch() -> Iterator[Watched]:
         Connection.request_template = request_template  # type: ignore[method-assign]
 
 
-def check_watched(seen: Watched, *, held_pulls_json: bool) -> None:
-    """Every response was binary, except (``held_pulls_json``) some to PULL_MESSAGE."""
+def check_watched(seen: Watched, answers: Answers) -> None:
+    """Every response came in the dialect ``answers`` says, request code by request code."""
     assert seen, "no request was answered"
-    json = {code: n for (code, kind), n in seen.items() if kind == SerializeType.JSON}
-    if held_pulls_json:
-        json.pop(RequestCode.PULL_MESSAGE, None)
-        assert seen[RequestCode.PULL_MESSAGE, SerializeType.ROCKETMQ] > 0, seen
-    assert not json, f"JSON responses to binary requests (code: count): {json}"
+    other = SerializeType.ROCKETMQ if answers is Answers.JSON else SerializeType.JSON
+    odd = {code: n for (code, kind), n in seen.items() if kind == other}
+    if answers is Answers.HELD_PULLS_JSON:
+        odd.pop(RequestCode.PULL_MESSAGE, None)
+        assert seen[RequestCode.PULL_MESSAGE, answers.dialect] > 0, seen
+    assert not odd, f"{other.name} responses to binary requests (code: count): {odd}"
 
 
 async def _until(cond: Any, what: str, timeout: float = WAIT) -> None:
@@ -177,7 +206,7 @@ async def _visible(reader: rmq.QueueReader, mq: rmq.MessageQueue, end: int) -> N
         await asyncio.sleep(0.01)
 
 
-async def producer_reader_scenario(namesrv: str, topic: str, *, held_pulls_json: bool) -> None:
+async def producer_reader_scenario(namesrv: str, topic: str, answers: Answers) -> None:
     """Sync, oneway and batch sends of a binary producer, read back intact by a binary
     queue reader at the offsets the send results name."""
     with watch() as seen:
@@ -187,7 +216,7 @@ async def producer_reader_scenario(namesrv: str, topic: str, *, held_pulls_json:
                 await p.send_oneway(message(topic, i), queue=results[0].queue)
             batch = [message(topic, i) for i in range(13, 18)]
             (batch_result,) = await p.send_batch(batch, queue=results[0].queue)
-            assert_binary(p)
+            assert_binary(p, answers)
         assert all(r.status == rmq.SendStatus.SEND_OK for r in results)
         async with rmq.QueueReader(namesrv=namesrv, **BINARY) as reader:
             for i, r in enumerate(results):
@@ -200,16 +229,16 @@ async def producer_reader_scenario(namesrv: str, topic: str, *, held_pulls_json:
             end = batch_result.queue_offset + len(batch)
             await _visible(reader, mq, end)
             stored = [check(m, topic) async for m in reader.read_range(mq, 0, end)]
-            assert_binary(reader)
+            assert_binary(reader, answers)
     # the oneway sends went to that queue after the synchronous ones, then the batch
     assert sorted(i for i in stored if i >= 10) == list(range(10, 18))
     assert stored[-5:] == list(range(13, 18))
-    check_watched(seen, held_pulls_json=held_pulls_json)
-    assert seen[RequestCode.SEND_MESSAGE_V2, SerializeType.ROCKETMQ] == 10, seen
-    assert seen[RequestCode.SEND_BATCH_MESSAGE, SerializeType.ROCKETMQ] == 1, seen
+    check_watched(seen, answers)
+    assert seen[RequestCode.SEND_MESSAGE_V2, answers.dialect] == 10, seen
+    assert seen[RequestCode.SEND_BATCH_MESSAGE, answers.dialect] == 1, seen
 
 
-async def push_scenario(namesrv: str, topic: str, *, held_pulls_json: bool, n: int = 40) -> None:
+async def push_scenario(namesrv: str, topic: str, answers: Answers, n: int = 40) -> None:
     """A binary concurrent push consumer gets every message; one that fails once comes back
     through the retry topic (CONSUMER_SEND_MSG_BACK and the %RETRY% pulls, binary too)."""
     got: dict[int, list[int]] = defaultdict(list)
@@ -228,14 +257,14 @@ async def push_scenario(namesrv: str, topic: str, *, held_pulls_json: bool, n: i
 
         async with consumer:
             await _until(lambda: len(got) == n and len(got[7]) == 2, f"{n} messages and a retry")
-            assert_binary(consumer, held_pulls_json=held_pulls_json)
+            assert_binary(consumer, answers)
     assert got[7] == [0, 1]
     assert all(len(v) == 1 for i, v in got.items() if i != 7), got
-    check_watched(seen, held_pulls_json=held_pulls_json)
-    assert seen[RequestCode.CONSUMER_SEND_MSG_BACK, SerializeType.ROCKETMQ] == 1, seen
+    check_watched(seen, answers)
+    assert seen[RequestCode.CONSUMER_SEND_MSG_BACK, answers.dialect] == 1, seen
 
 
-async def orderly_scenario(namesrv: str, topic: str, *, held_pulls_json: bool, n: int = 40) -> None:
+async def orderly_scenario(namesrv: str, topic: str, answers: Answers, n: int = 40) -> None:
     """A binary orderly push consumer (LOCK_BATCH_MQ binary) gets each sharding key's messages
     in send order."""
     by_key: dict[int, list[int]] = defaultdict(list)
@@ -254,16 +283,14 @@ async def orderly_scenario(namesrv: str, topic: str, *, held_pulls_json: bool, n
 
         async with consumer:
             await _until(lambda: sum(map(len, by_key.values())) >= n, f"{n} orderly messages")
-            assert_binary(consumer, held_pulls_json=held_pulls_json)
+            assert_binary(consumer, answers)
     for key, seq in by_key.items():
         assert seq == list(range(key, n, 4)), (key, seq)
-    check_watched(seen, held_pulls_json=held_pulls_json)
-    assert seen[RequestCode.LOCK_BATCH_MQ, SerializeType.ROCKETMQ] > 0, seen
+    check_watched(seen, answers)
+    assert seen[RequestCode.LOCK_BATCH_MQ, answers.dialect] > 0, seen
 
 
-async def pull_consumer_scenario(
-    namesrv: str, topic: str, *, held_pulls_json: bool, n: int = 40
-) -> str:
+async def pull_consumer_scenario(namesrv: str, topic: str, answers: Answers, n: int = 40) -> str:
     """A binary pull consumer polls every message and commits; a JSON queue reader sees the
     committed offsets (UPDATE_CONSUMER_OFFSET sent in binary reached the broker). Returns the
     group, fully committed."""
@@ -281,9 +308,9 @@ async def pull_consumer_scenario(
                 assert time.monotonic() < deadline, f"polled {len(seen_ids)} of {n}"
                 seen_ids.update(check(m, topic) for m in await consumer.poll(timeout=1.0))
             await consumer.commit()
-            assert_binary(consumer, held_pulls_json=held_pulls_json)
+            assert_binary(consumer, answers)
     assert seen_ids == set(range(n))
-    check_watched(seen, held_pulls_json=held_pulls_json)
+    check_watched(seen, answers)
     ends: dict[rmq.MessageQueue, int] = {}
     for r in results:
         ends[r.queue] = max(ends.get(r.queue, 0), r.queue_offset + 1)
@@ -293,7 +320,9 @@ async def pull_consumer_scenario(
     return group
 
 
-async def admin_scenario(namesrv: str, topic: str, group: str, masters: int = 1) -> None:
+async def admin_scenario(
+    namesrv: str, topic: str, group: str, answers: Answers, masters: int = 1
+) -> None:
     """A binary admin client creates a topic, finds it in the topic list and its route, and
     reads the lag of ``group`` (fully committed: none)."""
     with watch() as seen:
@@ -309,6 +338,6 @@ async def admin_scenario(namesrv: str, topic: str, group: str, masters: int = 1)
             lag = await admin.lag(group)
             assert lag.queues, lag
             assert lag.total == 0, lag
-            assert_binary(admin)
-    check_watched(seen, held_pulls_json=False)
-    assert seen[RequestCode.UPDATE_AND_CREATE_TOPIC, SerializeType.ROCKETMQ] == masters, seen
+            assert_binary(admin, answers)
+    check_watched(seen, answers)
+    assert seen[RequestCode.UPDATE_AND_CREATE_TOPIC, answers.dialect] == masters, seen

@@ -23,17 +23,17 @@ async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
 
 
 async def test_producer_and_queue_reader(broker: EmbeddedBroker) -> None:
-    await sc.producer_reader_scenario(broker.address, "BinSend", held_pulls_json=False)
+    await sc.producer_reader_scenario(broker.address, "BinSend", answers=sc.Answers.BINARY)
 
 
 async def test_push_consumer_concurrent_with_a_retry(broker: EmbeddedBroker) -> None:
-    await sc.push_scenario(broker.address, "BinPush", held_pulls_json=False)
+    await sc.push_scenario(broker.address, "BinPush", answers=sc.Answers.BINARY)
 
 
 async def test_push_consumer_orderly(broker: EmbeddedBroker) -> None:
-    await sc.orderly_scenario(broker.address, "BinOrderly", held_pulls_json=False)
+    await sc.orderly_scenario(broker.address, "BinOrderly", answers=sc.Answers.BINARY)
 
 
 async def test_pull_consumer_and_admin(broker: EmbeddedBroker) -> None:
-    group = await sc.pull_consumer_scenario(broker.address, "BinPull", held_pulls_json=False)
-    await sc.admin_scenario(broker.address, "BinAdmin", group)
+    group = await sc.pull_consumer_scenario(broker.address, "BinPull", answers=sc.Answers.BINARY)
+    await sc.admin_scenario(broker.address, "BinAdmin", group, sc.Answers.BINARY)

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import time
@@ -309,8 +310,18 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def request(addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-    """Send one request to ``addr`` on a new blocking connection; its response.
+def _unverified_tls() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def request(
+    addr: str, cmd: RemotingCommand, timeout: float = 3.0, *, tls: bool = False
+) -> RemotingCommand:
+    """Send one request to ``addr`` on a new blocking connection; its response. With ``tls``
+    the connection is TLS without verification (a readiness probe of a TLS-only server).
 
     Blocking on purpose: the harness is called from synchronous fixtures and from threads.
 
@@ -318,21 +329,25 @@ def request(addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCo
         OSError: the connection failed or timed out.
     """
     host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout))
+        if tls:
+            sock = stack.enter_context(_unverified_tls().wrap_socket(sock, server_hostname=host))
         sock.settimeout(timeout)
         sock.sendall(encode_command(cmd))
         (length,) = struct.unpack(">i", _read_exact(sock, 4))
         return decode_frame(struct.pack(">i", length) + _read_exact(sock, length))
 
 
-def cluster_info(namesrv: str, timeout: float = 3.0) -> ClusterInfo:
-    """The name server's GET_BROKER_CLUSTER_INFO answer.
+def cluster_info(namesrv: str, timeout: float = 3.0, *, tls: bool = False) -> ClusterInfo:
+    """The name server's GET_BROKER_CLUSTER_INFO answer (over TLS with ``tls``).
 
     Raises:
         OSError: the name server did not answer.
         InstallError: it answered with an error.
     """
-    resp = request(namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout)
+    cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+    resp = request(namesrv, cmd, timeout, tls=tls)
     if resp.code != 0:
         raise InstallError(f"{namesrv}: cluster info refused: [{resp.code}] {resp.remark}")
     return ClusterInfo.from_json(resp.body)
@@ -483,6 +498,8 @@ class JavaCluster:
         self.files = dict(files or {})
         self.system_properties = dict(system_properties or {})
         self.jvm_options = list(jvm_options)
+        #: the servers accept TLS only, so the readiness probes speak it
+        self.tls = "-Dtls.server.mode=enforcing" in self.jvm_options
         self.namesrv_port = free_port()
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.broker_ports: dict[str, int] = {}
@@ -561,13 +578,13 @@ class JavaCluster:
 
     def routed(self, name: str) -> bool:
         """Whether the name server lists ``name`` with its address as master."""
-        info = cluster_info(self.namesrv)
+        info = cluster_info(self.namesrv, tls=self.tls)
         data = info.broker_addr_table.get(name)
         return data is not None and data.broker_addrs.get(0) == self.broker_addr(name)
 
     def _wait_namesrv(self) -> None:
         def answers() -> bool:
-            cluster_info(self.namesrv)
+            cluster_info(self.namesrv, tls=self.tls)
             return True
 
         self.processes["namesrv"].wait_until(answers, "answering", BOOT_TIMEOUT)

@@ -1,13 +1,14 @@
 """The binary (ROCKETMQ) header dialect (REMOTING.md §1.5) both ways between aiorocket and
-Apache RocketMQ 4.9.8.
+Apache RocketMQ.
 
 * aiorocket's clients with ``serialize_type="rocketmq"`` against the Java broker: producer,
   queue reader, push consumer (concurrent with a retry, and orderly), pull consumer and admin
   client, the scenarios the embedded broker runs too (``tests/interop/binary_scenarios.py``).
-  The Java broker answers a request in its dialect (``NettyRemotingAbstract`` copies the
+  A 4.9.x broker answers a request in its dialect (``NettyRemotingAbstract`` copies the
   request's serialize type into the response), except a held pull answered once a message
   arrives (``PullMessageProcessor.executeRequestWhenWakeup`` writes it in the broker's own
-  dialect, JSON): the checks allow JSON for those only.
+  dialect, JSON): the checks allow JSON for those only. A 5.x broker copies it nowhere and
+  answers everything in JSON; the checks say so.
 * The Java client started with ``-Drocketmq.serialize.type=ROCKETMQ`` (what makes
   ``RemotingCommand.serializeTypeConfigInThisServer`` binary) against the embedded broker:
   every request it sends is binary and every answer goes back binary.
@@ -27,7 +28,7 @@ from aiorocket._remoting import server as server_module
 from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop import binary_scenarios as sc
-from tests.interop.apache.install import JavaClient, JavaCluster
+from tests.interop.apache.install import Install, JavaClient, JavaCluster
 from tests.interop.apache.test_java_client_embedded import (
     BOOT,
     COUNT,
@@ -44,25 +45,29 @@ from tests.interop.harness import unique_name
 # -- aiorocket's binary clients, Java broker ------------------------------------------------------
 
 
-async def test_producer_and_queue_reader(java_cluster: JavaCluster) -> None:
-    await sc.producer_reader_scenario(
-        java_cluster.namesrv, unique_name("BinSend"), held_pulls_json=True
-    )
+@pytest.fixture(scope="module")
+def answers(rocketmq: Install) -> sc.Answers:
+    """What the Java broker under test answers binary requests with."""
+    return sc.Answers.JSON if rocketmq.v5 else sc.Answers.HELD_PULLS_JSON
 
 
-async def test_push_consumer_concurrent_with_a_retry(java_cluster: JavaCluster) -> None:
-    await sc.push_scenario(java_cluster.namesrv, unique_name("BinPush"), held_pulls_json=True)
+async def test_producer_and_queue_reader(java_cluster: JavaCluster, answers: sc.Answers) -> None:
+    await sc.producer_reader_scenario(java_cluster.namesrv, unique_name("BinSend"), answers)
 
 
-async def test_push_consumer_orderly(java_cluster: JavaCluster) -> None:
-    await sc.orderly_scenario(java_cluster.namesrv, unique_name("BinOrderly"), held_pulls_json=True)
+async def test_push_consumer_concurrent_with_a_retry(
+    java_cluster: JavaCluster, answers: sc.Answers
+) -> None:
+    await sc.push_scenario(java_cluster.namesrv, unique_name("BinPush"), answers)
 
 
-async def test_pull_consumer_and_admin(java_cluster: JavaCluster) -> None:
-    group = await sc.pull_consumer_scenario(
-        java_cluster.namesrv, unique_name("BinPull"), held_pulls_json=True
-    )
-    await sc.admin_scenario(java_cluster.namesrv, unique_name("BinAdmin"), group)
+async def test_push_consumer_orderly(java_cluster: JavaCluster, answers: sc.Answers) -> None:
+    await sc.orderly_scenario(java_cluster.namesrv, unique_name("BinOrderly"), answers)
+
+
+async def test_pull_consumer_and_admin(java_cluster: JavaCluster, answers: sc.Answers) -> None:
+    group = await sc.pull_consumer_scenario(java_cluster.namesrv, unique_name("BinPull"), answers)
+    await sc.admin_scenario(java_cluster.namesrv, unique_name("BinAdmin"), group, answers)
 
 
 # -- the Java client in the binary dialect, embedded broker ----------------------------------------

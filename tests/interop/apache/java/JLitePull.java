@@ -1,4 +1,4 @@
-// A DefaultLitePullConsumer (Apache RocketMQ 4.9.8) in subscribe mode, for the mixed-group
+// A DefaultLitePullConsumer (Apache RocketMQ 4.9.x or 5.x) in subscribe mode, for the mixed-group
 // tests of aiorocket's PullConsumer (tests/interop/apache/test_java_lite_pull_mixed.py).
 // One JSON line per event on stdout; the client's own logging is ignored by the test.
 //
@@ -48,6 +48,19 @@ public class JLitePull {
         return (AssignedMessageQueue) g.get(impl);
     }
 
+    // Its queues: 4.9 names the accessor messageQueues(), 5.x getAssignedMessageQueues().
+    @SuppressWarnings("unchecked")
+    static Collection<MessageQueue> owned(AssignedMessageQueue amq) throws Exception {
+        for (String name : new String[] {"messageQueues", "getAssignedMessageQueues"}) {
+            try {
+                return (Collection<MessageQueue>) AssignedMessageQueue.class.getMethod(name).invoke(amq);
+            } catch (NoSuchMethodException e) {
+                // the other version's name
+            }
+        }
+        throw new IllegalStateException("AssignedMessageQueue has no accessor of its queues");
+    }
+
     public static void main(String[] a) throws Exception {
         // Rebalance every second, as the Python members do (the default is 20 s).
         System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
@@ -82,7 +95,7 @@ public class JLitePull {
             if (now >= nextOwned) {
                 nextOwned = now + 100;
                 List<Integer> ids = new ArrayList<>();
-                for (MessageQueue mq : amq.messageQueues()) {
+                for (MessageQueue mq : owned(amq)) {
                     if (mq.getTopic().equals(topic)) ids.add(mq.getQueueId());
                 }
                 Collections.sort(ids);

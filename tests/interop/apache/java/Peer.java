@@ -4,9 +4,10 @@
 //
 // Consumes TOPIC from the first offset in GROUP (concurrently, CONSUME_SUCCESS) until it has
 // seen N distinct message ids or TIMEOUT_S seconds passed, then shuts down (unregistering from
-// the group) and exits 0. Every message: {"ev":"msg","topic","body","tags","keys","queue",
-// "offset","msg_id","reconsume","props":{...}}, non-ASCII text escaped as \uXXXX so the line
-// reads the same whatever the JVM's locale; "ready" once the consumer has started.
+// the group) and exits 0. Every message is a line {"ev":"msg", "topic", "body", "tags", "keys",
+// "queue", "offset", "msg_id", "reconsume", "idx" (the user property), "sys_flag", "props"},
+// non-ASCII text as JSON escapes so the line reads the same whatever the JVM's locale; "ready"
+// once the consumer has started.
 import java.util.*;
 import java.util.concurrent.*;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -65,6 +66,7 @@ public class Peer {
                     + ",\"tags\":" + q(m.getTags()) + ",\"keys\":" + q(m.getKeys())
                     + ",\"queue\":" + m.getQueueId() + ",\"offset\":" + m.getQueueOffset()
                     + ",\"msg_id\":" + q(m.getMsgId()) + ",\"reconsume\":" + m.getReconsumeTimes()
+                    + ",\"idx\":" + q(m.getUserProperty("idx")) + ",\"sys_flag\":" + m.getSysFlag()
                     + ",\"props\":" + json(m.getProperties()) + "}");
                 seen.add(m.getMsgId());
             }
