@@ -22,7 +22,8 @@ Everything the library raises on purpose derives from :class:`RocketError`::
     │   └── RequestTimeoutError       no response within the request timeout
     └── BrokerError                   a broker or name server answered with a non-success code
         ├── BrokerSystemError (1)
-        │   └── AccessDeniedError     the broker's ACL refused the request (code 1 + AclException)
+        │   └── AccessDeniedError     the broker's ACL refused the request (4.x: code 1 +
+        │                             AclException; 5.x ACL 2.0: code 16 + its refusal)
         ├── SystemBusyError (2), RequestCodeNotSupportedError (3),
         ├── FlushDiskTimeoutError (10), SlaveNotAvailableError (11), FlushSlaveTimeoutError (12),
         ├── MessageIllegalError (13), ServiceNotAvailableError (14), VersionNotSupportedError (15),
@@ -270,15 +271,18 @@ class BrokerSystemError(BrokerError):
 
 
 class AccessDeniedError(BrokerSystemError):
-    """The broker's ACL (RocketMQ 4.x plain ACL) refused the request: an unknown access key, a
-    signature that does not verify (wrong secret key), or no permission on a topic or group.
+    """The broker's ACL refused the request: an unknown access key (user), a signature that
+    does not verify (wrong secret key), or no permission on a topic or group.
 
-    A Java 4.x broker has no response code for it: ``PlainAccessValidator`` throws an
-    ``AclException`` in the RPC hook, and ``NettyRemotingAbstract.processRequestCommand``
-    answers SYSTEM_ERROR (1) with ``RemotingHelper.exceptionSimpleDesc`` as the remark
-    (``org.apache.rocketmq.acl.common.AclException: <reason>, <stack frame>``).
-    :func:`broker_error` recognises that remark. Not retriable: the same credentials are
-    refused again, on every broker.
+    A Java 4.x broker (ACL 1.0, plain ACL) has no response code for it:
+    ``PlainAccessValidator`` throws an ``AclException`` in the RPC hook, and
+    ``NettyRemotingAbstract.processRequestCommand`` answers SYSTEM_ERROR (1) with
+    ``RemotingHelper.exceptionSimpleDesc`` as the remark
+    (``org.apache.rocketmq.acl.common.AclException: <reason>, <stack frame>``). A 5.x broker
+    (ACL 2.0) answers NO_PERMISSION (16) with the authentication or authorization exception's
+    message as the remark (``User:ak is not found.``, ``check signature failed.``, ``User:ak
+    has no permission to access Topic:t from ...``); ``code`` is then 16. :func:`broker_error`
+    recognises both. Not retriable: the same credentials are refused again, on every broker.
 
     Attributes:
         reason: the broker's reason, e.g. ``Check signature failed for accessKey=ak``.
@@ -296,6 +300,20 @@ class AccessDeniedError(BrokerSystemError):
 _ACL_EXCEPTION = re.compile(r"(?:^|[\s.])AclException: ")
 #: the stack frame ``exceptionSimpleDesc`` appends: ``, pkg.Class.method(File.java:123)``
 _STACK_FRAME = re.compile(r", [\w$.<>]+\([^()]*\)$")
+#: how a 5.x broker's ACL 2.0 words the refusals it answers with NO_PERMISSION (16): the
+#: messages of ``DefaultAuthenticationHandler``, ``DefaultAuthenticationContextBuilder``,
+#: ``UserAuthorizationHandler``, ``AclAuthorizationHandler`` and the strategies' wrappers
+#: (the broker's own NO_PERMISSION, a forbidden topic or broker, reads "... is forbidden")
+_ACL2_REFUSAL = re.compile(
+    r"User:\S* (?:is not found|is disabled|not found)\.?"
+    r"|check signature failed\."
+    r"|\S+ has no permission to access .*"
+    r"|(?:Authentication|Authorization) failed\. .*"
+    r"|username cannot be null\."
+    r"|authentication header is incorrect\."
+    r"|datetime is null\.",
+    re.S,
+)
 
 
 def _acl_reason(remark: str | None) -> str | None:
@@ -512,10 +530,13 @@ def broker_error(code: int, remark: str | None = None) -> BrokerError:
     """Return the exception instance for a non-success response ``code``.
 
     Unknown codes give a plain :class:`BrokerError` whose ``code`` attribute is set; a
-    SYSTEM_ERROR whose remark is an ACL refusal gives :class:`AccessDeniedError`.
+    SYSTEM_ERROR whose remark is an ACL 1.0 refusal (4.x) and a NO_PERMISSION whose remark is an
+    ACL 2.0 refusal (5.x) give :class:`AccessDeniedError`.
     """
     if code == BrokerSystemError.code and _acl_reason(remark) is not None:
         return AccessDeniedError(remark or "")
+    if code == NoPermissionError.code and remark and _ACL2_REFUSAL.fullmatch(remark):
+        return AccessDeniedError(remark, code=code)
     cls = _BY_CODE.get(code)
     if cls is None:
         return BrokerError(remark or "", code=code)

@@ -118,6 +118,25 @@ _V3_1_8 = 62
 #: how long a forwarded request waits for the client (``Broker2Client.callClient``: 10 s)
 _CALL_CLIENT_TIMEOUT = 10.0
 _VERSION_DESC = "V4_9_8"
+#: ``MQVersion.Version.V5_0_0_SNAPSHOT.ordinal()``: a request from this version on comes from a
+#: 5.x client, whose tools read the runtime keys a 5.x broker adds
+_V5_0_0_SNAPSHOT = 412
+#: what a 5.x broker's runtime info adds to 4.9.8's (its thread pools for acks and lite pulls,
+#: timer progress, whether it is active), each at its value on an idle broker
+_V5_RUNTIME_EXTRA = {
+    "ackThreadPoolQueueCapacity": "100000",
+    "ackThreadPoolQueueHeadWaitTimeMills": "0",
+    "ackThreadPoolQueueSize": "0",
+    "brokerActive": "true",
+    "litePullThreadPoolQueueCapacity": "100000",
+    "litePullThreadPoolQueueHeadWaitTimeMills": "0",
+    "litePullThreadPoolQueueSize": "0",
+    "timerCongestNum": "0",
+    "timerDequeueTps": "0.0",
+    "timerEnqueueTps": "0.0",
+    "timerOffsetBehind": "0",
+    "timerReadBehind": "0",
+}
 _SYSTEM_TOPIC_REMARK = "The topic[{}] is conflict with system topic."
 
 
@@ -312,8 +331,14 @@ class AdminProcessors:
 
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a :class:`KVTable` (``mqadmin brokerStatus``,
-        ``clusterList``)."""
-        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(self.runtime_table()).to_json())
+        ``clusterList``); to a 5.x client, with the keys a 5.x broker reports (its
+        ``clusterList`` reads ``brokerActive`` and the timer keys, and the transfer rate under
+        its corrected name ``getTransferredTps``)."""
+        table = self.runtime_table()
+        if cmd.version >= _V5_0_0_SNAPSHOT:
+            table.update(_V5_RUNTIME_EXTRA)
+            table["getTransferredTps"] = table.pop("getTransferedTps")
+        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(table).to_json())
 
     def config_table(self) -> dict[str, str]:
         """This broker's settings under the Java ``BrokerConfig`` / ``MessageStoreConfig``

@@ -401,7 +401,10 @@ class EmbeddedBroker:
             config=config,
             on_served=stats.got,
         )
-        d.register(RequestCode.PULL_MESSAGE, pull.pull)
+        # 5.x clients send LITE_PULL_MESSAGE (361) from DefaultLitePullConsumer; the 5.x broker
+        # serves it with the same processor (BrokerController.registerProcessor)
+        for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+            d.register(code, pull.pull)
         BrokerProcessors(
             store=store, topics=topics, groups=groups, offsets=offsets, locks=locks, config=config
         ).register(d)

@@ -7,6 +7,7 @@ against the same requests is ``tests/interop/apache/test_mqadmin_embedded.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -296,6 +297,19 @@ async def test_runtime_info_config_and_consume_queue(
     assert int(table["earliestMessageTimeStamp"]) > 0
     assert len(table["putTps"].split(" ")) == 3
     assert table["runtime"].startswith("[ 0 days")
+    assert "brokerActive" not in table
+    assert "getTransferedTps" in table  # 4.9.8's spelling
+    # asked by a 5.x client (V5_3_3), the keys a 5.x broker adds, as 5.x's clusterList reads
+    request = dataclasses.replace(
+        RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), version=479
+    )
+    resp = await admin._require().invoke(broker.address, request)
+    v5 = KVTable.from_json(resp.body).table
+    assert v5["brokerActive"] == "true"
+    assert v5["getTransferredTps"] == table["getTransferedTps"]
+    assert "getTransferedTps" not in v5
+    assert {"timerReadBehind", "ackThreadPoolQueueSize", "litePullThreadPoolQueueSize"} <= set(v5)
+    assert set(table) - {"getTransferedTps"} <= set(v5)
     resp = await call(admin, broker.address, RequestCode.GET_BROKER_CONFIG)
     config = dict(line.split("=", 1) for line in resp.body.decode().splitlines())
     assert config["brokerName"] == "broker-a"

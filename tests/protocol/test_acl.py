@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiorocket._protocol.acl import content_to_sign, sign, signed_ext_fields, verify
-from aiorocket.errors import AccessDeniedError, BrokerSystemError, broker_error
+from aiorocket.errors import AccessDeniedError, BrokerSystemError, NoPermissionError, broker_error
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -171,3 +171,32 @@ def test_other_system_errors_stay_system_errors() -> None:
         assert exc.retriable
     # the ACL text under another code is not how a 4.x broker refuses
     assert not isinstance(broker_error(16, JAVA_REFUSALS[0][0]), AccessDeniedError)
+
+
+#: how a 5.x broker's ACL 2.0 refuses (NO_PERMISSION with the exception's message)
+ACL2_REFUSALS = [
+    "User:nobody is not found.",
+    "check signature failed.",
+    "User:ak is disabled.",
+    "User:ak has no permission to access Topic:Denied from 127.0.0.1, "
+    "the decision resource is Topic:Denied, the decision result is Deny.",
+    "Authentication failed. Please verify the credentials and try again.",
+]
+
+
+@pytest.mark.parametrize("remark", ACL2_REFUSALS)
+def test_acl2_refusals_raise_access_denied(remark: str) -> None:
+    exc = broker_error(16, remark)
+    assert isinstance(exc, AccessDeniedError)
+    assert exc.code == 16
+    assert exc.reason == remark
+    assert str(exc) == f"[code 16] access denied by the broker's ACL: {remark}"
+    assert not exc.retriable
+
+
+def test_a_forbidden_broker_is_no_acl_refusal() -> None:
+    # the broker's own NO_PERMISSION (write or read perm off) stays retriable with a route refresh
+    for remark in ("the broker[broker-a] sending message is forbidden", None, "check signature"):
+        exc = broker_error(16, remark)
+        assert type(exc) is NoPermissionError
+        assert exc.retriable

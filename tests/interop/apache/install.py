@@ -11,7 +11,9 @@ code drives 4.9.x and 5.x (the version is read off the install's jars).
 * ``ROCKETMQ_HOME`` set but unusable (no jars, no JDK, unknown version): the run stops at
   collection with one message saying what is wrong.
 
-A broker is ready when the name server routes to it (its cluster info lists the broker's
+Servers listen on loopback where the version lets them choose (5.x's ``bindAddress``); a 4.9.x
+server has no such setting and listens on every interface, so its ports are only ever used
+through 127.0.0.1. A broker is ready when the name server routes to it (its cluster info lists the broker's
 address as master), not when it logs "boot success": a 5.x broker restarted under the same
 name can be missing from the name server for seconds after that line. Every process runs in
 its own process group and is stopped by PID: SIGTERM with a bounded wait, then SIGKILL.
@@ -478,6 +480,8 @@ class JavaCluster:
             ``rocketmq.broker.rebalance.lockMaxLiveTime``).
         jvm_options: JVM options of the name server *and* every broker, for what both
             servers read, such as the TLS system properties (``-Dtls.server.mode=enforcing``).
+        broker_classpath: directories or jars put before the install's on every broker's class
+            path (the classes a ``broker.conf`` setting names, such as an ACL 2.0 provider).
         install: the install to run (default: ``ROCKETMQ_HOME``'s).
     """
 
@@ -489,9 +493,11 @@ class JavaCluster:
         files: Mapping[str, str] | None = None,
         system_properties: Mapping[str, str] | None = None,
         jvm_options: Sequence[str] = (),
+        broker_classpath: Sequence[Path] = (),
         install: Install | None = None,
     ) -> None:
         self.install = install or require_install()
+        self.broker_classpath = list(broker_classpath)
         self.root = root
         self.broker_names = list(brokers)
         self.broker_conf = dict(broker_conf or {})
@@ -561,6 +567,7 @@ class JavaCluster:
             "flushDiskType": "ASYNC_FLUSH",
             "autoCreateTopicEnable": "true",
             "autoCreateSubscriptionGroup": "true",
+            **({"bindAddress": "127.0.0.1"} if self.install.v5 else {}),
             **self.broker_conf,
         }
         conf.write_text(_properties(values))
@@ -568,7 +575,12 @@ class JavaCluster:
         options += [f"-D{k}={v}" for k, v in self.system_properties.items()]
         options += self.jvm_options
         argv = self.install.java_argv(
-            BROKER_MAIN, "-c", str(conf), jvm_options=options, heap=SERVER_HEAP
+            BROKER_MAIN,
+            "-c",
+            str(conf),
+            classpath=self.broker_classpath,
+            jvm_options=options,
+            heap=SERVER_HEAP,
         )
         return JavaProcess(name, argv, log or self.root / f"{name}.out", self._env_for(home))
 

@@ -1,19 +1,28 @@
-"""aiorocket against the real Apache RocketMQ 4.9.8 broker with ACL on (``aclEnable=true``).
-
-The broker's ``plain_acl.yml`` (4.9.8 format, read by ``PlainPermissionManager``) has no
-global white addresses and no per-account ``whiteRemoteAddress``: a white-listed address skips
-the signature check (``PlainPermissionManager.validate`` returns before it), so an empty list
-is what makes every request's HMAC-SHA1 signature really checked (REMOTING.md §8).
+"""aiorocket against the real Apache RocketMQ broker with ACL on: ACL 1.0 on 4.9.x, ACL 2.0 on
+5.x (which replaced it: a 5.3 broker ignores ``aclEnable`` and ``plain_acl.yml``).
 
 * With the right keys the producer sends and a push consumer consumes: its heartbeat, the
   consumer-list query rebalance makes, pulls, a send-back (``CONSUMER_SEND_MSG_BACK``) and its
   offset commits are all signed and accepted (consumption needs every one of them).
-* A wrong secret key, an unknown access key and a topic the account may not use are refused.
-  A 4.x broker has no response code for that: the validator's ``AclException`` becomes
-  SYSTEM_ERROR (1) with ``exceptionSimpleDesc`` as the remark, which aiorocket raises as
-  :class:`~aiorocket.errors.AccessDeniedError`, not retriable, with the broker's reason.
+* A wrong secret key, an unknown access key and a topic the account may not use are refused,
+  raised as :class:`~aiorocket.errors.AccessDeniedError`, not retriable, with the broker's
+  reason. A 4.x broker has no response code for that: the validator's ``AclException``
+  becomes SYSTEM_ERROR (1) with ``exceptionSimpleDesc`` as the remark. A 5.x broker answers
+  NO_PERMISSION (16) with the authentication or authorization exception's message.
 
-``mqadmin`` does not sign its requests here (it would read ``tools.yml`` from the kit's own
+4.9.x: the broker's ``plain_acl.yml`` (read by ``PlainPermissionManager``) has no global white
+addresses and no per-account ``whiteRemoteAddress``: a white-listed address skips the
+signature check (``PlainPermissionManager.validate`` returns before it), so an empty list is
+what makes every request's HMAC-SHA1 signature really checked (REMOTING.md §8).
+
+5.x: authentication and authorization on, with the broker's own providers
+(``DefaultAuthenticationProvider`` checks the same signature, ``DefaultAuthorizationProvider``
+decides by the user's policies); the users and policies come from ``java5/AuthMemory.java``
+instead of the stock RocksDB store, loaded from a file this module writes: the account may
+publish, subscribe and read offsets (``Get``, what the queue reader's GET_MAX_OFFSET needs) on
+every topic and group but :data:`DENIED_TOPIC`, the admin is a super user.
+
+``mqadmin`` does not sign its requests here (it would read ``tools.yml`` from the install's own
 directory), so these tests check the broker's state with a signed
 :class:`~aiorocket.QueueReader` instead.
 """
@@ -22,15 +31,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import aiorocket as rmq
 from aiorocket.errors import AccessDeniedError, BrokerSystemError
-from tests.interop.apache.install import JavaCluster
+from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
+from tests.interop.apache.install import Install, JavaCluster, compile_java, install
 from tests.interop.harness import unique_name
+
+_found = install()
+#: whether the install is 5.x, so ACL 2.0 (known at import: the modules are collected only
+#: with an install)
+V5 = _found is not None and _found.v5
 
 #: the account the tests use; every topic but :data:`DENIED_TOPIC` is allowed
 ACCESS_KEY = "aiorocket-ak"
@@ -41,8 +57,9 @@ ADMIN_SECRET = "aiorocket-admin-sk"
 #: the topic the account has ``DENY`` on (``topicPerms``)
 DENIED_TOPIC = unique_name("AclDenied")
 
-JAVA_BROKER_CONF = {"aclEnable": "true"}
-JAVA_BROKER_FILES = {
+#: ACL 1.0 (4.9.x)
+ACL1_CONF = {"aclEnable": "true"}
+ACL1_FILES = {
     "plain_acl.yml": f"""\
 globalWhiteRemoteAddresses: []
 
@@ -60,6 +77,56 @@ accounts:
 """
 }
 
+#: ACL 2.0 (5.x): the broker's providers, with the metadata of ``java5/AuthMemory.java``
+ACL2_CONF = {
+    "authenticationEnabled": "true",
+    "authorizationEnabled": "true",
+    "authenticationProvider": (
+        "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider"
+    ),
+    "authorizationProvider": (
+        "org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider"
+    ),
+    "authenticationMetadataProvider": "AuthMemory$Users",
+    "authorizationMetadataProvider": "AuthMemory$Acls",
+}
+ACL2_METADATA = f"""\
+user {ACCESS_KEY} {SECRET_KEY} Normal
+user {ADMIN_KEY} {ADMIN_SECRET} Super
+acl {ACCESS_KEY} Allow Topic:* Pub,Sub,Get
+acl {ACCESS_KEY} Allow Group:* Sub,Get
+acl {ACCESS_KEY} Deny Topic:{DENIED_TOPIC} Pub,Sub
+"""
+
+
+@pytest.fixture(scope="module")
+def java_cluster(
+    rocketmq: Install, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[JavaCluster]:
+    """A Java name server and broker with this version's ACL on."""
+    root = tmp_path_factory.mktemp("java-acl-cluster")
+    if rocketmq.v5:
+        metadata = root / "acl2.txt"
+        metadata.write_text(ACL2_METADATA)
+        sources = sorted((Path(__file__).with_name("java5")).glob("*.java"))
+        cluster = JavaCluster(
+            root / "cluster",
+            broker_conf={**DEFAULT_BROKER_CONF, **ACL2_CONF},
+            system_properties={"aiorocket.auth.file": str(metadata)},
+            broker_classpath=[compile_java(root / "classes", sources)],
+            install=rocketmq,
+        )
+    else:
+        cluster = JavaCluster(
+            root / "cluster",
+            broker_conf={**DEFAULT_BROKER_CONF, **ACL1_CONF},
+            files=ACL1_FILES,
+            install=rocketmq,
+        )
+    with cluster:
+        yield cluster
+
+
 #: consumer settings that keep the tests quick (``tests/consumer/conftest.py``'s ``FAST``)
 FAST: dict[str, Any] = {
     "rebalance_interval": 1.0,
@@ -74,12 +141,12 @@ GOOD = {"access_key": ACCESS_KEY, "secret_key": SECRET_KEY}
 REFUSED_CREDENTIALS = [
     pytest.param(
         {"access_key": ACCESS_KEY, "secret_key": "not-the-secret-key"},
-        f"Check signature failed for accessKey={ACCESS_KEY}",
+        "check signature failed." if V5 else f"Check signature failed for accessKey={ACCESS_KEY}",
         id="wrong-secret-key",
     ),
     pytest.param(
         {"access_key": "nobody-we-know", "secret_key": SECRET_KEY},
-        "No acl config for nobody-we-know",
+        "User:nobody-we-know is not found." if V5 else "No acl config for nobody-we-know",
         id="unknown-access-key",
     ),
 ]
@@ -126,16 +193,24 @@ async def ignore(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) ->
 
 
 def check_refusal(exc: AccessDeniedError, reason: str) -> None:
-    # One line naming the cause; typed so callers can tell it from a real system error
-    # (it still is one: code 1) and never retried.
+    """One line naming the cause (``reason``, or its start ending in "from "); typed so
+    callers can tell it from another broker error, and never retried."""
+    if reason.endswith(" from "):  # ACL 2.0 names the client's address and the decision next
+        assert exc.reason.startswith(reason), exc.reason
+        reason = exc.reason
     assert exc.reason == reason
-    assert str(exc) == f"[code 1] access denied by the broker's ACL: {reason}"
+    code = 16 if V5 else 1
+    assert str(exc) == f"[code {code}] access denied by the broker's ACL: {reason}"
     assert "\n" not in str(exc)
-    assert exc.code == 1
+    assert exc.code == code
     assert isinstance(exc, BrokerSystemError)
     assert not exc.retriable
-    # the raw remark is the Java broker's: AclException.toString() and a stack frame
-    assert exc.remark.startswith(f"org.apache.rocketmq.acl.common.AclException: {reason}, ")
+    if V5:
+        # ACL 2.0: NO_PERMISSION with the exception's message as the remark
+        assert exc.remark == reason
+    else:
+        # the raw remark is the Java broker's: AclException.toString() and a stack frame
+        assert exc.remark.startswith(f"org.apache.rocketmq.acl.common.AclException: {reason}, ")
 
 
 async def test_signed_producer_and_push_consumer_are_accepted(java_cluster: JavaCluster) -> None:
@@ -213,8 +288,12 @@ async def test_topic_without_permission_is_refused(java_cluster: JavaCluster) ->
     async with producer(java_cluster, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET) as p:
         await p.send(rmq.Message(DENIED_TOPIC, b"by the admin"))
 
-    # PlainPermissionManager.checkPerm: the account's topicPerms say DENY for this topic
-    reason = f"No default permission for topic:{DENIED_TOPIC}"
+    # 4.9.x: PlainPermissionManager.checkPerm, the account's topicPerms say DENY for this
+    # topic; 5.x: AclAuthorizationHandler, the literal Deny outranks the Allow of Topic:*
+    if V5:
+        reason = f"User:{ACCESS_KEY} has no permission to access Topic:{DENIED_TOPIC} from "
+    else:
+        reason = f"No default permission for topic:{DENIED_TOPIC}"
     async with producer(java_cluster, **GOOD) as p:
         with pytest.raises(AccessDeniedError) as sending:
             await p.send(rmq.Message(DENIED_TOPIC, b"refused"))

@@ -1,4 +1,5 @@
-"""The operators' tool ``mqadmin`` 4.9.8 and the real Java broker, with aiorocket consumers.
+"""The operators' tool ``mqadmin`` and the real Java broker (4.9.x or 5.x), with aiorocket
+consumers.
 
 For some commands the broker turns to the consumers themselves: ``resetOffsetByTime`` makes it
 send RESET_CONSUMER_CLIENT_OFFSET (220) to every member of the group, which must drop the
@@ -32,6 +33,14 @@ JAVA one; the first test shows the two side by side.
 
 ``mqadmin`` runs in a worker thread (``asyncio.to_thread``): it blocks for seconds, and the
 event loop must keep serving the requests the broker forwards to our consumer meanwhile.
+
+What 5.x does differently, asserted as such: the Java client reports its own version
+(``V5_3_3``); ``consumerProgress -s true`` adds ``#Inflight`` and prints ``Consume Diff
+Total``; ``resetOffsetByTime`` prints ``start reset consumer offset by specified, group[...]``
+and turns ``now`` into the current time on the tool's side. And the broker resets offsets
+itself (``useServerSideResetOffset``, on by default): ``AdminBrokerProcessor.resetOffsetInner``
+stores the target offsets for the group's next pulls and ignores ``force``, so ``-f false`` to
+``now`` skips the backlog too, and no RESET_CONSUMER_CLIENT_OFFSET reaches the consumers.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket import MessageQueue
-from tests.interop.apache.install import JavaClient, JavaCluster
+from tests.interop.apache.install import Install, JavaClient, JavaCluster
 from tests.interop.harness import unique_name
 
 #: consumer settings that keep the tests quick (``tests/consumer/conftest.py``'s ``FAST``)
@@ -199,7 +208,7 @@ class Gate:
 
 
 async def test_consumer_connection_and_status_list_us_beside_a_java_consumer(
-    java_cluster: JavaCluster, java_classes: Path, tmp_path: Path
+    java_cluster: JavaCluster, java_classes: Path, tmp_path: Path, rocketmq: Install
 ) -> None:
     topic, group = unique_name("AdmConn"), unique_name("AdmConnG")
     await send(java_cluster, topic, [f"c-{i}" for i in range(8)])
@@ -237,7 +246,7 @@ async def test_consumer_connection_and_status_list_us_beside_a_java_consumer(
     # consumerConnection: ClientId, ClientAddr, Language, Version of each member's channel
     members = {r[0]: r[1:] for r in rows_after(connection, "#ClientId")}
     assert members.pop(c.client_id) == [address, "PYTHON", "V4_9_8"], connection
-    assert [m[1:] for m in members.values()] == [["JAVA", "V4_9_8"]], connection
+    assert [m[1:] for m in members.values()] == [["JAVA", rocketmq.version_name]], connection
     (java_id,) = members
     subscriptions = {r[0]: r[1] for r in rows_after(connection, "#Topic")}
     assert subscriptions == {topic: "*", f"%RETRY%{group}": "*"}, connection
@@ -252,7 +261,7 @@ async def test_consumer_connection_and_status_list_us_beside_a_java_consumer(
     # and the tool wrote each to <millis>/<clientId> under its working directory
     listed = {r[1]: r[2:] for r in rows_after(status, "#Index")}
     assert set(listed) == {c.client_id, java_id}, status
-    assert {r[0] for r in listed.values()} == {"V4_9_8"}, status
+    assert sorted(r[0] for r in listed.values()) == sorted(["V4_9_8", rocketmq.version_name])
     assert "Same subscription in the same group of consumer" in status
     assert "Rebalance OK" in status
     for client_id in listed:
@@ -341,7 +350,7 @@ async def test_consumer_status_shows_our_running_info(
 
 
 async def test_consumer_progress_shows_broker_and_consumer_offsets(
-    java_cluster: JavaCluster,
+    java_cluster: JavaCluster, rocketmq: Install
 ) -> None:
     topic, group = unique_name("AdmProg"), unique_name("AdmProgG")
     first = await send(java_cluster, topic, [f"p-{i}" for i in range(2 * QUEUES)])
@@ -364,7 +373,7 @@ async def test_consumer_progress_shows_broker_and_consumer_offsets(
         gate.opened.set()
 
     # -g -s true: Topic, Broker Name, QID, Broker Offset, Consumer Offset, Client IP, Diff,
-    # LastTime; the tool finds each queue's client in the members' running info
+    # (5.x: Inflight,) LastTime; the tool finds each queue's client in the members' running info
     rows = {
         MessageQueue(r[0], r[1], int(r[2])): r[3:]
         for r in rows_after(progress, "#Topic")
@@ -376,7 +385,10 @@ async def test_consumer_progress_shows_broker_and_consumer_offsets(
         broker_offset, consumer_offset, client_ip, diff = rows[mq][:4]
         assert (int(broker_offset), int(consumer_offset), int(diff)) == (offset + 1, offset, 1)
         assert client_ip == ip, progress
-    assert f"Diff Total: {QUEUES}" in progress.splitlines(), progress
+        if rocketmq.v5:
+            assert int(rows[mq][4]) == 1, progress  # in flight: the held message
+    total = f"{'Consume ' if rocketmq.v5 else ''}Diff Total: {QUEUES}"
+    assert total in progress.splitlines(), progress
 
     # all groups: Group, Count, Version, Type, Model, TPS, Diff Total
     (ours,) = [r for r in rows_after(groups, "#Group") if r[0] == group]
@@ -387,12 +399,19 @@ async def test_consumer_progress_shows_broker_and_consumer_offsets(
 # -- resetOffsetByTime -------------------------------------------------------------------------
 
 
+def reset_title(rocketmq: Install) -> str:
+    """The start of ``resetOffsetByTime``'s first line in this version."""
+    if rocketmq.v5:
+        return "start reset consumer offset by specified, "
+    return "rollback consumer offset by specified "
+
+
 @pytest.mark.parametrize(
     "force",
     [pytest.param([], id="force-by-default"), pytest.param(["-f", "false"], id="no-force")],
 )
 async def test_reset_offset_by_timestamp_consumes_again_from_there(
-    java_cluster: JavaCluster, force: list[str]
+    java_cluster: JavaCluster, force: list[str], rocketmq: Install
 ) -> None:
     """Back to a timestamp: forced or not (a reset that moves offsets back needs no force)."""
     topic, group = unique_name("AdmReset"), unique_name("AdmResetG")
@@ -426,7 +445,7 @@ async def test_reset_offset_by_timestamp_consumes_again_from_there(
         again = got[before:]
 
     assert output.splitlines()[0] == (
-        f"rollback consumer offset by specified group[{group}], topic[{topic}], "
+        f"{reset_title(rocketmq)}group[{group}], topic[{topic}], "
         f"force[{'false' if force else 'true'}], "
         f"timestamp(string)[{since}], timestamp(long)[{since}]"
     )
@@ -446,11 +465,14 @@ async def test_reset_offset_by_timestamp_consumes_again_from_there(
     ],
 )
 async def test_reset_offset_to_now(
-    java_cluster: JavaCluster, force: list[str], skips: bool
+    java_cluster: JavaCluster, force: list[str], skips: bool, rocketmq: Install
 ) -> None:
     """``-s now`` is timestamp -1: the end of each queue (``Broker2Client.resetOffset`` takes
     the max offset). Forced (mqadmin's default) the backlog is skipped; with ``-f false`` the
-    broker keeps the group's offset wherever the new one is not lower, so nothing is."""
+    broker keeps the group's offset wherever the new one is not lower, so nothing is. 5.x
+    resets on the broker and ignores ``-f`` (see the module's docs): the backlog is skipped
+    either way."""
+    skips = skips or rocketmq.v5
     topic, group = unique_name("AdmNow"), unique_name("AdmNowG")
     gate = Gate("backlog-")
     got: list[bytes] = []
@@ -491,11 +513,20 @@ async def test_reset_offset_to_now(
             java_cluster, group, await max_offsets(java_cluster, topic), "everything"
         )
 
-    assert output.splitlines()[0].endswith(
-        f"force[{'true' if skips else 'false'}], timestamp(string)[now], timestamp(long)[-1]"
+    # 5.x's tool sends the current time for "now" (4.9.x: -1)
+    now = r"\d{13}" if rocketmq.v5 else "-1"
+    assert re.fullmatch(
+        re.escape(f"{reset_title(rocketmq)}group[{group}], topic[{topic}], ")
+        + re.escape(f"force[{'false' if force else 'true'}], timestamp(string)[now], ")
+        + rf"timestamp\(long\)\[{now}\]",
+        output.splitlines()[0],
     ), output
     delivered = [b for b in got if b.startswith(b"backlog-")]
-    if skips:
+    if rocketmq.v5:
+        # the broker told the consumer nothing: what it had pulled before the reset is still
+        # delivered, once, and its next pulls start at the reset offsets
+        assert sorted(delivered) == sorted(f"backlog-{i}".encode() for i in range(len(backlog)))
+    elif skips:
         # only the message that was in the handler when the reset came: the cached ones went
         # with their dropped process queues, and the queues start again at the end
         assert len(delivered) == 1, delivered
