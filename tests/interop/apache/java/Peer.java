@@ -7,7 +7,7 @@
 // the group) and exits 0. Every message is a line {"ev":"msg", "topic", "body", "tags", "keys",
 // "queue", "offset", "msg_id", "reconsume", "idx" (the user property), "sys_flag", "props"},
 // non-ASCII text as JSON escapes so the line reads the same whatever the JVM's locale; "ready"
-// once the consumer has started.
+// once the consumer has started. Lines are written with JClient's helpers (compiled together).
 import java.util.*;
 import java.util.concurrent.*;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -16,31 +16,11 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 
 public class Peer {
-    static final Object OUT = new Object();
-
-    static void emit(String line) {
-        synchronized (OUT) {
-            System.out.println(line);
-            System.out.flush();
-        }
-    }
-
-    static String q(String s) {
-        if (s == null) return "null";
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            if (c == '"' || c == '\\') b.append('\\').append(c);
-            else if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04x", (int) c));
-            else b.append(c);
-        }
-        return b.append('"').toString();
-    }
-
     static String json(Map<String, String> m) {
         StringBuilder b = new StringBuilder("{");
         for (Map.Entry<String, String> e : new TreeMap<>(m).entrySet()) {
             if (b.length() > 1) b.append(',');
-            b.append(q(e.getKey())).append(':').append(q(e.getValue()));
+            b.append(JClient.q(e.getKey())).append(':').append(JClient.q(e.getValue()));
         }
         return b.append('}').toString();
     }
@@ -61,12 +41,12 @@ public class Peer {
         c.subscribe(topic, "*");
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
-                emit("{\"ev\":\"msg\",\"topic\":" + q(m.getTopic())
-                    + ",\"body\":" + q(new String(m.getBody(), java.nio.charset.StandardCharsets.UTF_8))
-                    + ",\"tags\":" + q(m.getTags()) + ",\"keys\":" + q(m.getKeys())
+                JClient.emit("{\"ev\":\"msg\",\"topic\":" + JClient.q(m.getTopic())
+                    + ",\"body\":" + JClient.q(new String(m.getBody(), java.nio.charset.StandardCharsets.UTF_8))
+                    + ",\"tags\":" + JClient.q(m.getTags()) + ",\"keys\":" + JClient.q(m.getKeys())
                     + ",\"queue\":" + m.getQueueId() + ",\"offset\":" + m.getQueueOffset()
-                    + ",\"msg_id\":" + q(m.getMsgId()) + ",\"reconsume\":" + m.getReconsumeTimes()
-                    + ",\"idx\":" + q(m.getUserProperty("idx")) + ",\"sys_flag\":" + m.getSysFlag()
+                    + ",\"msg_id\":" + JClient.q(m.getMsgId()) + ",\"reconsume\":" + m.getReconsumeTimes()
+                    + ",\"idx\":" + JClient.q(m.getUserProperty("idx")) + ",\"sys_flag\":" + m.getSysFlag()
                     + ",\"props\":" + json(m.getProperties()) + "}");
                 seen.add(m.getMsgId());
             }
@@ -74,7 +54,7 @@ public class Peer {
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         c.start();
-        emit("{\"ev\":\"ready\"}");
+        JClient.emit("{\"ev\":\"ready\"}");
         done.await(timeoutMs, TimeUnit.MILLISECONDS);
         c.shutdown();
         System.exit(0);
