@@ -156,7 +156,7 @@ def check_watched(seen: Watched, answers: Answers) -> None:
     assert seen, "no request was answered"
     other = SerializeType.ROCKETMQ if answers is Answers.JSON else SerializeType.JSON
     odd = {code: n for (code, kind), n in seen.items() if kind == other}
-    if answers is Answers.HELD_PULLS_JSON and odd.pop(RequestCode.PULL_MESSAGE, None):
+    if answers is Answers.HELD_PULLS_JSON and odd.pop(RequestCode.PULL_MESSAGE, 0):
         # only the held ones: the pulls answered at once came back binary
         assert seen[RequestCode.PULL_MESSAGE, SerializeType.ROCKETMQ] > 0, seen
     assert not odd, f"{other.name} responses to binary requests (code: count): {odd}"

@@ -434,12 +434,12 @@ async def test_mqadmin_reads_the_embedded_broker_as_it_reads_the_java_broker(
         assert got["total"] == 1 + AFTER
 
     # consumerConnection: one member each, our language and version, the subscriptions
-    java = ["JAVA", rocketmq.version_name]
+    java_member = ["JAVA", rocketmq.version_name]
     for out, who in (
         (ca_e, ["PYTHON", "V4_9_8"]),
         (ca_j, ["PYTHON", "V4_9_8"]),
-        (cj_e, java),
-        (cj_j, java),
+        (cj_e, java_member),
+        (cj_j, java_member),
     ):
         (member,) = table(out, "#ClientId")
         assert member[2:] == who, out
