@@ -42,6 +42,11 @@ class ClientSettings(BaseModel):
         request_timeout: default RPC timeout in seconds (Java: 3 s).
         connect_timeout: TCP connect timeout in seconds.
         route_refresh_interval: how often routes are polled from the name server (Java: 30 s).
+        route_retry_interval: the least time between two on-demand route fetches of one topic:
+            a request that finds no master for a broker name, or cannot reach the cached
+            address, asks the name server again at once (coalesced per topic, at most once per
+            this interval), so a new master is used about a second after the name server knows
+            it, not at the next poll.
         heartbeat_interval: how often heartbeats go to brokers (Java: 30 s).
         max_frame_size: the largest frame accepted from a peer (16 MiB).
         tls: connect to name servers and brokers over TLS. ``True`` verifies their
@@ -73,6 +78,7 @@ class ClientSettings(BaseModel):
     request_timeout: float = Field(default=3.0, gt=0)
     connect_timeout: float = Field(default=3.0, gt=0)
     route_refresh_interval: float = Field(default=30.0, gt=0)
+    route_retry_interval: float = Field(default=0.2, gt=0)
     heartbeat_interval: float = Field(default=30.0, gt=0)
     max_frame_size: int = Field(default=16 * 1024 * 1024, ge=1024)
     tls: bool | ssl.SSLContext = False

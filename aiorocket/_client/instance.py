@@ -8,11 +8,13 @@ into a value or a :class:`~aiorocket.errors.BrokerError`.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -182,6 +184,9 @@ class ClientInstance:
         self._binary = False
         self._routes: dict[str, TopicRouteData] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}
+        #: on-demand route fetches in flight, and when each topic's last one started
+        self._refreshing: dict[str, asyncio.Future[TopicRouteData | None]] = {}
+        self._refreshed_at: dict[str, float] = {}
         self._namesrv_index = 0
         self._closed = False
         #: called with the broker names that appeared in a route for the first time
@@ -331,6 +336,64 @@ class ClientInstance:
         for addrs in self._broker_addrs.values():
             out.extend(a for bid, a in addrs.items() if not masters_only or bid == 0)
         return out
+
+    async def refresh_route(self, topic: str) -> TopicRouteData | None:
+        """Fetch ``topic``'s route now because a request found no master or could not reach
+        the cached address; the route known afterwards.
+
+        One fetch per topic is in flight at a time (later callers wait for it) and one starts
+        at most every ``route_retry_interval`` seconds (callers in between get the cached
+        route), so a burst of failing requests asks the name server once. Errors are logged,
+        not raised: the caller goes on with what is known.
+        """
+        pending = self._refreshing.get(topic)
+        if pending is None:
+            now = time.monotonic()
+            last = self._refreshed_at.get(topic)
+            if last is not None and now - last < self.settings.route_retry_interval:
+                return self._routes.get(topic)
+            self._refreshed_at[topic] = now
+            pending = asyncio.ensure_future(self._fetch_route_logged(topic))
+            self._refreshing[topic] = pending
+            pending.add_done_callback(lambda _: self._refreshing.pop(topic, None))
+        # shielded: a caller cancelled while waiting leaves the fetch to the others
+        return await asyncio.shield(pending)
+
+    async def _fetch_route_logged(self, topic: str) -> TopicRouteData | None:
+        try:
+            return await self.fetch_route(topic)
+        except (TransportError, BrokerError) as exc:
+            log.warning("route of %s: refresh failed: %s", topic, exc)
+            return self._routes.get(topic)
+
+    async def find_broker(
+        self, broker_name: str, topic: str, *, master: bool = False, broker_id: int = 0
+    ) -> str:
+        """The address to send a request for ``broker_name`` (a queue of ``topic``) to.
+
+        ``master``: sends, queue locks and transactions need the master (broker id 0).
+        Otherwise (pulls, offset queries and commits, max/min/search offset, message queries)
+        ``broker_id`` (the broker's ``suggestWhichBrokerId``) or the master, and without
+        either any broker of the group, as Java's ``findBrokerAddressInSubscribe`` after a
+        route refresh (``RemoteBrokerOffsetStore``: master first, then ``onlyThisBroker``
+        false). A missing address first refreshes the route (:meth:`refresh_route`).
+
+        Raises:
+            ServiceNotAvailableError: no such address, even after the refresh.
+        """
+        for attempt in range(2):
+            addrs = self._broker_addrs.get(broker_name, {})
+            addr = addrs.get(0) if master else addrs.get(broker_id) or addrs.get(0)
+            if addr is not None:
+                return addr
+            if attempt == 0:
+                await self.refresh_route(topic)
+        if not master and addrs:
+            return next(iter(addrs.values()))
+        what = "master address" if master else "address"
+        raise broker_error(
+            ResponseCode.SERVICE_NOT_AVAILABLE, f"no {what} for broker {broker_name}"
+        )
 
     def require_master(self, broker_name: str) -> str:
         """The master address of ``broker_name``.

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import anyio.to_thread
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket.errors import BrokerError, ConfigurationError, TransportError, broker_error
+from aiorocket.errors import BrokerError, ConfigurationError, TransportError
 from aiorocket.models import MessageQueue
 
 __all__ = ["MAX_CLUSTERS", "LocalFileOffsetStore", "OffsetStore", "RemoteOffsetStore"]
@@ -112,13 +112,10 @@ class RemoteOffsetStore(_MemoryTable):
         return None
 
     async def _address(self, mq: MessageQueue) -> str:
-        addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            await self._client.fetch_route(mq.topic)
-            addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            raise broker_error(14, f"no master address for broker {mq.broker_name}")
-        return addr
+        # RemoteBrokerOffsetStore: the master, else (after a route refresh) any broker of the
+        # group; a slave answers queries, and what is committed there while the master is down
+        # is committed again to the master by the next persist (the table keeps it)
+        return await self._client.find_broker(mq.broker_name, mq.topic)
 
     async def read_stored(self, mq: MessageQueue) -> int | None:
         addr = await self._address(mq)
@@ -138,6 +135,9 @@ class RemoteOffsetStore(_MemoryTable):
             )
         except (TransportError, BrokerError) as exc:
             log.warning("persisting offset %d of %s failed: %s", offset, mq, exc)
+            if isinstance(exc, TransportError):
+                # kept in the table for the next persist, to the broker the name server names
+                await self._client.refresh_route(mq.topic)
 
     async def persist_all(self, mqs: Collection[MessageQueue], *, sync: bool = False) -> None:
         wanted = set(mqs)

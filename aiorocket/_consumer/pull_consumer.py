@@ -65,7 +65,6 @@ from aiorocket.errors import (
     OffsetOutOfRangeError,
     QueueNotAssignedError,
     SubscriptionConflictError,
-    broker_error,
 )
 from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
 from aiorocket.settings import ConsumerSettings, build_settings
@@ -816,7 +815,7 @@ class PullConsumer(GroupMember):
                 return offset
         if not self._clustering:
             return await self._offsets.read_stored(mq) if mq not in self._owned else None
-        addr = await self._master(mq)
+        addr = await self._broker(mq)
         return await self._client.query_consumer_offset(addr, self._group, mq)
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
@@ -863,7 +862,7 @@ class PullConsumer(GroupMember):
             return
 
         async def one(mq: MessageQueue, offset: int) -> None:
-            addr = await self._master(mq)
+            addr = await self._broker(mq)
             await self._client.update_consumer_offset(addr, self._group, mq, offset, oneway=False)
 
         results = await asyncio.gather(*(one(mq, o) for mq, o in pairs), return_exceptions=True)
@@ -887,19 +886,12 @@ class PullConsumer(GroupMember):
             # Oneway, as the push consumer's periodic persistence (RemoteBrokerOffsetStore).
             await self._offsets.persist_all(list(self._owned))
 
-    async def _master(self, mq: MessageQueue) -> str:
-        addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            await self._client.fetch_route(mq.topic)
-            addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            raise broker_error(
-                ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for broker {mq.broker_name}"
-            )
-        return addr
+    async def _broker(self, mq: MessageQueue) -> str:
+        # offsets and bounds: the master, else any broker of the group (ClientInstance)
+        return await self._client.find_broker(mq.broker_name, mq.topic)
 
     async def _bounds(self, mq: MessageQueue) -> tuple[int, int]:
-        addr = await self._master(mq)
+        addr = await self._broker(mq)
         lo = await self._client.get_min_offset(addr, mq)
         hi = await self._client.get_max_offset(addr, mq)
         return lo, hi
@@ -966,7 +958,7 @@ class PullConsumer(GroupMember):
         owned = self._require_owned(queue)
         mq = owned.mq
         ts = int(when.timestamp() * 1000)
-        addr = await self._master(mq)
+        addr = await self._broker(mq)
         hint = await self._client.search_offset(addr, mq, ts)
         lo, hi = await self._bounds(mq)
         hint = min(max(hint, lo), hi)

@@ -412,6 +412,9 @@ class PullLoop:
                 return
             except (TransportError, BrokerError) as exc:
                 await self._failed(exc, backoff)
+                if isinstance(exc, TransportError):
+                    # the broker may be gone (a master died): the name server may know better
+                    await client.refresh_route(mq.topic)
                 broker_id = 0
                 continue
             if pq.dropped or pq.draining:
@@ -501,11 +504,7 @@ class PullLoop:
     async def _refresh_address(self, backoff: Backoff) -> str | None:
         mq = self.pq.queue
         try:
-            await self._client.fetch_route(mq.topic)
-        except (TransportError, BrokerError) as exc:
+            return await self._client.find_broker(mq.broker_name, mq.topic)
+        except BrokerError as exc:
             await self._failed(exc, backoff)
             return None
-        addr = self._client.broker_address_for_pull(mq.broker_name)
-        if addr is None:
-            await self._failed(TransportError(f"no address for broker {mq.broker_name}"), backoff)
-        return addr

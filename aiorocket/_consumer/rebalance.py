@@ -309,9 +309,8 @@ class Rebalancer:
         policy = start_policy(self._consume_from, mq.topic)
         if policy == "zero":
             return 0
-        addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            raise broker_error(14, f"no master address for broker {mq.broker_name}")
+        # max and search offset: the master, else a slave (it has the same queues)
+        addr = await self._client.find_broker(mq.broker_name, mq.topic)
         if policy == "max":
             return await self._client.get_max_offset(addr, mq)
         assert isinstance(self._consume_from, datetime)

@@ -34,10 +34,12 @@ from aiorocket._remoting import RequestHandler
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,
+    ConnectError,
     FlowControlError,
     MessageTooLargeError,
     RequestTimeoutError,
     RocketError,
+    ServiceNotAvailableError,
     SystemBusyError,
     TopicNotExistError,
 )
@@ -424,7 +426,6 @@ class Producer:
                     mq = selector(info.queues, msg, sharding_key)
                 else:
                     mq = info.next_queue(avoid_broker=last_broker)
-                addr = self._client.require_master(mq.broker_name)
                 header = SendMessageRequestHeader(
                     producer_group=self._wire_group(),
                     topic=wire_topic,
@@ -444,6 +445,8 @@ class Producer:
                 if remaining <= 0 and last_exc is not None:
                     raise last_exc
                 try:
+                    # sends need the master; without one the route is asked again at once
+                    addr = await self._client.find_broker(mq.broker_name, wire_topic, master=True)
                     resp = await self._client.send_message(
                         addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
                     )
@@ -462,6 +465,10 @@ class Producer:
                         # asking again, within what is left of the budget.
                         pause = _BUSY_BACKOFF * 2**attempt * random.uniform(0.5, 1.0)
                         await asyncio.sleep(min(pause, remaining / 2))
+                    elif isinstance(exc, ConnectError | ServiceNotAvailableError):
+                        # the master is gone or unknown: the next attempt's route refresh may
+                        # name a new one (a DLedger group elects it in seconds); give it time
+                        await asyncio.sleep(min(s.route_retry_interval, remaining / 2))
                     continue
                 if resp is None:
                     return None
@@ -507,7 +514,9 @@ class Producer:
         self, topic: str, previous: TopicPublishInfo | None
     ) -> TopicPublishInfo:
         try:
-            route = await self._client.fetch_route(topic)
+            # a refresh after a failed send is coalesced and rate-limited per topic
+            refreshed = await self._client.refresh_route(topic) if previous else None
+            route = refreshed or await self._client.fetch_route(topic)
             queues = route.publish_queues(topic)
             if queues:
                 return TopicPublishInfo(

@@ -185,17 +185,12 @@ class QueueReader(ClientOwner):
 
     async def _address(self, mq: MessageQueue) -> str:
         client = self._require()
-        name = mq.broker_name
-        addr = None if name in self._stale else client.broker_address_for_pull(name)
-        if addr is None:
-            await client.fetch_route(self._wire(mq.topic))
+        name, topic = mq.broker_name, self._wire(mq.topic)
+        if name in self._stale:
+            # the last request could not reach it: the name server may name another
             self._stale.discard(name)
-            addr = client.broker_address_for_pull(name)
-            if addr is None:
-                raise broker_error(
-                    ResponseCode.SERVICE_NOT_AVAILABLE,
-                    f"no address for broker {name} in the route of {mq.topic}",
-                )
+            await client.refresh_route(topic)
+        addr = await client.find_broker(name, topic)
         return addr
 
     async def _call(

@@ -61,6 +61,10 @@ __all__ = [
     "find_install",
     "free_port",
     "install",
+    "BrokerNode",
+    "dledger_group",
+    "master_slave",
+    "request",
     "require_install",
     "run_admin",
     "run_java",
@@ -466,12 +470,44 @@ def _properties(values: Mapping[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
+@dataclass(frozen=True)
+class BrokerNode:
+    """One broker process of a :class:`JavaCluster`.
+
+    Attributes:
+        key: the process's name in the cluster (its data directory, its log).
+        broker_name: the broker name it serves (shared by a group's members).
+        broker_id: 0 for a master, 1... for a slave (a DLedger member's id follows its role).
+        role: ``ASYNC_MASTER``, ``SYNC_MASTER`` or ``SLAVE``.
+        dledger_id: the member's DLedger self id (``n0``...) in a DLedger group, else ``None``.
+    """
+
+    key: str
+    broker_name: str
+    broker_id: int = 0
+    role: str = "ASYNC_MASTER"
+    dledger_id: str | None = None
+
+
+def master_slave(name: str, role: str = "SYNC_MASTER") -> list[BrokerNode]:
+    """A master (``name``) and one slave (``name-s``) of broker name ``name``."""
+    return [BrokerNode(name, name, 0, role), BrokerNode(f"{name}-s", name, 1, "SLAVE")]
+
+
+def dledger_group(name: str, size: int = 3) -> list[BrokerNode]:
+    """A DLedger (Raft) group of ``size`` members of broker name ``name`` (``name-n0``...),
+    which elect the master among themselves."""
+    return [BrokerNode(f"{name}-n{i}", name, dledger_id=f"n{i}") for i in range(size)]
+
+
 class JavaCluster:
     """A name server and brokers of the install, on free loopback ports under ``root``.
 
     Args:
         root: a directory for the processes' homes, data and logs.
-        brokers: broker names; each gets its own port and data directory.
+        brokers: broker names, a master each; or :class:`BrokerNode` lists (groups:
+            :func:`master_slave`, :func:`dledger_group`); each process gets its own port and
+            data directory.
         broker_conf: settings added to every broker's ``broker.conf``.
         files: extra files written into each broker's ``conf/`` before it starts (e.g.
             ``{"plain_acl.yml": ...}`` for ACL 1.0's ``aclEnable=true``).
@@ -488,7 +524,7 @@ class JavaCluster:
     def __init__(
         self,
         root: Path,
-        brokers: Sequence[str] = ("broker-a",),
+        brokers: Sequence[str | BrokerNode] = ("broker-a",),
         broker_conf: Mapping[str, str] | None = None,
         files: Mapping[str, str] | None = None,
         system_properties: Mapping[str, str] | None = None,
@@ -499,7 +535,14 @@ class JavaCluster:
         self.install = install or require_install()
         self.broker_classpath = list(broker_classpath)
         self.root = root
-        self.broker_names = list(brokers)
+        self.nodes = {
+            n.key: n
+            for n in (b if isinstance(b, BrokerNode) else BrokerNode(b, b) for b in brokers)
+        }
+        self.broker_names = sorted({n.broker_name for n in self.nodes.values()})
+        #: DLedger members' peer ports (the Raft channel), allocated up front: every member's
+        #: configuration lists all of them
+        self.dledger_ports = {k: free_port() for k, n in self.nodes.items() if n.dledger_id}
         self.broker_conf = dict(broker_conf or {})
         self.files = dict(files or {})
         self.system_properties = dict(system_properties or {})
@@ -541,21 +584,38 @@ class JavaCluster:
         port = self.broker_ports.get(name)
         if port is None:
             taken = {p + d for p in self.broker_ports.values() for d in (-2, -1, 0, 1)}
+            taken |= set(self.dledger_ports.values())
             port = free_port((-2, -1, 0, 1))
             while {port + d for d in (-2, -1, 0, 1)} & (taken | {self.namesrv_port}):
                 port = free_port((-2, -1, 0, 1))
             self.broker_ports[name] = port
         return port
 
+    def _dledger_conf(self, node: BrokerNode) -> dict[str, str]:
+        if node.dledger_id is None:
+            return {}
+        peers = ";".join(
+            f"{n.dledger_id}-127.0.0.1:{self.dledger_ports[n.key]}"
+            for n in self.nodes.values()
+            if n.broker_name == node.broker_name and n.dledger_id
+        )
+        return {
+            "enableDLegerCommitLog": "true",
+            "dLegerGroup": node.broker_name,
+            "dLegerPeers": peers,
+            "dLegerSelfId": node.dledger_id,
+        }
+
     def _broker_process(self, name: str, log: Path | None = None) -> JavaProcess:
+        node = self.nodes[name]
         port = self._allocate_port(name)
         home = self.root / name
         logback = _write_home(home, "broker", self.files)
         conf = home / "broker.conf"
         values = {
             "brokerClusterName": "DefaultCluster",
-            "brokerName": name,
-            "brokerId": "0",
+            "brokerName": node.broker_name,
+            "brokerId": str(node.broker_id),
             "namesrvAddr": self.namesrv,
             "listenPort": str(port),
             "brokerIP1": "127.0.0.1",
@@ -563,11 +623,12 @@ class JavaCluster:
             "rocketmqHome": str(home),
             "storePathRootDir": str(home / "store"),
             "storePathCommitLog": str(home / "store" / "commitlog"),
-            "brokerRole": "ASYNC_MASTER",
+            "brokerRole": node.role,
             "flushDiskType": "ASYNC_FLUSH",
             "autoCreateTopicEnable": "true",
             "autoCreateSubscriptionGroup": "true",
             **({"bindAddress": "127.0.0.1"} if self.install.v5 else {}),
+            **self._dledger_conf(node),
             **self.broker_conf,
         }
         conf.write_text(_properties(values))
@@ -585,14 +646,26 @@ class JavaCluster:
         return JavaProcess(name, argv, log or self.root / f"{name}.out", self._env_for(home))
 
     def broker_addr(self, name: str) -> str:
-        """``127.0.0.1:port`` of a broker."""
+        """``127.0.0.1:port`` of a broker process."""
         return f"127.0.0.1:{self.broker_ports[name]}"
 
     def routed(self, name: str) -> bool:
-        """Whether the name server lists ``name`` with its address as master."""
-        info = cluster_info(self.namesrv, tls=self.tls)
-        data = info.broker_addr_table.get(name)
-        return data is not None and data.broker_addrs.get(0) == self.broker_addr(name)
+        """Whether the name server lists broker process ``name`` under its id (a DLedger
+        member: under any id, and its group has a master)."""
+        node = self.nodes[name]
+        data = cluster_info(self.namesrv, tls=self.tls).broker_addr_table.get(node.broker_name)
+        if data is None:
+            return False
+        addr = self.broker_addr(name)
+        if node.dledger_id is not None:
+            return addr in data.broker_addrs.values() and 0 in data.broker_addrs
+        return data.broker_addrs.get(node.broker_id) == addr
+
+    def master_of(self, broker_name: str) -> str | None:
+        """The process the name server names as ``broker_name``'s master, if any."""
+        data = cluster_info(self.namesrv, tls=self.tls).broker_addr_table.get(broker_name)
+        addr = data.broker_addrs.get(0) if data is not None else None
+        return next((k for k in self.nodes if addr == self.broker_addr(k)), None)
 
     def _wait_namesrv(self) -> None:
         def answers() -> bool:
@@ -613,11 +686,15 @@ class JavaCluster:
         self.processes["namesrv"] = ns
         ns.start()
         self._wait_namesrv()
-        for name in self.broker_names:
-            self.processes[name] = self._broker_process(name)
-            self.processes[name].start()
-        for name in self.broker_names:
-            self._wait_broker(name)
+        # masters first: a slave learns its master's HA address from the answer to its
+        # registration, and registers again only every 30 s (registerNameServerPeriod)
+        for phase in (False, True):
+            names = [k for k, n in self.nodes.items() if (n.role == "SLAVE") == phase]
+            for name in names:
+                self.processes[name] = self._broker_process(name)
+                self.processes[name].start()
+            for name in names:
+                self._wait_broker(name)
         return self
 
     def kill_broker(self, name: str) -> None:
