@@ -121,3 +121,93 @@ async def test_leader_killed_while_producing_loses_nothing(java_cluster: JavaClu
     assert new_leader != leader
     assert {b for b, _ in acked} <= got
     assert seen <= SEEN_BOUND, f"sends succeeded {seen:.2f} s after the name server knew"
+
+
+async def test_an_orderly_group_keeps_key_order_across_a_leader_change(
+    java_cluster: JavaCluster,
+) -> None:
+    """Orderly consumption with sharding keys while the leader dies: the queue locks were the
+    dead leader's (in its memory), so consumption of the group's queues waits until they are
+    locked on the new master; each key's messages arrive in send order (no message arrives for
+    the first time after a later one of its key), none lost.
+
+    A DLedger group replicates messages, not consumer offsets: the new leader knows the group's
+    offsets only as far as its last copy from the old leader. After locking a queue the
+    consumer reads its offset from the broker again (Java's ``ConsumeMessageOrderlyService``
+    does, ``READ_FROM_STORE``, so a queue another member consumed meanwhile is not replayed),
+    so what was consumed since that copy comes again, in order: duplicates, no inversions.
+    """
+    ns = java_cluster.namesrv
+    topic, group = unique_name("HaOrder"), unique_name("haorder")
+    keys = 8
+    seen: dict[int, list[int]] = {k: [] for k in range(keys)}
+    #: a message delivered for the first time after a later one of its key
+    inversions: list[tuple[int, int, int]] = []
+    consumer = rmq.PushConsumer(
+        group=group,
+        namesrv=ns,
+        consume_from="first",
+        orderly=True,
+        lock_renew_interval=1.0,
+        lock_expiry=3.0,
+        **FAST,
+    )
+    consumer.subscribe(topic)
+
+    @consumer.listener
+    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
+        for m in msgs:
+            k, n = (int(x) for x in m.body.decode().split(":"))
+            if n not in seen[k] and seen[k] and n < max(seen[k]):
+                inversions.append((k, max(seen[k]), n))
+            seen[k].append(n)
+
+    acked: dict[int, list[int]] = {k: [] for k in range(keys)}
+    stop = asyncio.Event()
+
+    async def produce(producer: rmq.Producer) -> None:
+        n = 0
+        while not stop.is_set():
+            for k in range(keys):
+                try:
+                    await producer.send(rmq.Message(topic, f"{k}:{n}"), sharding_key=str(k))
+                except rmq.RocketError:
+                    continue  # a later number of this key may still follow: order is by number
+                acked[k].append(n)
+            n += 1
+            await asyncio.sleep(1 / (RATE / keys))
+
+    leader = java_cluster.master_of("broker-a")
+    assert leader is not None
+    async with (
+        rmq.Producer(namesrv=ns, group=unique_name("hap")) as producer,
+        consumer,
+    ):
+        sender = asyncio.create_task(produce(producer))
+        try:
+            await eventually(lambda: sum(map(len, seen.values())) >= 200, 60, "200 deliveries")
+            await asyncio.to_thread(java_cluster.kill_broker, leader)
+            killed_at = time.time()
+            await eventually(
+                lambda: java_cluster.master_of("broker-a") not in (None, leader), 60, "a new leader"
+            )
+            after = sum(map(len, acked.values()))
+            await eventually(
+                lambda: sum(map(len, acked.values())) >= after + 200, 60, "sends to the new leader"
+            )
+        finally:
+            stop.set()
+            await sender
+        await eventually(
+            lambda: all(set(acked[k]) <= set(seen[k]) for k in range(keys)),
+            DRAIN_TIMEOUT,
+            "every acknowledged message",
+        )
+    total = sum(map(len, acked.values()))
+    print(
+        f"\nleader {leader} killed at {killed_at:.0f}; {sum(map(len, seen.values()))} "
+        f"deliveries of {total} acknowledged messages; inversions {inversions}"
+    )
+    assert inversions == []
+    for k in range(keys):
+        assert set(acked[k]) <= set(seen[k]), k
