@@ -4,6 +4,9 @@
 //       THREADS consume threads (20 is the Java default), from the first offset.
 //   JBench produce NAMESRV TOPIC SECONDS SIZE
 //       DefaultMQProducer, a sync send loop (one in flight) for SECONDS after 2,000 warm-up sends.
+//   JBench rate NAMESRV TOPIC RATE SECONDS
+//       DefaultMQProducer with its default retries and timeout, sync sends at RATE a second for
+//       SECONDS; the wall-clock time (ms) of every failed send and of every acknowledged one.
 // CPU is this process's CPU time (OperatingSystemMXBean); "first_last" figures run from the first
 // to the last message, so JVM start-up is left out of them.
 import java.lang.management.ManagementFactory;
@@ -22,7 +25,9 @@ public class JBench {
     }
 
     public static void main(String[] a) throws Exception {
-        if (a[0].equals("drain")) drain(a); else produce(a);
+        if (a[0].equals("drain")) drain(a);
+        else if (a[0].equals("rate")) rate(a);
+        else produce(a);
         System.exit(0);
     }
 
@@ -71,6 +76,28 @@ public class JBench {
         long t1 = System.nanoTime(); double c1 = cpu();
         System.out.println("{\"ok\":true,\"count\":" + n + ",\"seconds\":" + (t1 - t0) / 1e9
             + ",\"cpu\":" + (c1 - c0) + "}");
+        p.shutdown();
+    }
+
+    static void rate(String[] a) throws Exception {
+        String ns = a[1], topic = a[2];
+        double rate = Double.parseDouble(a[3]), seconds = Double.parseDouble(a[4]);
+        DefaultMQProducer p = new DefaultMQProducer("JBenchRate");
+        p.setNamesrvAddr(ns);
+        p.start();
+        StringBuilder ok = new StringBuilder(), failed = new StringBuilder();
+        long start = System.nanoTime();
+        for (long i = 0; System.nanoTime() - start < (long) (seconds * 1e9); i++) {
+            try {
+                p.send(new Message(topic, ("j" + i).getBytes()));
+                ok.append(ok.length() == 0 ? "" : ",").append(System.currentTimeMillis());
+            } catch (Exception e) {
+                failed.append(failed.length() == 0 ? "" : ",").append(System.currentTimeMillis());
+            }
+            long ahead = start + (long) ((i + 1) / rate * 1e9) - System.nanoTime();
+            if (ahead > 0) Thread.sleep(ahead / 1000000, (int) (ahead % 1000000));
+        }
+        System.out.println("{\"ok\":true,\"acked\":[" + ok + "],\"failed\":[" + failed + "]}");
         p.shutdown();
     }
 }
