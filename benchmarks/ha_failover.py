@@ -24,51 +24,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from java_peers import compile_bench, run_java  # noqa: E402
 
 import aiorocket as rmq  # noqa: E402
 from tests.interop.apache.install import (  # noqa: E402
     InstallError,
     JavaCluster,
-    compile_java,
     dledger_group,
     find_install,
-    tools_options,
 )
 
 RESULTS = Path(__file__).parent / "results"
-JAVA_SOURCE = Path(__file__).parent / "java" / "JBench.java"
 
 
 async def java_rate(classes: Path, ns: str, topic: str, rate: float, seconds: float) -> Any:
     """Run ``JBench rate``; its acknowledged and failed send times (ms)."""
-    install = find_install()
-    assert install is not None
-    tmp = Path(tempfile.gettempdir())
-    argv = install.java_argv(
-        "JBench",
-        "rate",
-        ns,
-        topic,
-        str(rate),
-        str(seconds),
-        classpath=[classes],
-        jvm_options=tools_options(tmp),
+    return await run_java(
+        classes, "rate", ns, topic, str(rate), str(seconds), timeout=seconds + 120
     )
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-        limit=64 * 1024 * 1024,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), seconds + 120)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    line = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")][-1]
-    return json.loads(line)
 
 
 async def aiorocket_rate(ns: str, topic: str, rate: float, seconds: float) -> dict[str, Any]:
@@ -131,7 +106,7 @@ async def one_round(args: argparse.Namespace, classes: Path, tmp: Path) -> dict[
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="aiorocket-ha-") as tmp:
-        classes = compile_java(Path(tmp) / "classes", [JAVA_SOURCE])
+        classes = compile_bench(Path(tmp) / "classes")
         return [await one_round(args, classes, Path(tmp) / f"round{r}") for r in range(args.repeat)]
 
 
