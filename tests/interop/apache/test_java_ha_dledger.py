@@ -102,6 +102,9 @@ async def test_leader_killed_while_producing_loses_nothing(java_cluster: JavaClu
             stop.set()
             await sender
             watcher.cancel()
+            # the group needs all three members again for the next election (a majority of
+            # two survives one more death)
+            await asyncio.to_thread(java_cluster.restart_broker, leader)
         new_leader = java_cluster.master_of("broker-a")
         await eventually(
             lambda: {b for b, _ in acked} <= got, DRAIN_TIMEOUT, "every acknowledged message"
@@ -198,6 +201,7 @@ async def test_an_orderly_group_keeps_key_order_across_a_leader_change(
         finally:
             stop.set()
             await sender
+            await asyncio.to_thread(java_cluster.restart_broker, leader)
         await eventually(
             lambda: all(set(acked[k]) <= set(seen[k]) for k in range(keys)),
             DRAIN_TIMEOUT,
