@@ -395,19 +395,6 @@ class ClientInstance:
             ResponseCode.SERVICE_NOT_AVAILABLE, f"no {what} for broker {broker_name}"
         )
 
-    def require_master(self, broker_name: str) -> str:
-        """The master address of ``broker_name``.
-
-        Raises:
-            ServiceNotAvailableError: the broker has no known master.
-        """
-        addr = self.master_address(broker_name)
-        if addr is None:
-            raise broker_error(
-                ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for broker {broker_name}"
-            )
-        return addr
-
     # -- broker RPCs --------------------------------------------------------------------------
 
     async def send_message(

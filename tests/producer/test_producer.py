@@ -43,7 +43,7 @@ async def pull_all(namesrv: str, topic: str, *, group: str = "reader") -> list[M
         try:
             route = await client.fetch_route(topic)
             for mq in route.subscribe_queues(topic):
-                addr = client.require_master(mq.broker_name)
+                addr = await client.find_broker(mq.broker_name, topic, master=True)
                 offset = 0
                 while True:
                     header = PullMessageRequestHeader(

@@ -4,9 +4,10 @@ Every message sent is read back and compared field by field (body, tags, keys, u
 properties, queue and offset from the :class:`~aiorocket.SendResult`, message id) with
 aiorocket's :class:`~aiorocket.QueueReader` or :class:`~aiorocket.PushConsumer`, and several
 times with the Java 4.9.8 client too, so the Java side is shown to see our messages intact:
-the kit's ``Peer consume`` and ``Probe``, a small Java program of this module (compiled from
-the source below) that prints *every* property of what it consumes, produces messages with
-non-ASCII properties and asks Java's ``SelectMessageQueueByHash`` which queue a key maps to.
+``java/Peer.java`` (a push consumer printing every property of what it consumes) and
+``Probe``, a small Java program of this module (compiled from the source below) that produces
+messages with non-ASCII properties and asks Java's ``SelectMessageQueueByHash`` which queue a
+key maps to.
 
 Sends covered: sync, oneway, batch, sharding key, delay level, compressed bodies, namespaces
 and non-ASCII properties (both directions).
@@ -103,12 +104,8 @@ PROBE_SOURCE = (
 import java.io.*;
 import java.nio.charset.StandardCharsets;
 import java.util.*;
-import java.util.concurrent.*;
-import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.*;
 import org.apache.rocketmq.client.producer.*;
 import org.apache.rocketmq.client.producer.selector.SelectMessageQueueByHash;
-import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.*;
 
 public class Probe {
@@ -128,15 +125,6 @@ public class Probe {
             else b.append(c);
         }
         return b.append('"').toString();
-    }
-
-    static String json(Map<String, String> m) {
-        StringBuilder b = new StringBuilder("{");
-        for (Map.Entry<String, String> e : new TreeMap<>(m).entrySet()) {
-            if (b.length() > 1) b.append(',');
-            b.append(q(e.getKey())).append(':').append(q(e.getValue()));
-        }
-        return b.append('}').toString();
     }
 
     static String unhex(String h) {
@@ -181,33 +169,6 @@ public class Probe {
                     + ",\"offset\":" + r.getQueueOffset() + "}");
             }
             p.shutdown();
-        } else {
-            // consume GROUP N TIMEOUT_S: print every message with all its properties
-            String group = a[3];
-            int n = Integer.parseInt(a[4]);
-            long timeout = Long.parseLong(a[5]) * 1000;
-            Set<String> seen = ConcurrentHashMap.newKeySet();
-            CountDownLatch done = new CountDownLatch(1);
-            DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
-            c.setNamesrvAddr(ns);
-            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-            c.subscribe(topic, "*");
-            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-                for (MessageExt m : msgs) {
-                    emit("{\"ev\":\"msg\",\"topic\":" + q(m.getTopic())
-                        + ",\"body\":" + q(new String(m.getBody(), StandardCharsets.UTF_8))
-                        + ",\"tags\":" + q(m.getTags()) + ",\"keys\":" + q(m.getKeys())
-                        + ",\"queue\":" + m.getQueueId() + ",\"offset\":" + m.getQueueOffset()
-                        + ",\"msg_id\":" + q(m.getMsgId()) + ",\"sys_flag\":" + m.getSysFlag()
-                        + ",\"props\":" + json(m.getProperties()) + "}");
-                    seen.add(m.getMsgId());
-                }
-                if (seen.size() >= n) done.countDown();
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            c.start();
-            done.await(timeout, TimeUnit.MILLISECONDS);
-            c.shutdown();
         }
         System.exit(0);
     }
@@ -223,14 +184,14 @@ public class Probe {
 
 @pytest.fixture(autouse=True)
 def _java_stdout_utf8(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The kit's Peer prints non-ASCII text with the JVM's default charset, which follows the
+    # Java prints non-ASCII text with the JVM's default charset, which follows the
     # locale (ASCII under LANG=C): make it UTF-8 whatever the machine's locale is.
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Dfile.encoding=UTF-8 -Dsun.stdout.encoding=UTF-8")
 
 
 @pytest.fixture(scope="module")
 def probe_classes(java_classes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:data:`PROBE_SOURCE` compiled (the kit's programs are ``java_classes``)."""
+    """:data:`PROBE_SOURCE` compiled (the shared programs are ``java_classes``)."""
     src = tmp_path_factory.mktemp("probe-src") / "Probe.java"
     src.write_text(PROBE_SOURCE, encoding="utf-8")
     return compile_java(tmp_path_factory.mktemp("probe-classes"), [src])
@@ -261,7 +222,7 @@ def assert_same(got: ReceivedMessage, sent: Message, result: SendResult | None =
 
 
 def assert_java_saw(event: Mapping[str, Any], sent: Message, result: SendResult) -> None:
-    """A message line of the kit's ``Peer consume`` (or of :data:`PROBE_SOURCE`) shows
+    """A message line of ``Peer consume`` shows
     ``sent`` stored where ``result`` says."""
     assert event["body"] == sent.body.decode("utf-8"), event
     assert event["tags"] == (sent.tags or ""), event
@@ -333,7 +294,7 @@ async def read_back(
 async def java_consume(
     classes: Path, main: str, namesrv: str, topic: str, n: int, tmp: Path
 ) -> list[dict[str, Any]]:
-    """Run a Java push consumer (``Peer`` or ``Probe``) of ``topic`` in a new group until it
+    """Run a Java push consumer (``Peer``) of ``topic`` in a new group until it
     saw ``n`` distinct messages; its message lines."""
     group = unique_name("java_reader")
     client = await JavaClient.start(
@@ -647,7 +608,7 @@ async def test_namespace_is_the_wire_prefix_and_shared_by_a_consumer(
 
 
 async def test_non_ascii_properties_survive_both_ways(
-    java_cluster: JavaCluster, probe_classes: Path, tmp_path: Path
+    java_cluster: JavaCluster, java_classes: Path, probe_classes: Path, tmp_path: Path
 ) -> None:
     """Non-ASCII property names and values, tags and keys (UTF-8 on the wire, lengths in
     bytes): what aiorocket sends, Java reads back exactly (every property), and what Java
@@ -684,7 +645,7 @@ async def test_non_ascii_properties_survive_both_ways(
         assert_same(got, m)
         assert got.msg_id == msg_id
 
-    events = await java_consume(probe_classes, "Probe", ns, to_java, 2 * len(sent), tmp_path)
+    events = await java_consume(java_classes, "Peer", ns, to_java, 2 * len(sent), tmp_path)
     seen = {e["msg_id"]: e for e in events}
     ids = [r.msg_id for r in results] + batch_result.msg_id.split(",")
     for msg_id, m in zip(ids, sent + batched, strict=True):
