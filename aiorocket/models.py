@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from aiorocket.errors import ConfigurationError, InvalidNameError
+from aiorocket._names import validate_name
+from aiorocket.errors import ConfigurationError
 
 __all__ = [
     "MAX_DELAY_LEVEL",
@@ -27,23 +27,6 @@ __all__ = [
 
 #: The broker's ``messageDelayLevel`` has 18 levels (1 s … 2 h); higher values clamp to 18.
 MAX_DELAY_LEVEL: Final = 18
-
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
-
-
-def validate_name(name: str, what: str = "topic") -> str:
-    """Return ``name`` if RocketMQ accepts it as a topic or group name.
-
-    The rule is the broker's ``^[%|a-zA-Z0-9_-]{1,127}$`` (``TopicValidator``).
-
-    Raises:
-        InvalidNameError: the name is empty, too long or has other characters.
-    """
-    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
-        raise InvalidNameError(
-            f"invalid {what} name {name!r}: use 1-127 characters from [%|a-zA-Z0-9_-]"
-        )
-    return name
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -38,7 +38,7 @@ class ClientSettings(BaseModel):
         namespace: prefix applied to topics and groups (``<namespace>%<name>``), as Java's
             ``ClientConfig.namespace`` does.
         access_key, secret_key: ACL 1.0 credentials; when both are set every request is signed
-            (HMAC-SHA1, REMOTING.md §8).
+            (HMAC-SHA1, docs/protocol.md §8).
         request_timeout: default RPC timeout in seconds (Java: 3 s).
         connect_timeout: TCP connect timeout in seconds.
         route_refresh_interval: how often routes are polled from the name server (Java: 30 s).
@@ -60,7 +60,7 @@ class ClientSettings(BaseModel):
             not authenticated, for test clusters only); needs ``tls=True``.
         serialize_type: the header dialect of the requests this client sends: ``"json"``
             (the default, what every RocketMQ peer reads) or ``"rocketmq"``, the binary
-            header (REMOTING.md §1.5) that a Java client sends when started with
+            header (docs/protocol.md §1.5) that a Java client sends when started with
             ``-Drocketmq.serialize.type=ROCKETMQ``. Java brokers answer a request in its own
             dialect, so responses come back binary too, and the broker parses less per pull.
             Requests a broker sends to the client are answered in their dialect, as Java's
@@ -169,7 +169,7 @@ class ConsumerSettings(ClientSettings):
             in a local file).
         consume_from: where a queue with no stored offset starts: ``"last"`` (the queue's end,
             Java CONSUME_FROM_LAST_OFFSET), ``"first"`` (offset 0) or a ``datetime`` (the
-            message stored closest to it, CONSUME_FROM_TIMESTAMP). REMOTING.md §6.5: a young
+            message stored closest to it, CONSUME_FROM_TIMESTAMP). docs/protocol.md §6.5: a young
             broker answers offset 0 for a new group, so "last" may still start at 0.
         orderly: consume each queue in order, one handler call at a time per queue (Java
             ``MessageListenerOrderly``); in clustering mode a queue is consumed only while this

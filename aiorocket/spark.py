@@ -5,22 +5,11 @@ The same objects as :mod:`aiorocket.integrations.spark` — the ``rocketmq`` dat
 without the ``spark`` extra raises ImportError saying ``pip install "aiorocket[spark]"``.
 """
 
-from aiorocket.integrations.spark import (
-    ARROW_SCHEMA,
-    SCHEMA,
-    ForwarderStatistics,
-    RocketMQDataSource,
-    SparkForwarder,
-    arrow_table,
-    register,
-)
-
-__all__ = [
-    "ARROW_SCHEMA",
-    "SCHEMA",
-    "ForwarderStatistics",
-    "RocketMQDataSource",
-    "SparkForwarder",
-    "arrow_table",
-    "register",
-]
+from aiorocket.integrations.spark import ARROW_SCHEMA as ARROW_SCHEMA
+from aiorocket.integrations.spark import SCHEMA as SCHEMA
+from aiorocket.integrations.spark import ForwarderStatistics as ForwarderStatistics
+from aiorocket.integrations.spark import RocketMQDataSource as RocketMQDataSource
+from aiorocket.integrations.spark import SparkForwarder as SparkForwarder
+from aiorocket.integrations.spark import __all__ as __all__
+from aiorocket.integrations.spark import arrow_table as arrow_table
+from aiorocket.integrations.spark import register as register

@@ -1,4 +1,4 @@
-"""Consumer memory under a growing backlog with a slow handler (PERFORMANCE.md P6).
+"""Consumer memory under a growing backlog with a slow handler (docs/performance.md P6).
 
 The broker (``aiorocket broker``) and the consumer each run in their own process; this process
 produces. The consumer's handler sleeps ``--handler-ms`` per message with at most

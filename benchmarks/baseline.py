@@ -7,13 +7,19 @@ and the broker's serving rework, 2026-11-25) out into a temporary git worktree a
 * **pulls served**: ``broker.py`` (this revision's client) against an ``aiorocket broker``
   process started from each revision's code; msgs/s and the broker's CPU µs per message;
 * **Spark executor read**: each revision's own ``spark_source.py``: one queue read through the
-  source's ``read()`` into Arrow, pulls and decoding included; rows/s and CPU µs per row.
+  source's ``read()`` into Arrow, pulls and decoding included; rows/s and CPU µs per row;
+* **drains** (``--drains``): this revision's ``consumer.py --drains-only`` importing each
+  revision's code: the push consumer's batch (32) and per-message drains, msgs/s.
+
+A baseline whose tree has a ``setup.py`` gets its compiled extensions built in place first,
+so both sides run the same kind of code (compiled, or pure Python under
+``AIOROCKET_NO_EXTENSIONS=1``).
 
 Ratios are medians of this revision over medians of the baseline. Needs the repository's
 history (a clone, not an exported tree); without it, prints why and exits 2. Writes
 ``benchmarks/results/baseline-<timestamp>.json``.
 
-    python benchmarks/baseline.py [--rev REV] [--rounds 2] [--quick]
+    python benchmarks/baseline.py [--rev REV] [--rounds 2] [--quick] [--drains]
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +75,23 @@ def _run(script: Path, pythonpath: Path, args: list[str], cwd: Path) -> dict[str
     return doc
 
 
+def _build_extensions(tree: Path, out: Path) -> None:
+    """Build ``tree``'s wheel (pip's isolated build, which fetches Cython) and unpack its
+    compiled modules into ``tree``, as an editable install would have put them."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(tree)],
+        capture_output=True,
+        timeout=900,
+        check=True,
+    )
+    for wheel in out.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as zf:
+            for name in zf.namelist():
+                if name.endswith(".so"):
+                    (tree / name).write_bytes(zf.read(name))
+    print(f"baseline: compiled modules built in {tree}", flush=True)
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -82,6 +106,7 @@ def main() -> int:
     )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="one round, short runs")
+    ap.add_argument("--drains", action="store_true", help="also the push consumer's drains")
     args = ap.parse_args()
     if args.quick:
         args.rounds = 1
@@ -97,12 +122,19 @@ def main() -> int:
         "pulls_served": {"this": [], "baseline": []},
         "spark_executor_read": {"this": [], "baseline": []},
     }
+    if args.drains:
+        figures["batch_drain"] = {"this": [], "baseline": []}
+        figures["per_message_drain"] = {"this": [], "baseline": []}
+    drain_args = ["--drains-only", "--repeat", "1", "--messages"]
+    drain_args.append("100000" if args.quick else "300000")
     with tempfile.TemporaryDirectory(prefix="aiorocket-baseline-") as tmp:
         base = Path(tmp) / "tree"
         cwd = Path(tmp) / "cwd"
         cwd.mkdir()
         _git("worktree", "add", "--detach", str(base), rev)
         try:
+            if (base / "setup.py").exists():
+                _build_extensions(base, Path(tmp) / "wheel")
             for rnd in range(args.rounds):
                 for side, tree in (("this", ROOT), ("baseline", base)):
                     doc = _run(ROOT / "benchmarks" / "broker.py", tree, broker_args, cwd)
@@ -125,6 +157,21 @@ def main() -> int:
                         f"{read['rows_per_s']:,.0f} rows/s",
                         flush=True,
                     )
+                    if not args.drains:
+                        continue
+                    doc = _run(ROOT / "benchmarks" / "consumer.py", tree, drain_args, cwd)
+                    for key, name in (
+                        ("batch_handler", "batch_drain"),
+                        ("per_message_handler", "per_message_drain"),
+                    ):
+                        row = doc[key]
+                        figures[name][side].append(
+                            {"per_s": row["msgs_per_s"], "cpu_us": row["cpu_us_per_msg"]}
+                        )
+                        print(
+                            f"[{rnd + 1}] {name}, {side}: {row['msgs_per_s']:,.0f} msg/s",
+                            flush=True,
+                        )
         finally:
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],

@@ -1,4 +1,4 @@
-"""Embedded broker throughput, wake-up latency, cold start and memory (PERFORMANCE.md P7).
+"""Embedded broker throughput, wake-up latency, cold start and memory (docs/performance.md P7).
 
 The broker runs as ``aiorocket broker`` in a separate process (so its CPU and RSS are its own);
 this script is the client, speaking raw remoting commands through ``ConnectionPool``:

@@ -1,4 +1,4 @@
-"""Codec micro-benchmarks (PERFORMANCE.md P9).
+"""Codec micro-benchmarks (docs/performance.md P9).
 
 Prints µs per frame for split + header decode in both dialects, µs per message for pull-body
 decode at 128 B and 1 KiB, and the encode side, each as the median of several windows with the

@@ -1,4 +1,4 @@
-"""Push-consumer benchmark (PERFORMANCE.md P1, P2, P5).
+"""Push-consumer benchmark (docs/performance.md P1, P2, P5).
 
 Runs the embedded broker in a child process (so this process's CPU is the consumer's), fills
 a topic (8 queues, 128 B bodies) and drains it, in one run, with:
@@ -433,9 +433,26 @@ def _summary(runs: list[tuple[float, float]], n: int) -> dict[str, float]:
     }
 
 
+async def _drains_only(args: argparse.Namespace, n: int, results: dict[str, Any]) -> dict[str, Any]:
+    """The batch and per-message drains alone (what ``baseline.py`` compares across revisions)."""
+    async with broker_process(8) as addr:
+        await fill(addr, n, args.size)
+        results["codec"] = accel.describe()
+        for name, batch in (("batch_handler", True), ("per_message_handler", False)):
+            runs = []
+            for i in range(args.repeat):
+                group = f"bench-{name}-{i}".replace("_", "-")
+                runs.append(await drain(addr, n, group, batch=batch))
+            results[name] = _summary(runs, n)
+            print(f"{name}: {results[name]}", flush=True)
+    return results
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     n = args.messages - args.messages % 8
     results: dict[str, Any] = {"messages": n, "body_bytes": args.size}
+    if args.drains_only:
+        return await _drains_only(args, n, results)
     async with broker_process(8, max_pull=256) as addr:
         # Large pulls: the broker serves up to 256 messages per pull (its
         # maxTransferCountOnMessageInMemory raised from 32), the consumer asks for 256.
@@ -534,6 +551,9 @@ def main() -> int:
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     ap.add_argument("--no-cpp", action="store_true", help="skip the C++ client")
     ap.add_argument("--quick", action="store_true", help="100k messages, one run, 3 s idle")
+    ap.add_argument(
+        "--drains-only", action="store_true", help="only the batch and per-message drains"
+    )
     args = ap.parse_args()
     if args.quick:
         args.messages, args.repeat, args.idle_seconds = 100_000, 1, 3.0
@@ -553,6 +573,12 @@ def main() -> int:
         }
     )
     print()
+    if args.drains_only:
+        for key in ("batch_handler", "per_message_handler"):
+            row = res[key]
+            print(f"{key:<34}{row['msgs_per_s']:>12,.0f}{row['cpu_us_per_msg']:>12.2f}")
+        _write(res)
+        return 0
     print(f"{'contender':<34}{'msgs/s':>12}{'spread':>9}{'CPU us/msg':>12}")
     for key in (
         "decode_loop",
@@ -582,11 +608,15 @@ def main() -> int:
         f"P5 idle, {idle['queues']} queues: {idle['cpu_percent']:.2f} % of a core, "
         f"{idle['outstanding_pulls']} outstanding pulls (goal <= 1 %)"
     )
+    _write(res)
+    return 0
+
+
+def _write(res: dict[str, Any]) -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"consumer-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(res, indent=2))
     print(f"written to {path}")
-    return 0
 
 
 if __name__ == "__main__":

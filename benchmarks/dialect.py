@@ -1,5 +1,5 @@
 """The header dialect of a client's requests: JSON (the default) against the binary ROCKETMQ
-header (``serialize_type="rocketmq"``, REMOTING.md §1.5).
+header (``serialize_type="rocketmq"``, docs/protocol.md §1.5).
 
 Two measurements, both dialects side by side in one run:
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from consumer import _BROKER, _cpu, fill  # noqa: E402
 
 import aiorocket as rmq  # noqa: E402
-from aiorocket._client.instance import PreparedPull  # noqa: E402
+from aiorocket._client.pull import PreparedPull  # noqa: E402
 from aiorocket._protocol import accel  # noqa: E402
 from aiorocket._protocol.codes import SerializeType  # noqa: E402
 from aiorocket._protocol.command import RemotingCommand  # noqa: E402

@@ -1,4 +1,4 @@
-"""Store→handler latency at a steady 1k msg/s (PERFORMANCE.md P4).
+"""Store→handler latency at a steady 1k msg/s (docs/performance.md P4).
 
 One run, one embedded broker (``aiorocket broker`` in its own process), one aiorocket producer in
 this process sending 128 B messages at ``--rate`` msgs/s, paced against the clock, to a topic of

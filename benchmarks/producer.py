@@ -1,4 +1,4 @@
-"""Producer throughput and latency (PERFORMANCE.md P3).
+"""Producer throughput and latency (docs/performance.md P3).
 
 In one run, against one embedded broker (started in a separate process so broker and client do
 not share an event loop or a core's time slices unfairly):

@@ -1,4 +1,4 @@
-"""Every benchmark of PERFORMANCE.md in one run, each beside its peer (``make bench``).
+"""Every benchmark of docs/performance.md in one run, each beside its peer (``make bench``).
 
 Runs, one after the other and each in its own process (each starts its own embedded broker and
 its peers):
@@ -14,7 +14,7 @@ its peers):
 
 then reads the JSON each one wrote and:
 
-* prints one table: every figure, its peer, the ratio, the PERFORMANCE.md goal, met or missed;
+* prints one table: every figure, its peer, the ratio, the docs/performance.md goal, met or missed;
 * writes ``benchmarks/results/run_all-<timestamp>.json``: machine, Python, package versions,
   the command of every benchmark, the load average around each, every figure with its median
   and spread, and the full document of each benchmark;

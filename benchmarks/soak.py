@@ -1,4 +1,4 @@
-"""Soak with chaos (RELIABILITY.md R13): steady traffic for a long time, a fault every 30 s.
+"""Soak with chaos (docs/reliability.md R13): steady traffic for a long time, a fault every 30 s.
 
 One process runs an embedded broker behind an ``aiorocket.testing.ChaosProxy``, a producer
 sending numbered messages at ``--rate`` msgs/s, and a push consumer recording every delivery.

@@ -1,4 +1,4 @@
-"""Spark source benchmark (PERFORMANCE.md P8): the Arrow path against the row path, and the
+"""Spark source benchmark (docs/performance.md P8): the Arrow path against the row path, and the
 planning time of a micro-batch.
 
 Runs the embedded broker in a child process, fills a topic (4 queues, 128 B bodies, a tag,
@@ -129,13 +129,9 @@ def conversion(addr: str, repeat: int) -> dict[str, Any]:
     """Arrow path vs row path over messages already in memory (one queue)."""
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
-    from aiorocket.integrations.spark.source import (
-        SCHEMA,
-        QueueRange,
-        RocketMQDataSource,
-        _arrow_batches,
-        _rows,
-    )
+    from aiorocket.integrations.spark.rows import SCHEMA, arrow_batches
+    from aiorocket.integrations.spark.rows import rows as row_tuples
+    from aiorocket.integrations.spark.source import QueueRange, RocketMQDataSource
 
     mq = MessageQueue(TOPIC, "broker-a", 0)
     with SyncQueueReader(namesrv=addr) as reader:
@@ -147,13 +143,11 @@ def conversion(addr: str, repeat: int) -> dict[str, Any]:
     source = RocketMQDataSource({"namesrv": addr, "topic": TOPIC})
 
     def arrow() -> int:
-        batches = records_to_arrow_batches(
-            _arrow_batches(iter(lists), part), 10_000, SCHEMA, source
-        )
+        batches = records_to_arrow_batches(arrow_batches(iter(lists), part), 10_000, SCHEMA, source)
         return sum(b.num_rows for b in batches)
 
     def rows() -> int:
-        batches = records_to_arrow_batches(_rows(iter(lists), part), 10_000, SCHEMA, source)
+        batches = records_to_arrow_batches(row_tuples(iter(lists), part), 10_000, SCHEMA, source)
         return sum(b.num_rows for b in batches)
 
     return {"messages": n, **_compare(arrow, rows, repeat)}
@@ -165,12 +159,8 @@ def decode(addr: str, repeat: int) -> dict[str, Any]:
     the executor read's decoding)."""
     from aiorocket._reader import InlineReader
     from aiorocket.integrations.spark import columns
-    from aiorocket.integrations.spark.source import (
-        ARROW_SCHEMA,
-        QueueRange,
-        _arrow_batches,
-        _message_lists,
-    )
+    from aiorocket.integrations.spark.rows import ARROW_SCHEMA, arrow_batches
+    from aiorocket.integrations.spark.source import QueueRange, _message_lists
 
     mq = MessageQueue(TOPIC, "broker-a", 0)
     with SyncQueueReader(namesrv=addr) as sync:
@@ -184,7 +174,7 @@ def decode(addr: str, repeat: int) -> dict[str, Any]:
         return sum(b.num_rows for b in batches)
 
     def messages() -> int:
-        batches = _arrow_batches(_message_lists(iter(chunks), part), part)
+        batches = arrow_batches(_message_lists(iter(chunks), part), part)
         return sum(b.num_rows for b in batches)
 
     if not columns.AVAILABLE:

@@ -24,19 +24,17 @@ from datetime import datetime
 from typing import Any, Literal
 
 from aiorocket._client.owner import ClientOwner
-from aiorocket._consumer.pull_loop import to_received
-from aiorocket._protocol.admin import (
-    UNIQUE_KEY_QUERY,
-    ConsumeStats,
-    DeleteTopicFromNamesrvRequestHeader,
-    DeleteTopicRequestHeader,
-    GetConsumeStatsRequestHeader,
-)
+from aiorocket._client.pull import to_received
+from aiorocket._protocol.admin_bodies import ConsumeStats
 from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicList, TopicRouteData
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
+    UNIQUE_KEY_QUERY,
     CreateTopicRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     ViewMessageRequestHeader,

@@ -2,7 +2,7 @@
 :class:`~aiorocket._protocol.frame.RequestTemplate` for clients set to
 ``serialize_type="rocketmq"``.
 
-The binary header (REMOTING.md §1.5) is a fixed 21-byte part, the remark and a map of
+The binary header (docs/protocol.md §1.5) is a fixed 21-byte part, the remark and a map of
 length-prefixed keys and values. Receivers must not depend on the order of the map's entries
 (Java writes them in ``HashMap`` order), so the constant entries are encoded once, first, and
 the integers that change from one send to the next (a pull's offset, flag and commit offset)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from aiorocket._client.binary import BinaryRequestTemplate
+from aiorocket._client.pull import PreparedPull, PullResponse, pull_response
 from aiorocket._protocol import acl
 from aiorocket._protocol.bodies import (
     CheckClientRequestBody,
@@ -32,7 +32,6 @@ from aiorocket._protocol.bodies import (
 )
 from aiorocket._protocol.codes import RequestCode, ResponseCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
@@ -43,7 +42,6 @@ from aiorocket._protocol.headers import (
     GetMinOffsetResponseHeader,
     GetRouteInfoRequestHeader,
     PullMessageRequestHeader,
-    PullMessageResponseHeader,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
     SearchOffsetRequestHeader,
@@ -72,7 +70,7 @@ from aiorocket.models import MessageQueue
 from aiorocket.settings import ClientSettings
 from aiorocket.tls import client_context
 
-__all__ = ["ClientInstance", "PreparedPull", "PullResponse", "SendResponse", "local_ipv4"]
+__all__ = ["ClientInstance", "SendResponse", "local_ipv4"]
 
 log = logging.getLogger("aiorocket.client")
 
@@ -103,55 +101,10 @@ class SendResponse:
     header: SendMessageResponseHeader
 
 
-@dataclass(frozen=True, slots=True)
-class PullResponse:
-    """A pull's response code (0, 19, 20 or 21), header and body (stored records)."""
-
-    code: int
-    header: PullMessageResponseHeader
-    body: bytes
-
-
-_PULL_VARIABLE = ("queueOffset", "sysFlag", "commitOffset")
-
-
-class PreparedPull:
-    """A queue's PULL_MESSAGE with every field fixed but the offset, the flag and the commit
-    offset: a pull loop sends the same request thousands of times, so its header is encoded
-    once (:class:`RequestTemplate`; the binary twin is made on first use by a client set to
-    the binary dialect).
-
-    Args:
-        header: the request; its ``queue_offset``, ``sys_flag`` and ``commit_offset`` are
-            replaced at each pull.
-    """
-
-    __slots__ = ("_binary", "template")
-
-    def __init__(self, header: PullMessageRequestHeader) -> None:
-        self.template = RequestTemplate(
-            RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()), _PULL_VARIABLE
-        )
-        self._binary: BinaryRequestTemplate | None = None
-
-    @property
-    def binary_template(self) -> BinaryRequestTemplate:
-        """The same request in the binary header dialect."""
-        if self._binary is None:
-            self._binary = BinaryRequestTemplate(self.template.command((0, 0, 0)), _PULL_VARIABLE)
-        return self._binary
-
-
 def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
     if resp.code in ok or (not ok and resp.code == ResponseCode.SUCCESS):
         return resp
     raise broker_error(resp.code, resp.remark)
-
-
-def _pull_response(resp: RemotingCommand) -> PullResponse:
-    # FOUND, NO_NEW_MSG, NO_MATCHED_MSG and OFFSET_ILLEGAL are results (§3.3); others raise.
-    resp = _check(resp, 0, 19, 20, 21)
-    return PullResponse(resp.code, PullMessageResponseHeader.from_ext(resp.ext_fields), resp.body)
 
 
 def _connector(s: ClientSettings) -> Connector:
@@ -431,7 +384,7 @@ class ClientInstance:
             BrokerError: any other code.
             TransportError: the connection failed or timed out.
         """
-        return _pull_response(
+        return pull_response(
             await self.invoke(
                 addr,
                 RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
@@ -458,7 +411,7 @@ class ClientInstance:
         pool = self._require_pool()
         conn = pool.get_nowait(addr) or await pool.get(addr)
         template = prepared.binary_template if self._binary else prepared.template
-        return _pull_response(
+        return pull_response(
             await conn.request_template(
                 template, (queue_offset, sys_flag, commit_offset), timeout=timeout
             )

@@ -4,19 +4,20 @@ with no broker requests to serve and no periodic work of their own."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from types import TracebackType
-from typing import Any, ClassVar, Self
+import logging
+from typing import ClassVar
 
 from aiorocket._client.instance import ClientInstance
+from aiorocket._concurrency import AsyncResource, Service
 from aiorocket.errors import ClientClosedError
 from aiorocket.settings import ClientSettings
 
 __all__ = ["ClientOwner"]
 
+log = logging.getLogger("aiorocket.client")
 
-class ClientOwner:
+
+class ClientOwner(AsyncResource):
     """Start/close, ``async with`` and :meth:`_require` for a class holding one client."""
 
     #: what the user calls the object, in error messages ("the queue reader is closed")
@@ -25,8 +26,16 @@ class ClientOwner:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         self._client: ClientInstance | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        # No broker requests are served; whatever the connection pool spawns all the same
+        # runs in the lifecycle's task group and is awaited on close.
+        self._lifecycle = Service(
+            self._what,
+            startup=self._start_up,
+            shutdown=self._close_client,
+            abort=self._abort,
+            logger=log,
+        )
 
     async def start(self) -> None:
         """Create the client (connections open on first use). Prefer ``async with``.
@@ -38,38 +47,27 @@ class ClientOwner:
             raise ClientClosedError(f"the {self._what} is closed")
         if self._client is None:
             self._client = ClientInstance(self.settings)
-            self._client.start(self._spawn)
+            await self._lifecycle.start()
 
     async def close(self) -> None:
         """Close every connection; later calls raise :class:`ClientClosedError`."""
         self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
-        for task in list(self._tasks):
-            task.cancel()
+        await self._lifecycle.close()
+        self._client = None
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
+    async def _start_up(self) -> None:
+        assert self._client is not None
+        self._client.start(self._lifecycle.task_group.create_task)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    async def _close_client(self) -> None:
+        if self._client is not None:
+            await self._client.close()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], /) -> object:
-        # No broker requests are served; the connection pool asks for a spawner all the same.
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+    async def _abort(self, started: bool) -> None:
+        await self._close_client()
 
     def _require(self) -> ClientInstance:
-        if self._client is None:
+        if self._client is None or self._closed:
             raise ClientClosedError(
                 f"the {self._what} is closed" if self._closed else "not started"
             )

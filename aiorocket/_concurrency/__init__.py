@@ -1,8 +1,10 @@
 """Small concurrency kit, for what anyio does not offer: a fixed-rate periodic runner with an
-early wake and a jittered backoff. Every loop here runs inside a task group its caller owns;
-shielded, bounded cleanup is ``anyio.move_on_after(timeout, shield=True)``."""
+early wake, a jittered backoff, and :class:`Service`, the one lifecycle of everything that runs
+background tasks (a supervisor task owning a task group). Shielded, bounded cleanup is
+``anyio.move_on_after(timeout, shield=True)`` (:func:`bounded`)."""
 
 from aiorocket._concurrency.backoff import Backoff
 from aiorocket._concurrency.periodic import Periodic
+from aiorocket._concurrency.service import AsyncResource, Service, bounded
 
-__all__ = ["Backoff", "Periodic"]
+__all__ = ["AsyncResource", "Backoff", "Periodic", "Service", "bounded"]

@@ -1,7 +1,7 @@
 """Queue allocation inside a consumer group (Java ``AllocateMessageQueueStrategy``).
 
 Pure functions: every member of a group computes its own share from the same sorted inputs,
-so all members must use the same strategy (REMOTING.md §6.7). Each function takes
+so all members must use the same strategy (docs/protocol.md §6.7). Each function takes
 ``(mq_all, cid_all, current_cid)``, both lists already sorted with :func:`sort_queues` /
 :func:`sort_client_ids`, and returns the current client's queues; a client missing from
 ``cid_all`` gets nothing.
@@ -53,7 +53,7 @@ def allocate_averagely(
     mq_all: Sequence[MessageQueue], cid_all: Sequence[str], current_cid: str
 ) -> list[MessageQueue]:
     """``AllocateMessageQueueAveragely``: contiguous blocks, the first ``n % m`` clients get
-    one queue more (REMOTING.md §6.7, exactly)."""
+    one queue more (docs/protocol.md §6.7, exactly)."""
     if current_cid not in cid_all or not mq_all:
         return []
     n, m = len(mq_all), len(cid_all)

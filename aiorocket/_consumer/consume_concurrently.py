@@ -1,4 +1,4 @@
-"""Concurrent consumption (Java ``ConsumeMessageConcurrentlyService``; seeds 000, 001, 004).
+"""Concurrent consumption (Java ``ConsumeMessageConcurrentlyService``).
 
 Pulled messages are split into requests of ``consume_batch_size`` and queued; ``concurrency``
 long-lived workers take requests in order and run the handler, so at most ``concurrency``
@@ -36,10 +36,10 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
+from aiorocket._consumer.consume_service import ConsumeServiceBase
+from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_before
 from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import ProcessQueue
-from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket.models import (
     ConcurrentContext,
@@ -141,7 +141,7 @@ class _WorkQueue:
         return self.pop_nowait()
 
 
-class ConcurrentConsumeService:
+class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
     """Runs the handler over pulled messages with bounded concurrency.
 
     Args:
@@ -165,13 +165,7 @@ class ConcurrentConsumeService:
         hooks: Sequence[ConsumeHook] = (),
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._handler = handler
-        self._group = group
-        self._settings = settings
-        self._client = client
-        self._offsets = offsets
-        self._stats = stats
-        self._hooks = tuple(hooks)
+        super().__init__(handler, group, settings, client, offsets, stats, tuple(hooks))
         if clock is None:
             loop = asyncio.get_running_loop()
             # The default loop's time() is time.monotonic() behind a Python call: call it
@@ -183,10 +177,6 @@ class ConcurrentConsumeService:
         self._later: dict[_Request, asyncio.TimerHandle] = {}
         self._idle = asyncio.Event()
         self._idle.set()
-        self._clustering = settings.message_model == "clustering"
-        self._batch = settings.consume_batch_size
-        self._sender = SendBack(client=client, group=group, settings=settings)
-        self._closing = False
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -284,7 +274,7 @@ class ConcurrentConsumeService:
                     log.error("handler returned %r, not a ConsumeStatus: a failure", status)
                     status = _LATER
                 if hook_ctx is not None:
-                    self._after_hooks(hook_ctx, status, raised, end - start)
+                    self._after_hooks(hook_ctx, status is _SUCCESS, raised, end - start)
                 if req.expired:
                     pass  # the clean-up already sent these back and moved the offset on
                 elif pq.dropped:
@@ -319,19 +309,6 @@ class ConcurrentConsumeService:
     def _check_idle(self) -> None:
         if not self._queue.items and not self._running and not self._later:
             self._idle.set()
-
-    def _after_hooks(
-        self, hook_ctx: ConsumeHookContext, status: ConsumeStatus, raised: bool, rt: float
-    ) -> None:
-        hook_ctx.status = status
-        hook_ctx.success = status is _SUCCESS
-        if raised:
-            hook_ctx.return_type = "EXCEPTION"
-        elif rt >= self._settings.consume_timeout:
-            hook_ctx.return_type = "TIME_OUT"
-        else:
-            hook_ctx.return_type = "SUCCESS" if status is _SUCCESS else "FAILED"
-        run_after(self._hooks, hook_ctx)
 
     async def _process_result(
         self, req: _Request, status: ConsumeStatus, ctx: ConcurrentContext, rt: float

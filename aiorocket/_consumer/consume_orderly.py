@@ -1,4 +1,4 @@
-"""Orderly consumption (Java ``ConsumeMessageOrderlyService``; seeds 000, 001, 002, 003 §6.2).
+"""Orderly consumption (Java ``ConsumeMessageOrderlyService``).
 
 Each queue is consumed by at most one task at a time, in offset order; different queues run in
 parallel, at most ``concurrency`` of them at once (a task holds its slot for its slice, as a
@@ -13,9 +13,9 @@ Java consume thread does).
   then it ends and, where needed, a new task is scheduled (``submitConsumeRequestLater``).
 * **Locks (clustering).** A batch is only taken while the queue's broker lock is held and
   younger than ``lock_expiry``; otherwise the task waits for the lock to be renewed. The
-  queue's lock doubles as the *consume lock* of seed 003 §6.2: a rebalance that takes the queue
-  away waits for it before unlocking the queue on the broker, so no other member can start on
-  the queue while a handler of this member still runs on it.
+  queue's lock doubles as Java's *consume lock* (``ProcessQueue.consumeLock``): a rebalance
+  that takes the queue away waits for it before unlocking the queue on the broker, so no
+  other member can start on the queue while a handler of this member still runs on it.
 * **Outcome** (``processConsumeResult``). With ``ctx.auto_commit`` (the default): SUCCESS
   commits the consuming subset (COMMIT and ROLLBACK count as SUCCESS, as in Java); SUSPEND
   (also an exception) puts the messages back with their reconsume count raised and
@@ -63,16 +63,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_after, run_before
+from aiorocket._consumer.consume_service import ConsumeServiceBase
+from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_before
 from aiorocket._consumer.key_order import KeyFunction, KeyLanes, safe_key
 from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import ProcessQueue
-from aiorocket._consumer.pull_loop import RETRY_PREFIX
 from aiorocket._consumer.stats import StatsRecorder
-from aiorocket._protocol.headers import ConsumerSendMsgBackRequestHeader
 from aiorocket.errors import BrokerError, TransportError
 from aiorocket.models import (
-    ConsumeStatus,
     MessageQueue,
     OrderlyContext,
     OrderlyStatus,
@@ -115,7 +113,7 @@ class _Keyed:
     timers: dict[str | None, asyncio.TimerHandle] = field(default_factory=dict)
 
 
-class OrderlyConsumeService:
+class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
     """Runs the handler over each queue's messages in order, one call per queue at a time.
 
     Args:
@@ -147,18 +145,10 @@ class OrderlyConsumeService:
         key_of: KeyFunction | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._handler = handler
-        self._group = group
-        self._settings = settings
-        self._client = client
-        self._offsets = offsets
-        self._stats = stats
+        super().__init__(handler, group, settings, client, offsets, stats, tuple(hooks))
         self._spawn = spawn
-        self._hooks = tuple(hooks)
         self._on_lock_expired = on_lock_expired
         self._clock = clock or asyncio.get_running_loop().time
-        self._clustering = settings.message_model == "clustering"
-        self._batch = settings.consume_batch_size
         self._expiry = settings.lock_expiry
         self._slice = settings.max_continuous_consume_time
         self._default_suspend_ms = round(settings.suspend_delay * 1000)
@@ -170,7 +160,6 @@ class OrderlyConsumeService:
         self._timers: dict[ProcessQueue, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._running = 0
-        self._closing = False
         self._key_of = key_of
         #: ordering by key: the lanes of each process queue that received messages
         self._keyed: dict[ProcessQueue, _Keyed] = {}
@@ -206,8 +195,7 @@ class OrderlyConsumeService:
             self._start(pq)
 
     def _start(self, pq: ProcessQueue) -> None:
-        coro = self._consume(pq) if self._key_of is None else self._dispatch_keys(pq)
-        task = self._spawn(coro, f"consume {pq.queue}")
+        task = self._spawn(self._consume(pq), f"consume {pq.queue}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -233,7 +221,9 @@ class OrderlyConsumeService:
     # -- the consume task ---------------------------------------------------------------------
 
     async def _consume(self, pq: ProcessQueue) -> None:
-        """One request of ``pq`` (Java ``ConsumeRequest.run``)."""
+        """One request of ``pq`` (Java ``ConsumeRequest.run``); ordering by key, the queue's
+        dispatcher (see the module docs)."""
+        keyed = None if self._key_of is None else self._keyed[pq]
         while True:
             if self._closing or not pq.active:
                 self._scheduled.discard(pq)
@@ -246,7 +236,10 @@ class OrderlyConsumeService:
                 await pq.wait_lock_change()
                 continue
             async with self.queue_lock(pq.queue):
-                wait_for_lock = await self._run_slice(pq)
+                if keyed is None:
+                    wait_for_lock = await self._run_slice(pq)
+                else:
+                    wait_for_lock = await self._run_keys(pq, keyed)
             if not wait_for_lock:
                 return
 
@@ -319,7 +312,9 @@ class OrderlyConsumeService:
                 else:
                     status = self._status(result)
                     if hook_ctx is not None:
-                        self._after_hooks(hook_ctx, status, raised, end - now)
+                        self._after_hooks(
+                            hook_ctx, status is _SUCCESS or status is _COMMIT, raised, end - now
+                        )
                     if not await self._process_result(pq, msgs, status, ctx, end - now):
                         return False
                 streak += 1
@@ -335,20 +330,6 @@ class OrderlyConsumeService:
             return result
         log.error("orderly handler returned %r, not an OrderlyStatus: suspending", result)
         return _SUSPEND
-
-    def _after_hooks(
-        self, hook_ctx: ConsumeHookContext, status: OrderlyStatus, raised: bool, rt: float
-    ) -> None:
-        ok = status is _SUCCESS or status is _COMMIT
-        hook_ctx.status = ConsumeStatus.CONSUME_SUCCESS if ok else ConsumeStatus.RECONSUME_LATER
-        hook_ctx.success = ok
-        if raised:
-            hook_ctx.return_type = "EXCEPTION"
-        elif rt >= self._settings.consume_timeout:
-            hook_ctx.return_type = "TIME_OUT"
-        else:
-            hook_ctx.return_type = "SUCCESS" if ok else "FAILED"
-        run_after(self._hooks, hook_ctx)
 
     # -- outcome ------------------------------------------------------------------------------
 
@@ -434,22 +415,8 @@ class OrderlyConsumeService:
         addr = self._client.master_address(broker_name)
         if addr is None:
             return False
-        ns = self._settings.namespace
-        topic = msg.topic
-        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
-            topic = f"{ns}%{topic}"
-        header = ConsumerSendMsgBackRequestHeader(
-            offset=msg.commit_log_offset,
-            group=self._group,
-            delay_level=-1,
-            origin_msg_id=msg.msg_id,
-            origin_topic=topic,
-            unit_mode=False,
-            max_reconsume_times=self._max_reconsume,
-            broker_name=broker_name,
-        )
         try:
-            await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
+            await self._sender.request(addr, msg, -1, broker_name)
         except (BrokerError, TransportError) as exc:
             log.warning("could not dead-letter %s (%s); retrying it", msg.msg_id, exc)
             self._stats.send_back_failures += 1
@@ -494,24 +461,6 @@ class OrderlyConsumeService:
         else:
             self._scheduled.add(pq)
             self._start(pq)
-
-    async def _dispatch_keys(self, pq: ProcessQueue) -> None:
-        """The dispatcher of a queue ordered by key (see the module docs)."""
-        keyed = self._keyed[pq]
-        while True:
-            if self._closing or not pq.active:
-                self._scheduled.discard(pq)
-                return
-            if not self.lock_valid(pq):
-                # As _consume: wait for the renewal, outside the queue lock (no call runs).
-                if self._on_lock_expired is not None:
-                    self._on_lock_expired()
-                await pq.wait_lock_change()
-                continue
-            async with self.queue_lock(pq.queue):
-                wait_for_lock = await self._run_keys(pq, keyed)
-            if not wait_for_lock:
-                return
 
     async def _run_keys(self, pq: ProcessQueue, keyed: _Keyed) -> bool:
         """Start calls for ready keys until none is ready and no call runs; True when the
@@ -588,7 +537,9 @@ class OrderlyConsumeService:
         end = self._clock()
         status = self._status(result)
         if hook_ctx is not None:
-            self._after_hooks(hook_ctx, status, raised, end - begin)
+            self._after_hooks(
+                hook_ctx, status is _SUCCESS or status is _COMMIT, raised, end - begin
+            )
         topic = mq.topic
         n = len(msgs)
         if pq.dropped:

@@ -1,10 +1,10 @@
 """What every member of a consumer group does, push or pull (Java ``MQClientInstance`` with the
 start/shutdown skeleton both ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl``
-share): names, routes, heartbeats, unregistering, and the supervisor task that owns the
-member's task group.
+share): names, routes, heartbeats, unregistering, and the member's lifecycle on a
+:class:`~aiorocket._concurrency.Service` (a supervisor task owning the member's task group).
 
 :class:`GroupMember` is the base of :class:`~aiorocket.PushConsumer` and
-:class:`~aiorocket.PullConsumer`. It runs the lifecycle ARCHITECTURE.md describes: ``start()``
+:class:`~aiorocket.PullConsumer`. It runs the lifecycle docs/architecture.md describes: ``start()``
 builds the parts (no I/O), starts one supervisor task holding a task group, and returns once
 the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
 reach the caller; ``close()`` runs the subclass's graceful shutdown; a bug in any task crashes
@@ -20,19 +20,18 @@ import os
 import secrets
 from collections.abc import Awaitable, Coroutine
 from pathlib import Path
-from types import TracebackType
-from typing import Any, ClassVar, Self
-
-import anyio
+from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Periodic
+from aiorocket._concurrency import Periodic, Service, bounded
+from aiorocket._concurrency.service import AsyncResource
 from aiorocket._consumer.allocation import AllocationStrategy, strategy_named
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
-from aiorocket._consumer.pull_loop import RETRY_PREFIX, Subscription
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._consumer.subscription import Subscription
+from aiorocket._names import is_retry_topic, retry_topic, wrap_namespace
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import Connection
@@ -71,7 +70,7 @@ def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowL
     return FlowLimits(max_count=count, max_mib=mib, max_span=s.max_span if span else None)
 
 
-class GroupMember:
+class GroupMember(AsyncResource):
     """The group-membership half of a consumer (see the module docs).
 
     Subclasses implement :meth:`_check_startable`, :meth:`_build`, :meth:`_startup`,
@@ -86,24 +85,18 @@ class GroupMember:
     def __init__(self, settings: ConsumerSettings) -> None:
         self.settings = settings
         s = settings
-        self._group = f"{s.namespace}%{s.group}" if s.namespace else s.group
+        self._group = wrap_namespace(s.namespace, s.group)
         validate_name(self._group, "consumer group")
         self._clustering = s.message_model == "clustering"
-        self._retry_topic = f"{RETRY_PREFIX}{self._group}"
+        self._retry_topic = retry_topic(self._group)
         self._subscriptions: dict[str, Subscription] = {}
-        self._runner: asyncio.Task[None] | None = None
-        self._limits: dict[str, FlowLimits] = {}
+        self._lifecycle: Service | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._tg: asyncio.TaskGroup | None = None
-        self._crash: BaseException | None = None
-        self._crash_reported = False
         self._started = False
         self._closing = False
         self._start_wall = 0
         # Built by start() (the subclass's _build): the client, stores and timers.
         self._client: ClientInstance
-        self._stop: asyncio.Event
-        self._table_lock: asyncio.Lock
         self._stats: StatsRecorder
         self._offsets: OffsetStore
         self._rebalancer: Rebalancer
@@ -130,10 +123,7 @@ class GroupMember:
             raise ConfigurationError(f"cannot {what} after the consumer started")
 
     def _wire_topic(self, topic: str) -> str:
-        ns = self.settings.namespace
-        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
-            return f"{ns}%{topic}"
-        return topic
+        return wrap_namespace(self.settings.namespace, topic)
 
     # -- what subclasses provide --------------------------------------------------------------
 
@@ -245,17 +235,18 @@ class GroupMember:
         self._check_startable()
         self._build()
         self._started = True
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._runner = asyncio.create_task(self._run(ready), name=f"consumer {self._group}")
-        try:
-            await asyncio.shield(ready)
-        except BaseException:
-            self._closing = True
-            self._stop.set()
-            # The runner's clean-up, awaited even if this call is being cancelled, but bounded.
-            with anyio.move_on_after(self._cleanup_timeout(), shield=True):
-                await asyncio.wait([self._runner])
-            raise
+        self._lifecycle = Service(
+            f"consumer {self._group}",
+            startup=self._start_up,
+            shutdown=self._shutdown,
+            abort=self._abort,
+            finalize=self._finalize,
+            stopping=self._stopping,
+            cleanup_timeout=self._cleanup_timeout(),
+            logger=log,
+        )
+        self._tasks = self._lifecycle.tasks
+        await self._lifecycle.start()
 
     async def close(self) -> None:
         """Shut down gracefully (see the module docs); safe to call more than once.
@@ -264,15 +255,9 @@ class GroupMember:
             Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
         """
         self._closing = True
-        if self._runner is None:
-            return
-        self._stop.set()
-        # Shielded: a caller being cancelled (an anyio task group, a lifespan) still gets the
-        # whole shutdown, bounded by shutdown_grace and the cleanup timeouts, and its
-        # cancellation afterwards; asyncio.wait neither cancels the runner nor swallows a
-        # cancellation of this call.
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait([self._runner])
+        if self._lifecycle is not None:
+            # Shielded, bounded by shutdown_grace and the cleanup timeouts.
+            await self._lifecycle.close()
 
     async def wait_closed(self) -> None:
         """Wait until the consumer has stopped (closed, or crashed).
@@ -281,105 +266,53 @@ class GroupMember:
             BaseExceptionGroup: the consumer crashed on an unexpected error (a bug), which
                 it also logged.
         """
-        if self._runner is None:
-            return
-        await asyncio.wait([self._runner])
-        if self._crash is not None:
-            self._crash_reported = True
-            raise self._crash
+        if self._lifecycle is not None:
+            await self._lifecycle.wait_closed()
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
+    def _raise_crash(self) -> None:
+        if self._lifecycle is not None:
+            self._lifecycle.raise_crash()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-        if exc is None and self._crash is not None and not self._crash_reported:
-            self._crash_reported = True
-            raise self._crash
+    @property
+    def _crash(self) -> BaseException | None:
+        """The unexpected error the consumer crashed on, if any."""
+        return None if self._lifecycle is None else self._lifecycle.crash
 
     def _cleanup_timeout(self) -> float:
         return max(3.0, self.settings.request_timeout)
 
     async def _cleanup(self, step: Awaitable[object], what: str) -> bool:
         """Await one last step of a shutdown (flush offsets, unlock queues, unregister):
-        shielded, since the cancellation that may have started the shutdown must not cut it
-        short, and bounded by the cleanup timeout, since it must not hang it either. Failures
-        are logged, not raised; returns whether the step completed."""
-        timeout = self._cleanup_timeout()
-        with anyio.move_on_after(timeout, shield=True) as scope:
-            try:
-                await step
-            except Exception:
-                log.warning("%s failed", what, exc_info=True)
-                return False
-        if scope.cancelled_caught:
-            log.warning("%s did not finish within %.1f s", what, timeout)
-            return False
-        return True
+        shielded and bounded by the cleanup timeout (:func:`bounded`); returns whether the
+        step completed."""
+        return await bounded(step, what, self._cleanup_timeout(), log)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
-        assert self._tg is not None
-        task = self._tg.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        assert self._lifecycle is not None
+        return self._lifecycle.spawn(coro, name)
 
-    async def _run(self, ready: asyncio.Future[None]) -> None:
-        """The supervisor: owns the task group from start-up to the end of shutdown."""
+    async def _start_up(self) -> None:
+        """The supervisor's start-up: the client's inbound requests run in the task group."""
         client = self._client
-        phase = "starting"
-        start_error: Exception | None = None
-        try:
-            async with asyncio.TaskGroup() as tg:
-                self._tg = tg
-                client.start(tg.create_task)
-                try:
-                    await self._startup()
-                except Exception as exc:
-                    start_error = exc
-                    raise
-                ready.set_result(None)
-                log.info(
-                    "consumer %s (%s) started with %d queue(s)",
-                    self._group,
-                    client.client_id,
-                    len(self.held()),
-                )
-                phase = "running"
-                await self._stop.wait()
-                phase = "stopping"
-                await self._shutdown()
-                phase = "stopped"
-                for task in list(self._tasks):
-                    task.cancel()
-        except BaseException as exc:
-            if not ready.done():
-                # Start-up failed: the error goes to start()'s caller, unwrapped if it was
-                # raised by a start-up step, as the task group's error if a task crashed.
-                if start_error is not None:
-                    ready.set_exception(start_error)
-                elif isinstance(exc, asyncio.CancelledError):
-                    ready.cancel()
-                else:
-                    ready.set_exception(exc)
-            elif phase != "stopped" and not isinstance(exc, asyncio.CancelledError):
-                # A task of the group failed on something unexpected: a bug. Be loud.
-                self._crash = exc
-                log.error("consumer %s crashed", self._group, exc_info=exc)
-            if phase != "stopped":
-                await self._emergency_cleanup(flush=phase != "starting")
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            self._tg = None
-            self._closing = True
-            self._offsets.close()  # (the broadcasting offsets file's lock)
+        assert self._lifecycle is not None
+        client.start(self._lifecycle.task_group.create_task)
+        await self._startup()
+        log.info(
+            "consumer %s (%s) started with %d queue(s)",
+            self._group,
+            client.client_id,
+            len(self.held()),
+        )
+
+    def _stopping(self) -> None:
+        self._closing = True
+
+    async def _abort(self, started: bool) -> None:
+        await self._emergency_cleanup(flush=started)
+
+    def _finalize(self) -> None:
+        self._closing = True
+        self._offsets.close()  # (the broadcasting offsets file's lock)
 
     async def _emergency_cleanup(self, *, flush: bool) -> None:
         # The group died or start-up failed: keep what finished, leave the group, disconnect.
@@ -405,7 +338,7 @@ class GroupMember:
                 route = await client.fetch_route(topic)
             except TopicNotExistError:
                 log.log(
-                    logging.DEBUG if topic.startswith(RETRY_PREFIX) else logging.WARNING,
+                    logging.DEBUG if is_retry_topic(topic) else logging.WARNING,
                     "topic %s has no route yet",
                     topic,
                 )
@@ -421,7 +354,7 @@ class GroupMember:
                 changed = True
         if at_start and unreachable and len(unreachable) == len(self._subscriptions):
             raise unreachable[0]  # no name server answered: a start-up error
-        if changed and self._runner is not None and not at_start:
+        if changed and self._lifecycle is not None and not at_start:
             self._rebalance_timer.wake()
 
     def _heartbeat_data(self) -> HeartbeatData:

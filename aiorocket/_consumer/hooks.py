@@ -54,17 +54,21 @@ class ConsumeHook(Protocol):
 
 def run_before(hooks: Sequence[ConsumeHook], ctx: ConsumeHookContext) -> None:
     """Call every hook's ``consume_before``; exceptions are logged and ignored."""
-    for hook in hooks:
-        try:
-            hook.consume_before(ctx)
-        except Exception:
-            log.warning("consume hook %r failed before consumption", hook, exc_info=True)
+    _run(hooks, ctx, after=False)
 
 
 def run_after(hooks: Sequence[ConsumeHook], ctx: ConsumeHookContext) -> None:
     """Call every hook's ``consume_after``; exceptions are logged and ignored."""
+    _run(hooks, ctx, after=True)
+
+
+def _run(hooks: Sequence[ConsumeHook], ctx: ConsumeHookContext, *, after: bool) -> None:
     for hook in hooks:
         try:
-            hook.consume_after(ctx)
+            if after:
+                hook.consume_after(ctx)
+            else:
+                hook.consume_before(ctx)
         except Exception:
-            log.warning("consume hook %r failed after consumption", hook, exc_info=True)
+            stage = "after" if after else "before"
+            log.warning("consume hook %r failed %s consumption", hook, stage, exc_info=True)

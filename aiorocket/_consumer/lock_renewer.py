@@ -1,5 +1,5 @@
 """Broker queue locks of an orderly clustering consumer (Java ``RebalanceImpl.lock`` /
-``lockAll`` / ``unlock`` / ``unlockAll``; REMOTING.md §6.8, seed 002).
+``lockAll`` / ``unlock`` / ``unlockAll``; docs/protocol.md §6.8).
 
 The broker leases a queue lock to one client id for 60 s from its last renewal; this client
 trusts a lock for ``lock_expiry`` (30 s) from the moment it *sent* the granted request, which

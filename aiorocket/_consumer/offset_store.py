@@ -4,7 +4,7 @@ broadcasting.
 Both keep the offsets of assigned queues in memory, where consumption updates them (only
 upwards: an older batch finishing late cannot move an offset back), and persist them
 periodically, when a queue is dropped and at shutdown. An offset is "the next offset to
-consume" (REMOTING.md §6.5).
+consume" (docs/protocol.md §6.5).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Rules this state keeps:
   are pulled until their consumption finished; :meth:`ProcessQueue.remove` returns the
   smallest offset still cached, or one past the largest ever cached when nothing is left.
   That is the offset to commit: it never passes a message whose consumption has not
-  finished (seed 003, offset scenarios 1-3), at the price of redelivering what finished
+  finished (Java's offset rule), at the price of redelivering what finished
   above it after a crash.
 * A queue is *active*, *draining* (shutdown: no more pulls, finished consumption still
   commits) or *dropped* (rebalance gave it away: nothing commits any more, because another

@@ -4,7 +4,9 @@ application asks for messages when it is ready.
 Group membership is the push consumer's (:class:`~aiorocket._consumer.group_member.
 GroupMember`: routes, heartbeats, unregistering, the supervisor task group, the shutdown
 order) and so is the rebalance (:class:`~aiorocket._consumer.rebalance.Rebalancer`, the same
-allocation strategies), so Java, push and pull members of one group share its queues. Each
+allocation strategies), so Java, push and pull members of one group share its queues. The
+owned queues are a :class:`~aiorocket._consumer.queue_table.PullQueues`, the push consumer's
+queue table with buffers instead of a consume service: each
 owned queue has the push consumer's pull task (:class:`~aiorocket._consumer.pull_loop.PullLoop`:
 long polling, the same flow-control thresholds) prefetching into its
 :class:`~aiorocket._consumer.process_queue.ProcessQueue`; instead of a consume service, the
@@ -36,29 +38,22 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
 from aiorocket._client.instance import ClientInstance
+from aiorocket._client.time_search import first_offset_at, store_time
 from aiorocket._concurrency import Periodic
-from aiorocket._consumer.group_member import GroupMember, flow_limits
-from aiorocket._consumer.process_queue import ProcessQueue
-from aiorocket._consumer.pull_loop import PullLoop, Subscription, check_selector
+from aiorocket._consumer.broker_requests import BrokerRequests
+from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.queue_table import OwnedQueue, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
-from aiorocket._protocol.bodies import ConsumerRunningInfo, ProcessQueueInfo
-from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
-from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.headers import (
-    GetConsumerRunningInfoRequestHeader,
-    PullMessageRequestHeader,
-)
-from aiorocket._protocol.message import decode_messages
-from aiorocket._remoting import Connection, Dispatcher
+from aiorocket._consumer.subscription import Subscription, check_selector
+from aiorocket._names import without_namespace
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -98,95 +93,6 @@ _PUSH_ONLY = frozenset(
         "unlock_delay",
     }
 )
-
-
-class _Owned:
-    """An owned queue: its cache and pull task, the pulled batches not yet handed out, and its
-    positions (see the module docs)."""
-
-    __slots__ = (
-        "acked",
-        "buffer",
-        "given",
-        "idx",
-        "loop",
-        "mq",
-        "paused",
-        "pq",
-        "queued",
-        "revoking",
-        "task",
-        "written",
-    )
-
-    def __init__(self, mq: MessageQueue, pq: ProcessQueue, offset: int, written: int) -> None:
-        self.mq = mq
-        self.pq = pq
-        self.task: asyncio.Task[None] | None = None
-        self.loop: PullLoop | None = None
-        #: pulled batches in offset order; ``buffer[0][:idx]`` were handed out already
-        self.buffer: deque[list[ReceivedMessage]] = deque()
-        self.idx = 0
-        #: the position once ``buffer[0]`` was started (see :meth:`position`)
-        self.given = offset
-        #: the acknowledged position
-        self.acked = offset
-        #: the acknowledged position auto commit last wrote (-1: none)
-        self.written = written
-        self.paused = False
-        #: in the consumer's ready ring (buffered, not paused, not revoking)
-        self.queued = False
-        #: a rebalance is taking it away: nothing more is delivered from it
-        self.revoking = False
-
-    def position(self) -> int:
-        """The offset of the next message the application gets from this queue."""
-        if self.idx:
-            return self.buffer[0][self.idx]._r.queue_offset
-        if not self.buffer and self.loop is not None:
-            # Everything pulled was handed out or filtered out by tag: what the next pull
-            # asks for is next (Java's correctTagsOffset, without waiting for that pull).
-            return max(self.given, self.loop.next_offset)
-        return self.given
-
-
-class _Feed:
-    """The pull loops' consume service (``Dispatch``): pulled batches go to their queue's
-    buffer."""
-
-    __slots__ = ("_consumer",)
-
-    #: Java's lite pull consumer applies ``consumeMaxSpan`` too.
-    uses_span_limit = True
-
-    def __init__(self, consumer: PullConsumer) -> None:
-        self._consumer = consumer
-
-    def submit(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
-        self._consumer._buffer(pq, msgs)
-
-
-class _Positions:
-    """The pull loops' view of offsets (``PullOffsets``): the committed offset rides on each
-    pull; a tag-filtered skip over an empty cache moves the queue's position."""
-
-    __slots__ = ("_consumer",)
-
-    def __init__(self, consumer: PullConsumer) -> None:
-        self._consumer = consumer
-
-    def read(self, mq: MessageQueue) -> int:
-        return self._consumer._offsets.read(mq)
-
-    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
-        consumer = self._consumer
-        owned = consumer._owned.get(mq)
-        if owned is None or owned.buffer or offset <= owned.given:
-            return
-        owned.given = offset
-        if owned not in consumer._dirty:
-            # Nothing of it is in the application's hands: the skipped offsets are done.
-            owned.acked = offset
 
 
 class PullConsumer(GroupMember):
@@ -315,19 +221,12 @@ class PullConsumer(GroupMember):
         self._mode: Literal["none", "subscribe", "assign"] = "none"
         #: assign(): the queues to read (wire names)
         self._assigned: list[MessageQueue] = []
-        self._owned: dict[MessageQueue, _Owned] = {}
-        #: queues with something to hand out, in turn
-        self._ready: deque[_Owned] = deque()
-        #: queues the application got messages from since it last came back
-        self._dirty: set[_Owned] = set()
-        #: set while _ready is not empty (and on close, to wake readers)
-        self._data = asyncio.Event()
+        #: the owned queues, their buffers and positions
+        self._queues = PullQueues(self, auto_commit=auto_commit)
         #: close() counts what was handed out as processed; an exception leaving
         #: ``async with`` does not
         self._close_acks = True
         # Built by start() (_build), besides GroupMember's parts.
-        self._feed = _Feed(self)
-        self._positions = _Positions(self)
         self._sender: SendBack
         self._commit_timer: Periodic
 
@@ -388,10 +287,8 @@ class PullConsumer(GroupMember):
         return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
 
     def _user_mq(self, mq: MessageQueue) -> MessageQueue:
-        ns = self.settings.namespace
-        if ns and mq.topic.startswith(ns + "%"):
-            return MessageQueue(mq.topic[len(ns) + 1 :], mq.broker_name, mq.queue_id)
-        return mq
+        topic = without_namespace(self.settings.namespace, mq.topic)
+        return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
 
     # -- lifecycle (GroupMember) --------------------------------------------------------------
 
@@ -407,29 +304,27 @@ class PullConsumer(GroupMember):
 
     def _build(self) -> None:
         s = self.settings
-        dispatcher = Dispatcher()
-        if self._mode == "subscribe":
-            dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
-        dispatcher.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+        requests = BrokerRequests(
+            self, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
+        )
         # RESET_CONSUMER_CLIENT_OFFSET and CONSUME_MESSAGE_DIRECTLY are push-consumer requests
         # (MQClientInstance answers them only for DefaultMQPushConsumerImpl): code 3 here.
+        dispatcher = requests.dispatcher(grouped=self._mode == "subscribe")
         self._client = client = ClientInstance(s, handler=dispatcher)
         self._stop = asyncio.Event()
-        self._table_lock = asyncio.Lock()
         self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
         self._offsets = self._new_offset_store(client)
         self._sender = SendBack(client=client, group=self._group, settings=s)
         self._rebalancer = Rebalancer(
             client=client,
             group=self._group,
-            host=self,
+            host=self._queues,
             offsets=self._offsets,
             strategy=self._allocation_strategy(),
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
         )
-        for topic in self._subscriptions:
-            self._limits[topic] = flow_limits(s, 1, span=True)
+        self._queues.init_limits()
         self._membership_timers()
         self._commit_timer = Periodic(
             self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
@@ -483,23 +378,19 @@ class PullConsumer(GroupMember):
 
     def _wake_readers(self) -> None:
         self._closing = True
-        self._data.set()
+        self._queues.data.set()
 
     async def _shutdown(self) -> None:
         # 1. No more rebalancing: the owned set is final; readers get nothing more.
         self._rebalance_timer.stop()
         self._wake_readers()
-        async with self._table_lock:
+        async with self._queues.lock:
             # 2. Pulls stop.
-            for owned in self._owned.values():
-                owned.pq.mark_draining()
-                if owned.task is not None:
-                    owned.task.cancel()
-            self._ready.clear()
+            self._queues.stop_pulling()
         # 3. Offsets: what was handed out (a clean close) or acknowledged, committed and
         #    awaited; the client unregisters; both shielded and bounded.
         if self._close_acks:
-            self._acknowledge()
+            self._queues.acknowledge()
         await self._cleanup(self._flush_offsets(), "flush offsets")
         for timer in (self._route_timer, self._commit_timer):
             timer.stop()
@@ -519,33 +410,34 @@ class PullConsumer(GroupMember):
 
     async def _flush_offsets(self) -> None:
         if self._auto_commit:
-            self._store_acknowledged(list(self._owned.values()))
-        await self._offsets.persist_all(list(self._owned), sync=True)
+            self._queues.store_acknowledged(list(self._queues.entries.values()))
+        await self._offsets.persist_all(self._queues.held(), sync=True)
 
-    # -- rebalance (QueueHost) ----------------------------------------------------------------
+    # -- rebalance ----------------------------------------------------------------------------
 
     async def _rebalance(self) -> None:
         if self._closing:
             return
-        async with self._table_lock:
+        queues = self._queues
+        async with queues.lock:
             topics = list(self._subscriptions)
             if self._mode == "assign":
                 wanted: dict[str, list[MessageQueue]] = {t: [] for t in topics}
                 for mq in self._assigned:
                     wanted[mq.topic].append(mq)
-                plan = plan_rebalance(self._owned, wanted, topics)
+                plan = plan_rebalance(queues.entries, wanted, topics)
             else:
                 plan = await self._rebalancer.plan(topics)
             if not plan.empty:
-                revoked = [self._owned[mq] for mq in plan.drop if mq in self._owned]
+                revoked = [queues.entries[mq] for mq in plan.drop if mq in queues.entries]
                 for owned in revoked:
                     owned.revoking = True
-                    self._unready(owned)
+                    queues.unready(owned)
                 if revoked and self._on_revoked is not None:
                     await self._tell(self._on_revoked, [o.mq for o in revoked], "on_revoked")
-                before = set(self._owned)
+                before = set(queues.entries)
                 await self._rebalancer.apply(plan)
-                added = [mq for mq in plan.add if mq in self._owned and mq not in before]
+                added = [mq for mq in plan.add if mq in queues.entries and mq not in before]
                 if added and self._on_assigned is not None:
                     await self._tell(self._on_assigned, added, "on_assigned")
         self._stats.rebalances += 1
@@ -558,141 +450,7 @@ class PullConsumer(GroupMember):
 
     def held(self) -> list[MessageQueue]:
         """The queues this member owns now (wire names)."""
-        return list(self._owned)
-
-    def start_queue(self, mq: MessageQueue, offset: int, *, locked_at: float | None = None) -> None:
-        """Own ``mq`` and prefetch it from ``offset`` (rebalancer callback)."""
-        pq = ProcessQueue(mq, now=asyncio.get_running_loop().time())
-        owned = _Owned(mq, pq, offset, written=self._offsets.read(mq))
-        self._owned[mq] = owned
-        owned.task = self._start_pulling(owned, offset)
-
-    def _start_pulling(self, owned: _Owned, offset: int) -> asyncio.Task[None]:
-        topic = owned.mq.topic
-        loop_ = PullLoop(
-            pq=owned.pq,
-            subscription=self._subscriptions[topic],
-            client=self._client,
-            group=self._group,
-            settings=self.settings,
-            offsets=self._positions,
-            dispatch=self._feed,
-            stats=self._stats,
-            limits=lambda: self._limits[topic],
-            on_offset_illegal=self._on_offset_illegal,
-        )
-        owned.loop = loop_
-        return self._spawn(loop_.run(offset), name=f"pull {owned.mq}")
-
-    async def stop_queue(self, mq: MessageQueue) -> None:
-        """Stop owning ``mq``: nothing more is delivered from it, its acknowledged position is
-        committed and awaited (auto commit), its offset forgotten."""
-        owned = self._owned.pop(mq, None)
-        if owned is None:
-            return
-        owned.pq.mark_dropped()
-        if owned.task is not None:
-            owned.task.cancel()
-        self._forget_buffer(owned)
-        if self._auto_commit:
-            self._store_acknowledged([owned])
-        # Awaited, so the broker has it before the next owner reads it.
-        await self._offsets.persist(mq, sync=True)
-        self._offsets.remove(mq)
-
-    def queues_changed(self, topic: str, count: int) -> None:
-        """Recompute ``topic``'s flow limits (per-topic thresholds split over its queues)."""
-        self._limits[topic] = flow_limits(self.settings, count, span=True)
-
-    async def _on_offset_illegal(self, pq: ProcessQueue, offset: int) -> None:
-        owned = self._owned.get(pq.queue)
-        if owned is None or owned.pq is not pq:
-            return
-        log.warning("%s: offset reset to %d", pq.queue, offset)
-        self._reseat(owned, offset)
-
-    def _reseat(self, owned: _Owned, offset: int) -> None:
-        """Restart ``owned`` at ``offset``: a fresh cache and pull task, nothing buffered."""
-        owned.pq.mark_dropped()
-        task = owned.task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-        self._forget_buffer(owned)
-        owned.pq = ProcessQueue(owned.mq, now=asyncio.get_running_loop().time())
-        if owned.paused:
-            owned.pq.pause()
-        owned.given = owned.acked = offset
-        owned.task = self._start_pulling(owned, offset)
-
-    def _forget_buffer(self, owned: _Owned) -> None:
-        self._unready(owned)
-        owned.buffer.clear()
-        owned.idx = 0
-        self._dirty.discard(owned)
-
-    # -- the buffer ---------------------------------------------------------------------------
-
-    def _buffer(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
-        owned = self._owned.get(pq.queue)
-        if owned is None or owned.pq is not pq:
-            return  # a stale pull of a queue that was revoked or re-seated
-        owned.buffer.append(msgs)
-        if not owned.queued and not owned.paused and not owned.revoking:
-            owned.queued = True
-            self._ready.append(owned)
-            self._data.set()
-
-    def _unready(self, owned: _Owned) -> None:
-        if owned.queued:
-            owned.queued = False
-            self._ready.remove(owned)
-            if not self._ready and not self._closing:
-                self._data.clear()
-
-    def _acknowledge(self) -> None:
-        """The application came back: what it was handed so far is processed."""
-        for owned in self._dirty:
-            owned.acked = owned.position()
-        self._dirty.clear()
-
-    def _take(self, n: int) -> list[ReceivedMessage]:
-        """Hand out up to ``n`` buffered messages, a pulled batch at a time from each ready
-        queue in turn."""
-        out: list[ReceivedMessage] = []
-        ready = self._ready
-        dirty = self._dirty
-        while n > 0 and ready:
-            owned = ready[0]
-            buf = owned.buffer
-            head = buf[0]
-            i = owned.idx
-            left = len(head) - i
-            dirty.add(owned)
-            if left > n:
-                out.extend(head[i : i + n])
-                owned.idx = i + n
-                break
-            out.extend(head[i:] if i else head)
-            n -= left
-            self._finish_batch(owned, head)
-        return out
-
-    def _finish_batch(self, owned: _Owned, head: list[ReceivedMessage]) -> None:
-        # The whole pulled batch was handed out: it leaves the cache (the pull task may go
-        # on), and the queue's turn passes to the next one.
-        owned.buffer.popleft()
-        owned.idx = 0
-        offset = owned.pq.remove(head)
-        if offset >= 0:
-            owned.given = offset
-        ready = self._ready
-        ready.popleft()
-        if owned.buffer:
-            ready.append(owned)
-        else:
-            owned.queued = False
-            if not ready and not self._closing:
-                self._data.clear()
+        return self._queues.held()
 
     def _check_readable(self) -> None:
         if not self._started:
@@ -719,9 +477,10 @@ class PullConsumer(GroupMember):
         self._check_readable()
         if max_messages < 1:
             raise ConfigurationError("max_messages must be at least 1")
-        if self._dirty:
-            self._acknowledge()
-        out = self._take(max_messages)
+        queues = self._queues
+        if queues.dirty:
+            queues.acknowledge()
+        out = queues.take(max_messages)
         if out or timeout == 0:
             return out
         loop = asyncio.get_running_loop()
@@ -729,12 +488,12 @@ class PullConsumer(GroupMember):
         while not out:
             try:
                 async with asyncio.timeout_at(deadline):
-                    await self._data.wait()
+                    await queues.data.wait()
             except TimeoutError:
                 return []
             if self._closing:
                 return []
-            out = self._take(max_messages)
+            out = queues.take(max_messages)
         return out
 
     def __aiter__(self) -> PullConsumer:
@@ -747,34 +506,24 @@ class PullConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was never started.
         """
-        if self._dirty:
-            self._acknowledge()
-        ready = self._ready
-        while not ready:
+        queues = self._queues
+        if queues.dirty:
+            queues.acknowledge()
+        while not queues.ready:
             if self._closing:
                 raise StopAsyncIteration
             if not self._started:
                 raise ConfigurationError("the consumer has not been started")
-            await self._data.wait()
+            await queues.data.wait()
         if self._closing:
             raise StopAsyncIteration
-        owned = ready[0]
-        head = owned.buffer[0]
-        i = owned.idx
-        msg = head[i]
-        i += 1
-        if i < len(head):
-            owned.idx = i
-        else:
-            self._finish_batch(owned, head)
-        self._dirty.add(owned)
-        return msg
+        return queues.take_one()
 
     # -- positions ----------------------------------------------------------------------------
 
-    def _require_owned(self, queue: MessageQueue, *, revoking: bool = False) -> _Owned:
+    def _require_owned(self, queue: MessageQueue, *, revoking: bool = False) -> OwnedQueue:
         self._check_readable()
-        owned = self._owned.get(self._wire_mq(queue))
+        owned = self._queues.entries.get(self._wire_mq(queue))
         if owned is None:
             raise QueueNotAssignedError(queue)
         if owned.revoking and not revoking:
@@ -785,7 +534,7 @@ class PullConsumer(GroupMember):
         """The queues this consumer owns now (after :meth:`assign`, before start: those)."""
         if not self._started and self._mode == "assign":
             return {self._user_mq(mq) for mq in self._assigned}
-        return {self._user_mq(mq) for mq, o in self._owned.items() if not o.revoking}
+        return {self._user_mq(mq) for mq, o in self._queues.entries.items() if not o.revoking}
 
     def position(self, queue: MessageQueue) -> int:
         """The offset of the next message :meth:`poll` returns from ``queue`` (also in
@@ -809,12 +558,13 @@ class PullConsumer(GroupMember):
         """
         self._check_readable()
         mq = self._wire_mq(queue)
-        if mq in self._owned:
+        owned = mq in self._queues.entries
+        if owned:
             offset = self._offsets.read(mq)
             if offset >= 0:
                 return offset
         if not self._clustering:
-            return await self._offsets.read_stored(mq) if mq not in self._owned else None
+            return None if owned else await self._offsets.read_stored(mq)
         addr = await self._broker(mq)
         return await self._client.query_consumer_offset(addr, self._group, mq)
 
@@ -832,15 +582,15 @@ class PullConsumer(GroupMember):
         """
         self._check_readable()
         if offsets is None:
-            self._acknowledge()
-            targets = list(self._owned.values())
+            self._queues.acknowledge()
+            targets = list(self._queues.entries.values())
             for owned in targets:
                 owned.written = owned.acked
             pairs = [(o.mq, o.acked) for o in targets]
         else:
             pairs = []
             for queue, offset in offsets.items():
-                found = self._owned.get(self._wire_mq(queue))
+                found = self._queues.entries.get(self._wire_mq(queue))
                 if found is None:
                     raise QueueNotAssignedError(queue)
                 if offset < 0:
@@ -848,7 +598,7 @@ class PullConsumer(GroupMember):
                 pairs.append((found.mq, offset))
             for mq, _ in pairs:
                 # An explicit commit stands until more progress is acknowledged.
-                owned = self._owned[mq]
+                owned = self._queues.entries[mq]
                 owned.written = owned.acked
         for mq, offset in pairs:
             self._offsets.update(mq, offset, increase_only=False)
@@ -870,21 +620,12 @@ class PullConsumer(GroupMember):
             if isinstance(r, BaseException):
                 raise r
 
-    def _store_acknowledged(self, owned: Iterable[_Owned]) -> list[MessageQueue]:
-        changed = []
-        for o in owned:
-            if o.acked != o.written:
-                self._offsets.update(o.mq, o.acked, increase_only=False)
-                o.written = o.acked
-                changed.append(o.mq)
-        return changed
-
     async def _auto_commit_now(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
-        live = [o for o in self._owned.values() if not o.revoking]
-        if self._store_acknowledged(live):
+        live = [o for o in self._queues.entries.values() if not o.revoking]
+        if self._queues.store_acknowledged(live):
             # Oneway, as the push consumer's periodic persistence (RemoteBrokerOffsetStore).
-            await self._offsets.persist_all(list(self._owned))
+            await self._offsets.persist_all(self._queues.held())
 
     async def _broker(self, mq: MessageQueue) -> str:
         # offsets and bounds: the master, else any broker of the group (ClientInstance)
@@ -915,12 +656,12 @@ class PullConsumer(GroupMember):
             raise OffsetOutOfRangeError(queue, offset, lo, hi)
         self._seek_now(queue, owned, offset)
 
-    def _seek_now(self, queue: MessageQueue, owned: _Owned, offset: int) -> None:
-        if self._owned.get(owned.mq) is not owned or owned.revoking:
+    def _seek_now(self, queue: MessageQueue, owned: OwnedQueue, offset: int) -> None:
+        if self._queues.entries.get(owned.mq) is not owned or owned.revoking:
             raise QueueNotAssignedError(queue, "was revoked by a rebalance during the seek")
         self._check_readable()
         log.info("%s: seek to %d", owned.mq, offset)
-        self._reseat(owned, offset)
+        self._queues.reseat(owned, offset)
 
     async def seek_to_beginning(self, queue: MessageQueue) -> None:
         """:meth:`seek` to the queue's smallest stored offset.
@@ -946,11 +687,8 @@ class PullConsumer(GroupMember):
         """:meth:`seek` to the first message stored at or after ``when`` (past the last
         message if none is that recent). A naive ``datetime`` is local time.
 
-        The broker's SEARCH_OFFSET_BY_TIMESTAMP answers *a* message stored closest to the
-        time: maybe one just before it, maybe one of several stored in the same millisecond
-        (a batch). The store times of its neighbours are read (one-message pulls) to step to
-        the first one at or after ``when``; a binary search when the neighbours do not
-        settle it.
+        The broker's SEARCH_OFFSET_BY_TIMESTAMP answer is refined by reading the store times
+        of messages around it (one-message pulls; see :mod:`aiorocket._client.time_search`).
 
         Raises:
             As :meth:`seek`.
@@ -959,59 +697,21 @@ class PullConsumer(GroupMember):
         mq = owned.mq
         ts = int(when.timestamp() * 1000)
         addr = await self._broker(mq)
-        hint = await self._client.search_offset(addr, mq, ts)
+        guess = await self._client.search_offset(addr, mq, ts)
         lo, hi = await self._bounds(mq)
-        hint = min(max(hint, lo), hi)
 
-        async def before(offset: int) -> bool:
-            # Store times grow with the offset; an unreadable message counts as "not before".
-            stored = await self._store_time(addr, mq, offset)
-            return stored is not None and stored < ts
+        def stored_at(offset: int) -> Awaitable[float]:
+            return store_time(
+                self._client,
+                addr,
+                mq,
+                offset,
+                group=self._group,
+                timeout=self.settings.request_timeout,
+            )
 
-        # The answer is the first offset in [left, right] that is not before the time
-        # (right: none is). Usually the hint or its right neighbour, found in one more pull.
-        if hint < hi and await before(hint):
-            left, right = hint + 1, hi
-            if left < right:
-                if await before(left):
-                    left += 1
-                else:
-                    right = left
-        else:
-            left, right = lo, hint
-            if left < right:
-                if await before(right - 1):
-                    left = right
-                else:
-                    right -= 1
-        while left < right:
-            mid = (left + right) // 2
-            if await before(mid):
-                left = mid + 1
-            else:
-                right = mid
-        self._seek_now(queue, owned, left)
-
-    async def _store_time(self, addr: str, mq: MessageQueue, offset: int) -> int | None:
-        """The store time (ms) of the message at ``offset``, None if it cannot be read."""
-        header = PullMessageRequestHeader(
-            consumer_group=self._group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=1,
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            subscription="*",
-            sub_version=0,
-            broker_name=mq.broker_name,
-        )
-        resp = await self._client.pull_message(addr, header, timeout=self.settings.request_timeout)
-        if resp.code != ResponseCode.SUCCESS:
-            return None
-        records = decode_messages(resp.body)
-        return records[0].store_timestamp if records else None
+        offset = await first_offset_at(ts, lo=lo, hi=hi, guess=guess, stored_at=stored_at)
+        self._seek_now(queue, owned, offset)
 
     # -- flow ---------------------------------------------------------------------------------
 
@@ -1026,10 +726,7 @@ class PullConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
         """
         targets = [self._require_owned(q) for q in queues]
-        for owned in targets:
-            owned.paused = True
-            owned.pq.pause()
-            self._unready(owned)
+        self._queues.pause([owned.mq for owned in targets])
 
     def resume(self, *queues: MessageQueue) -> None:
         """Deliver and pull these queues again (buffered messages first).
@@ -1039,17 +736,11 @@ class PullConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
         """
         targets = [self._require_owned(q) for q in queues]
-        for owned in targets:
-            owned.paused = False
-            owned.pq.resume()
-            if owned.buffer and not owned.queued:
-                owned.queued = True
-                self._ready.append(owned)
-                self._data.set()
+        self._queues.resume([owned.mq for owned in targets])
 
     def paused(self) -> set[MessageQueue]:
         """The owned queues paused now."""
-        return {self._user_mq(mq) for mq, o in self._owned.items() if o.paused}
+        return {self._user_mq(mq) for mq in self._queues.entries if self._queues.is_paused(mq)}
 
     # -- retries, topics ----------------------------------------------------------------------
 
@@ -1093,53 +784,6 @@ class PullConsumer(GroupMember):
                 await client.close()
         return sorted(self._user_mq(mq) for mq in route.subscribe_queues(wire))
 
-    # -- requests from brokers ----------------------------------------------------------------
-
-    async def _on_running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetConsumerRunningInfoRequestHeader.from_ext(cmd.ext_fields)
-        if header.consumer_group != self._group:
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"The Consumer Group <{header.consumer_group}> not exist in this consumer",
-            )
-        return cmd.make_response(ResponseCode.SUCCESS, body=self._running_info().to_json())
-
-    def _running_info(self) -> ConsumerRunningInfo:
-        s = self.settings
-        props = {
-            name: str(value)
-            for name, value in s.model_dump().items()
-            if name not in ("secret_key", "access_key", "allocation") and value is not None
-        }
-        props.update(
-            {
-                "PROP_NAMESERVER_ADDR": ";".join(s.namesrv),
-                "PROP_CONSUME_TYPE": self._consume_type,
-                "PROP_CLIENT_VERSION": _CLIENT_VERSION,
-                "PROP_CONSUMER_START_TIMESTAMP": str(self._start_wall),
-                "autoCommit": "true" if self._auto_commit else "false",
-            }
-        )
-        wall = time.time() - asyncio.get_running_loop().time()
-        table = {}
-        for mq, owned in self._owned.items():
-            snap = owned.pq.snapshot()
-            table[mq] = ProcessQueueInfo(
-                commit_offset=self._offsets.read(mq),
-                cached_msg_min_offset=max(snap.min_offset, 0),
-                cached_msg_max_offset=max(snap.max_offset, 0),
-                cached_msg_count=snap.cached_count,
-                cached_msg_size_in_mib=snap.cached_bytes // _MIB,
-                dropped=snap.dropped,
-                last_pull_timestamp=int((snap.last_pull_time + wall) * 1000),
-                last_consume_timestamp=int((snap.last_consume_time + wall) * 1000),
-            )
-        return ConsumerRunningInfo(
-            properties=props,
-            subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
-            mq_table=table,
-        )
-
     def __repr__(self) -> str:
         state = "closed" if self._closing else "started" if self._started else "new"
-        return f"PullConsumer(group={self._group!r}, {state}, queues={len(self._owned)})"
+        return f"PullConsumer(group={self._group!r}, {state}, queues={len(self._queues.entries)})"

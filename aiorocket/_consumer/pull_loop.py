@@ -1,9 +1,9 @@
 """One long-polling pull task per assigned queue (Java ``PullMessageService`` +
-``DefaultMQPushConsumerImpl.pullMessage`` + ``PullCallback``; seeds 001 and 004).
+``DefaultMQPushConsumerImpl.pullMessage`` + ``PullCallback``).
 
 Each iteration: wait for cache capacity (flow control, woken by consumption), send one
 PULL_MESSAGE that the broker may hold up to ``pull_suspend_timeout``, then act on the status
-(REMOTING.md §3.3):
+(docs/protocol.md §3.3):
 
 * FOUND (0): decode, re-check tags by string (§6.3), rewrite retry messages to their real
   topic (§6.6), cache them and hand them to the consume service; pull again at once.
@@ -37,26 +37,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from aiorocket._client.instance import ClientInstance, PreparedPull
+from aiorocket._client.instance import ClientInstance
+from aiorocket._client.pull import PreparedPull, PullStatus, to_received
 from aiorocket._concurrency import Backoff
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
 from aiorocket._consumer.stats import StatsRecorder
-from aiorocket._protocol.bodies import SubscriptionData
+from aiorocket._consumer.subscription import Subscription
+from aiorocket._names import is_retry_topic
 from aiorocket._protocol.codes import PullSysFlag
 from aiorocket._protocol.headers import PullMessageRequestHeader
-from aiorocket._protocol.message import MessageRecord, decode_messages
-from aiorocket._protocol.properties import RETRY_TOPIC, TAGS
-from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, compile_sql92
-from aiorocket._protocol.tags import TagFilter, parse_tag_expression
+from aiorocket._protocol.message import decode_messages
 from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
-    ConfigurationError,
     RemoteProtocolError,
     TransportError,
 )
@@ -68,94 +64,11 @@ __all__ = [
     "PullGate",
     "PullLoop",
     "PullOffsets",
-    "Subscription",
-    "check_selector",
-    "to_received",
 ]
 
 log = logging.getLogger("aiorocket.consumer")
 
-RETRY_PREFIX = "%RETRY%"
-
 _T = TypeVar("_T")
-
-_FOUND, _NO_NEW_MSG, _NO_MATCHED_MSG, _OFFSET_ILLEGAL = 0, 19, 20, 21
-
-
-def check_selector(expression: str | None, sql: str | None) -> None:
-    """Check the arguments of ``subscribe``: a tag expression or ``sql=``, not both (Java's
-    ``MessageSelector`` is one or the other), and an SQL92 expression that compiles.
-
-    Raises:
-        ConfigurationError: both were given, or ``sql`` is not a string.
-        InvalidSelectorError: ``sql`` does not compile (the message gives the position).
-    """
-    if sql is None:
-        return
-    if not isinstance(sql, str):
-        raise ConfigurationError(f"sql must be a string, not {type(sql).__name__}")
-    if expression is not None and expression.strip() not in ("", "*"):
-        raise ConfigurationError(
-            "subscribe takes a tag expression or sql=..., not both "
-            f"(got expression {expression!r} and sql {sql!r})"
-        )
-    compile_sql92(sql)
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """One subscribed topic (wire name, namespace applied) and its tag filter, or its SQL92
-    expression (``sql``; the tag filter is then match-all: the broker filters, and the Java
-    client re-checks nothing for SQL92 either)."""
-
-    topic: str
-    filter: TagFilter
-    sub_version: int
-    sql: str | None = None
-
-    @classmethod
-    def create(cls, topic: str, expression: str | None, sql: str | None = None) -> Subscription:
-        """Parse ``expression`` (or compile ``sql``); the version is the creation time in ms,
-        as in Java.
-
-        Raises:
-            InvalidSelectorError: ``sql`` does not compile.
-        """
-        version = int(time.time() * 1000)
-        if sql is not None:
-            compile_sql92(sql)
-            return cls(topic, parse_tag_expression(None), version, sql)
-        return cls(topic, parse_tag_expression(expression), version)
-
-    @property
-    def expression(self) -> str:
-        """The ``subString`` sent to brokers."""
-        return self.sql if self.sql is not None else self.filter.expression
-
-    @property
-    def expression_type(self) -> str:
-        """``TAG`` or ``SQL92``: the ``expressionType`` of heartbeats and pulls."""
-        return EXPRESSION_TYPE_SQL92 if self.sql is not None else EXPRESSION_TYPE_TAG
-
-    def data(self) -> SubscriptionData:
-        """The heartbeat form (``SubscriptionData`` with sorted tags and their hashes)."""
-        if self.sql is not None:
-            return SubscriptionData(
-                topic=self.topic,
-                sub_string=self.sql,
-                tags_set=(),
-                code_set=(),
-                sub_version=self.sub_version,
-                expression_type=EXPRESSION_TYPE_SQL92,
-            )
-        tags = tuple(sorted(self.filter.tags))
-        return SubscriptionData(
-            topic=self.topic,
-            sub_string=self.filter.expression,
-            tags_set=tags,
-            code_set=tuple(sorted(self.filter.codes)),
-            sub_version=self.sub_version,
-        )
 
 
 class Dispatch(Protocol):
@@ -195,56 +108,6 @@ class PullGate(Protocol):
         Raises:
             TransportError, BrokerError: the broker could not be asked (retried).
         """
-
-
-def _strip_namespace(topic: str, namespace: str | None) -> str:
-    if namespace and topic.startswith(namespace + "%"):
-        return topic[len(namespace) + 1 :]
-    return topic
-
-
-def to_received(
-    records: list[MessageRecord],
-    *,
-    broker_name: str,
-    tag_filter: TagFilter | None,
-    retry_queue: bool,
-    namespace: str | None,
-) -> list[ReceivedMessage]:
-    """Turn pulled records into handler messages (``PullAPIWrapper.processPullResult`` +
-    ``resetRetryAndNamespace``): drop those whose tag string does not match ``tag_filter``
-    (``None`` or match-all keeps everything), take a retried message's topic from its
-    ``RETRY_TOPIC`` property, and strip the client namespace from topics.
-
-    This is the per-message hot path: no per-message call besides object creation.
-    """
-    if tag_filter is not None and not tag_filter.match_all:
-        tags = tag_filter.tags
-        records = [r for r in records if r.properties.get(TAGS) in tags]
-    if not records:
-        return []
-    new = object.__new__
-    cls = ReceivedMessage
-    out: list[ReceivedMessage] = []
-    append = out.append
-    if retry_queue or namespace:
-        for r in records:
-            topic = r.properties.get(RETRY_TOPIC, r.topic) if retry_queue else r.topic
-            m = new(cls)
-            m._r = r
-            m._topic = _strip_namespace(topic, namespace)
-            m._broker_name = broker_name
-            m._reconsume_times = r.reconsume_times
-            append(m)
-    else:
-        for r in records:
-            m = new(cls)
-            m._r = r
-            m._topic = r.topic
-            m._broker_name = broker_name
-            m._reconsume_times = r.reconsume_times
-            append(m)
-    return out
 
 
 class PullLoop:
@@ -287,7 +150,7 @@ class PullLoop:
         self._limits = limits
         self._on_offset_illegal = on_offset_illegal
         self._gate = gate
-        self._retry_queue = pq.queue.topic.startswith(RETRY_PREFIX)
+        self._retry_queue = is_retry_topic(pq.queue.topic)
         self._clustering = settings.message_model == "clustering"
         #: the offset the next pull asks for
         self.next_offset = 0
@@ -423,9 +286,9 @@ class PullLoop:
             broker_id = h.suggest_which_broker_id
             pq.broker_max_offset = h.max_offset  # the lag statistics' broker side
             code = resp.code
-            if pq.paused and code == _FOUND:
+            if pq.paused and code is PullStatus.FOUND:
                 continue  # paused meanwhile: pulled again from the same offset once resumed
-            if code == _FOUND:
+            if code is PullStatus.FOUND:
                 try:
                     records = decode_messages(resp.body)
                 except RemoteProtocolError as exc:
@@ -459,14 +322,14 @@ class PullLoop:
                     self._offsets.update(mq, self.next_offset)
                 if s.pull_interval > 0:
                     await self._wait(asyncio.sleep(s.pull_interval))
-            elif code in (_NO_NEW_MSG, _NO_MATCHED_MSG):
+            elif code is PullStatus.NO_NEW_MSG or code is PullStatus.NO_MATCHED_MSG:
                 backoff.reset()
                 stats.pulled(mq.topic, loop.time() - started, 0)
                 self.next_offset = h.next_begin_offset
                 if pq.cached_count == 0:
                     # DefaultMQPushConsumerImpl.correctTagsOffset
                     self._offsets.update(mq, self.next_offset)
-            elif code == _OFFSET_ILLEGAL:
+            elif code is PullStatus.OFFSET_ILLEGAL:
                 # PullCallback OFFSET_ILLEGAL: restart where the broker suggests (the oldest
                 # message still stored when the offset fell below it, Java's behaviour), or at
                 # the queue's end when the application would rather skip what it missed.

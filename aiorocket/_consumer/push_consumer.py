@@ -10,7 +10,7 @@ logged and re-raised by :meth:`PushConsumer.wait_closed` and by leaving ``async 
 lifecycle, routes and heartbeats are :class:`~aiorocket._consumer.group_member.GroupMember`'s,
 shared with the pull consumer.
 
-Shutdown (ARCHITECTURE.md): stop rebalancing (and lock renewal); cancel pulls and put queues
+Shutdown (docs/architecture.md): stop rebalancing (and lock renewal); cancel pulls and put queues
 in *draining*; wait up to ``shutdown_grace`` for running handlers; flush offsets, unlock
 orderly queues and unregister (shielded, bounded); close connections.
 
@@ -33,27 +33,19 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic
+from aiorocket._consumer.broker_requests import PushRequests
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService, Handler
 from aiorocket._consumer.consume_orderly import OrderlyConsumeService, OrderlyHandler
-from aiorocket._consumer.group_member import GroupMember, flow_limits
+from aiorocket._consumer.group_member import GroupMember
 from aiorocket._consumer.hooks import ConsumeHook
-from aiorocket._consumer.key_order import key_function, safe_key
+from aiorocket._consumer.key_order import key_function
 from aiorocket._consumer.lock_renewer import BrokerLocks
-from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
-from aiorocket._consumer.pull_loop import (
-    RETRY_PREFIX,
-    PullGate,
-    PullLoop,
-    Subscription,
-    check_selector,
-    to_received,
-)
+from aiorocket._consumer.queue_table import PushQueues
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.stats import (
     ConsumerStatistics,
@@ -61,34 +53,9 @@ from aiorocket._consumer.stats import (
     StatsRecorder,
     TopicStatistics,
 )
-from aiorocket._protocol.bodies import (
-    ConsumeMessageDirectlyResult,
-    ConsumerRunningInfo,
-    ProcessQueueInfo,
-    ResetOffsetBody,
-    TopicConsumeStatus,
-)
-from aiorocket._protocol.codes import RequestCode, ResponseCode
-from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.headers import (
-    ConsumeMessageDirectlyResultRequestHeader,
-    GetConsumerRunningInfoRequestHeader,
-    ResetOffsetRequestHeader,
-)
-from aiorocket._protocol.message import decode_message
-from aiorocket._remoting import Connection, Dispatcher
-from aiorocket.errors import (
-    ConfigurationError,
-)
-from aiorocket.models import (
-    ConcurrentContext,
-    ConsumeStatus,
-    MessageQueue,
-    OrderlyContext,
-    OrderlyStatus,
-    ReceivedMessage,
-    validate_name,
-)
+from aiorocket._consumer.subscription import Subscription, check_selector
+from aiorocket.errors import ConfigurationError
+from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
 from aiorocket.settings import ConsumerSettings, build_settings
 
 __all__ = ["PushConsumer"]
@@ -96,53 +63,6 @@ __all__ = ["PushConsumer"]
 log = logging.getLogger("aiorocket.consumer")
 
 _H = TypeVar("_H", bound=Handler | OrderlyHandler)
-_MIB = 1024 * 1024
-_CLIENT_VERSION = "V4_9_8"
-#: CONSUME_MESSAGE_DIRECTLY results of an orderly handler (Java ``CMResult``)
-_DIRECT_ORDERLY: dict[OrderlyStatus | None, str] = {
-    None: "CR_SUCCESS",
-    OrderlyStatus.SUCCESS: "CR_SUCCESS",
-    OrderlyStatus.COMMIT: "CR_COMMIT",
-    OrderlyStatus.ROLLBACK: "CR_ROLLBACK",
-    OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER",
-}
-
-
-@dataclass(slots=True)
-class _Held:
-    """A held queue: its cache, its pull task and the pull loop the task runs."""
-
-    pq: ProcessQueue
-    task: asyncio.Task[None]
-    loop: PullLoop | None = None
-
-
-@dataclass(slots=True)
-class _Release:
-    """An orderly queue dropped by rebalance whose broker lock is not released yet."""
-
-    pq: ProcessQueue
-    task: asyncio.Task[None]
-
-
-class _LockGate:
-    """The pull gate of an orderly clustering consumer (see :class:`PullGate`)."""
-
-    __slots__ = ("_consumer",)
-
-    def __init__(self, consumer: PushConsumer) -> None:
-        self._consumer = consumer
-
-    def pullable(self, pq: ProcessQueue) -> bool:
-        return pq.lock_valid(asyncio.get_running_loop().time(), self._consumer.settings.lock_expiry)
-
-    async def wait_pullable(self, pq: ProcessQueue) -> None:
-        self._consumer._on_lock_expired()
-        await pq.wait_lock_change()
-
-    async def locked_first_offset(self, pq: ProcessQueue) -> int:
-        # computePullFromWhere: the stored offset, else the consume-from policy.
-        return await self._consumer._rebalancer.start_offset(pq.queue)
 
 
 class PushConsumer(GroupMember):
@@ -206,12 +126,8 @@ class PushConsumer(GroupMember):
         self._locking = s.orderly and self._clustering
         self._handler: Handler | OrderlyHandler | None = None
         self._hooks: list[ConsumeHook] = []
-        self._held: dict[MessageQueue, _Held] = {}
-        self._releasing: dict[MessageQueue, _Release] = {}
-        #: pause(): everything, or queues and topics (wire names), not pulled while listed
-        self._paused_all = False
-        self._paused_queues: set[MessageQueue] = set()
-        self._paused_topics: set[str] = set()
+        #: the held queues; pause() lists everything, or queues and topics (wire names)
+        self._queues = PushQueues(self, locking=self._locking)
         # Built by start() (_build), besides GroupMember's parts.
         self._service: ConcurrentConsumeService | OrderlyConsumeService
         self._locks: BrokerLocks | None = None
@@ -299,20 +215,8 @@ class PushConsumer(GroupMember):
         Raises:
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
-        if not targets:
-            self._paused_all = True
-        for target in targets:
-            if isinstance(target, MessageQueue):
-                mq = MessageQueue(
-                    self._wire_topic(target.topic), target.broker_name, target.queue_id
-                )
-                self._check_subscribed(mq.topic)
-                self._paused_queues.add(mq)
-            else:
-                topic = self._wire_topic(target)
-                self._check_subscribed(topic)
-                self._paused_topics.add(topic)
-        self._apply_pause()
+        queues, topics = self._pause_targets(targets)
+        self._queues.pause(queues, topics, everything=not targets)
 
     def resume(self, *targets: MessageQueue | str) -> None:
         """Undo :meth:`pause` for the given queues or topics, or for everything when called
@@ -323,38 +227,33 @@ class PushConsumer(GroupMember):
         Raises:
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
-        if not targets:
-            self._paused_all = False
-            self._paused_queues.clear()
-            self._paused_topics.clear()
+        queues, topics = self._pause_targets(targets)
+        self._queues.resume(queues, topics, everything=not targets)
+
+    def _pause_targets(
+        self, targets: Sequence[MessageQueue | str]
+    ) -> tuple[list[MessageQueue], list[str]]:
+        """``targets`` as wire queues and topics, each checked to be subscribed."""
+        queues: list[MessageQueue] = []
+        topics: list[str] = []
         for target in targets:
             if isinstance(target, MessageQueue):
                 mq = MessageQueue(
                     self._wire_topic(target.topic), target.broker_name, target.queue_id
                 )
                 self._check_subscribed(mq.topic)
-                self._paused_queues.discard(mq)
+                queues.append(mq)
             else:
                 topic = self._wire_topic(target)
                 self._check_subscribed(topic)
-                self._paused_topics.discard(topic)
-        self._apply_pause()
+                topics.append(topic)
+        return queues, topics
 
     def _check_subscribed(self, topic: str) -> None:
         if topic not in self._subscriptions and not (
             self._clustering and topic == self._retry_topic
         ):
             raise ConfigurationError(f"topic {topic} is not subscribed by this consumer")
-
-    def _is_paused(self, mq: MessageQueue) -> bool:
-        return self._paused_all or mq in self._paused_queues or mq.topic in self._paused_topics
-
-    def _apply_pause(self) -> None:
-        for mq, held in self._held.items():
-            if self._is_paused(mq):
-                held.pq.pause()
-            else:
-                held.pq.resume()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -372,15 +271,10 @@ class PushConsumer(GroupMember):
         """Create the parts (no I/O, nothing started)."""
         s = self.settings
         assert self._handler is not None
-        dispatcher = Dispatcher()
-        dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
-        dispatcher.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
-        dispatcher.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
-        dispatcher.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self._on_consume_directly)
-        self._client = client = ClientInstance(s, handler=dispatcher)
+        requests = PushRequests(self, self._queues, handler=self._handler, orderly=self._orderly)
+        self._client = client = ClientInstance(s, handler=requests.dispatcher(grouped=True))
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self._table_lock = asyncio.Lock()
         self._stats = StatsRecorder(now=loop.time())
         self._offsets = self._new_offset_store(client)
         if self._orderly:
@@ -408,10 +302,11 @@ class PushConsumer(GroupMember):
             )
         if self._locking:
             self._locks = BrokerLocks(client=client, group=self._group)
+        self._queues.build(self._service, self._locks, self._on_lock_expired)
         self._rebalancer = Rebalancer(
             client=client,
             group=self._group,
-            host=self,
+            host=self._queues,
             offsets=self._offsets,
             strategy=self._allocation_strategy(),
             broadcasting=not self._clustering,
@@ -419,8 +314,7 @@ class PushConsumer(GroupMember):
             locker=self._locks,
             on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
         )
-        for topic in self._subscriptions:
-            self._limits[topic] = self._flow_limits(topic, 1)
+        self._queues.init_limits()
         self._membership_timers()
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
@@ -433,7 +327,10 @@ class PushConsumer(GroupMember):
             )
         if self._locking:
             self._lock_timer = Periodic(
-                self._renew_locks, s.lock_renew_interval, name="lock renewal", run_first=False
+                self._queues.renew_locks,
+                s.lock_renew_interval,
+                name="lock renewal",
+                run_first=False,
             )
 
     # -- start-up -----------------------------------------------------------------------------
@@ -467,215 +364,39 @@ class PushConsumer(GroupMember):
     async def _rebalance(self) -> None:
         if self._closing:
             return
-        async with self._table_lock:
-            self._restart_silent_pulls()
+        async with self._queues.lock:
+            self._queues.restart_silent_pulls()
             await self._rebalancer.run_once(list(self._subscriptions))
         self._stats.rebalances += 1
-
-    def _restart_silent_pulls(self) -> None:
-        """The pull-expired watchdog (Java's rebalance drops a queue whose pull has been idle
-        for ``pullMaxIdleTime`` and re-adds it): a pull task silent for twice
-        ``pull_timeout`` outside a legitimate wait is replaced by a new one that goes on from
-        the same offset, with the same cache (nothing is delivered twice)."""
-        limit = 2 * self.settings.pull_timeout
-        now = asyncio.get_running_loop().time()
-        for mq, held in self._held.items():
-            loop_ = held.loop
-            if loop_ is None or not held.pq.active:
-                continue
-            silent = loop_.silent_for(now)
-            if silent <= limit:
-                continue
-            log.error(
-                "%s: the pull task has been silent for %.0f s (limit %.0f s); restarting it "
-                "at offset %d",
-                mq,
-                silent,
-                limit,
-                loop_.next_offset,
-            )
-            self._stats.pull_restarts += 1
-            held.task.cancel()
-            loop_.last_active = now  # (not silent again before the new task first runs)
-            held.task = self._spawn(loop_.run(loop_.next_offset), name=f"pull {mq}")
 
     async def _persist_offsets(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
         if self._locking:
-            for mq in self._lock_holding():
+            for mq in self._queues.lock_holding():
                 await self._offsets.persist(mq)
         else:
-            await self._offsets.persist_all(list(self._held))
-
-    def _lock_holding(self) -> list[MessageQueue]:
-        """Orderly clustering: the held queues whose lock is live, the only ones whose offset
-        this member may write (after a long stop, another member may have moved on)."""
-        now = asyncio.get_running_loop().time()
-        expiry = self.settings.lock_expiry
-        return [mq for mq, h in self._held.items() if h.pq.lock_valid(now, expiry)]
+            await self._offsets.persist_all(self._queues.held())
 
     async def _flush_offsets(self) -> None:
         if self._locking:
-            holding = self._lock_holding()
+            holding = self._queues.lock_holding()
             await asyncio.gather(*(self._offsets.persist(mq, sync=True) for mq in holding))
         else:
-            await self._offsets.persist_all(list(self._held), sync=True)
+            await self._offsets.persist_all(self._queues.held(), sync=True)
 
     # -- orderly locks ------------------------------------------------------------------------
-
-    async def _renew_locks(self) -> None:
-        """``lockAll``: renew the locks of held queues, and of dropped ones still waiting for
-        their handler (their lease must not run out under it).
-
-        A queue whose lock went to another member is dropped (rebalance re-adds it once the
-        lock is free again); one whose lock had expired here before it was granted again is
-        re-seated: a fresh process queue whose first pull re-reads the broker's offset, as
-        after any other lock (``lockedFirst``), since another member may have consumed it
-        meanwhile.
-        """
-        if self._closing or self._locks is None:
-            return
-        queues = {mq: r.pq for mq, r in self._releasing.items()}
-        queues.update((mq, h.pq) for mq, h in self._held.items())
-        lost, regained = await self._locks.renew(queues, expiry=self.settings.lock_expiry)
-        lost = [pq for pq in lost if not pq.dropped]
-        regained = [pq for pq in regained if not pq.dropped]
-        if (not lost and not regained) or self._closing:
-            return
-        async with self._table_lock:
-            for pq in lost:
-                held = self._held.get(pq.queue)
-                if held is not None and held.pq is pq:
-                    await self.stop_queue(pq.queue)
-            for pq in regained:
-                held = self._held.get(pq.queue)
-                if held is None or held.pq is not pq or not pq.locked:
-                    continue
-                del self._held[pq.queue]
-                pq.mark_dropped()
-                held.task.cancel()
-                self._offsets.remove(pq.queue)
-                # The offset given here is replaced by the broker's before the first pull.
-                self.start_queue(pq.queue, 0, locked_at=pq.last_lock_time)
-        if lost:
-            self._rebalance_timer.wake()
 
     def _on_lock_expired(self) -> None:
         # tryLockLaterAndReconsume: a queue waits for its lock; try to renew it now.
         if self._lock_timer is not None and not self._closing:
             self._lock_timer.wake()
 
-    async def _release(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """Unlock a dropped orderly queue once no handler runs on it (the consume lock of
-        seed 003 §6.2; ``removeUnnecessaryMessageQueue`` + ``unlockDelay``)."""
-        assert isinstance(self._service, OrderlyConsumeService)
-        assert self._locks is not None
-        # Cancelled (re-added, or shutdown): the entry stays for start_queue or _unlock_all.
-        async with self._service.queue_lock(mq):
-            pass  # the last handler call of the dropped queue has ended
-        if pq.locked:
-            if pq.cached_count:
-                # unlockDelay: it was still being consumed; give the offset time to land
-                # before the next owner reads it.
-                await asyncio.sleep(self.settings.unlock_delay)
-            await self._locks.unlock([mq])
-        release = self._releasing.get(mq)
-        if release is not None and release.pq is pq:
-            del self._releasing[mq]
-
     async def _unlock_all(self) -> None:
-        """``unlockAll`` at shutdown: every held queue and every dropped one not released
-        yet (their handlers have ended or were cancelled by now)."""
-        if self._locks is None:
-            return
-        mqs = set(self._held)
-        for mq, release in list(self._releasing.items()):
-            release.task.cancel()
-            if release.pq.locked:
-                mqs.add(mq)
-        self._releasing.clear()
-        if mqs:
-            await self._cleanup(self._locks.unlock(sorted(mqs)), "unlock orderly queues")
-
-    # -- queues (QueueHost) -------------------------------------------------------------------
+        await self._queues.unlock_all()
 
     def held(self) -> list[MessageQueue]:
         """The queues this member holds now."""
-        return list(self._held)
-
-    def start_queue(self, mq: MessageQueue, offset: int, *, locked_at: float | None = None) -> None:
-        """Start holding ``mq`` (rebalancer callback); ``locked_at``: when its granted lock
-        request was sent (orderly clustering)."""
-        pq = ProcessQueue(mq, now=asyncio.get_running_loop().time())
-        if self._is_paused(mq):
-            pq.pause()
-        topic = mq.topic
-        gate: PullGate | None = None
-        if self._locking:
-            gate = _LockGate(self)
-            release = self._releasing.pop(mq, None)
-            if release is not None:
-                # Dropped and re-added before its unlock: keep the lock (just renewed by the
-                # add); its old handler still holds the queue lock, so the new task waits.
-                release.task.cancel()
-            if locked_at is not None:
-                pq.set_locked(True, locked_at)
-        loop_ = PullLoop(
-            pq=pq,
-            subscription=self._subscriptions[topic],
-            client=self._client,
-            group=self._group,
-            settings=self.settings,
-            offsets=self._offsets,
-            dispatch=self._service,
-            stats=self._stats,
-            limits=lambda: self._limits[topic],
-            on_offset_illegal=self._on_offset_illegal,
-            gate=gate,
-        )
-        task = self._spawn(loop_.run(offset), name=f"pull {mq}")
-        self._held[mq] = _Held(pq, task, loop_)
-
-    async def stop_queue(self, mq: MessageQueue) -> None:
-        """Stop holding ``mq``: dropped, pull cancelled, offset persisted and forgotten
-        (``removeUnnecessaryMessageQueue``); an orderly queue is unlocked once its running
-        handler call (if any) has ended."""
-        held = self._held.pop(mq, None)
-        if held is None:
-            return
-        pq = held.pq
-        pq.mark_dropped()
-        held.task.cancel()
-        if not self._locking:
-            await self._offsets.persist(mq)
-            self._offsets.remove(mq)
-            return
-        if pq.lock_valid(asyncio.get_running_loop().time(), self.settings.lock_expiry):
-            # Awaited, so the broker has it before the unlock lets the next owner read it.
-            await self._offsets.persist(mq, sync=True)
-        self._offsets.remove(mq)
-        task = self._spawn(self._release(mq, pq), name=f"release {mq}")
-        self._releasing[mq] = _Release(pq, task)
-
-    def queues_changed(self, topic: str, count: int) -> None:
-        """Recompute ``topic``'s flow limits (per-topic thresholds split over its queues)."""
-        self._limits[topic] = self._flow_limits(topic, count)
-
-    def _flow_limits(self, topic: str, queues: int) -> FlowLimits:
-        return flow_limits(self.settings, queues, span=self._service.uses_span_limit)
-
-    async def _on_offset_illegal(self, pq: ProcessQueue, offset: int) -> None:
-        mq = pq.queue
-        async with self._table_lock:
-            held = self._held.get(mq)
-            if held is None or held.pq is not pq:
-                return
-            del self._held[mq]
-            self._offsets.update(mq, offset, increase_only=False)
-            await self._offsets.persist(mq, sync=True)
-            self._offsets.remove(mq)
-        log.warning("%s: offset reset to %d; re-adding it", mq, offset)
-        self._rebalance_timer.wake()
+        return self._queues.held()
 
     # -- shutdown -----------------------------------------------------------------------------
 
@@ -686,11 +407,9 @@ class PushConsumer(GroupMember):
         self._rebalance_timer.stop()
         if self._lock_timer is not None:
             self._lock_timer.stop()
-        async with self._table_lock:
+        async with self._queues.lock:
             # 2. Pulls stop; queues drain (finished work still commits).
-            for held in self._held.values():
-                held.pq.mark_draining()
-                held.task.cancel()
+            self._queues.stop_pulling()
         # 3. Running handlers finish within the grace period.
         await self._service.drain(s.shutdown_grace)
         for timer in (self._route_timer, self._persist_timer, self._clean_timer):
@@ -709,141 +428,6 @@ class PushConsumer(GroupMember):
         await client.close()
         log.info("consumer %s closed", self._group)
 
-    # -- requests from brokers ----------------------------------------------------------------
-
-    async def _on_running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetConsumerRunningInfoRequestHeader.from_ext(cmd.ext_fields)
-        if header.consumer_group != self._group:
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"The Consumer Group <{header.consumer_group}> not exist in this consumer",
-            )
-        return cmd.make_response(ResponseCode.SUCCESS, body=self._running_info().to_json())
-
-    def _running_info(self) -> ConsumerRunningInfo:
-        s = self.settings
-        props: dict[str, str] = {}
-        for name, value in s.model_dump().items():
-            if name not in ("secret_key", "access_key", "allocation") and value is not None:
-                props[name] = str(value)
-        props.update(
-            {
-                "PROP_NAMESERVER_ADDR": ";".join(s.namesrv),
-                "PROP_THREADPOOL_CORE_SIZE": str(s.concurrency),
-                "PROP_CONSUMEORDERLY": "true" if self._orderly else "false",
-                "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
-                "PROP_CLIENT_VERSION": _CLIENT_VERSION,
-                "PROP_CONSUMER_START_TIMESTAMP": str(self._start_wall),
-            }
-        )
-        offset = time.time() - asyncio.get_running_loop().time()
-        mq_table = {}
-        for mq, held in self._held.items():
-            snap = held.pq.snapshot()
-            mq_table[mq] = ProcessQueueInfo(
-                commit_offset=self._offsets.read(mq),
-                cached_msg_min_offset=max(snap.min_offset, 0),
-                cached_msg_max_offset=max(snap.max_offset, 0),
-                cached_msg_count=snap.cached_count,
-                cached_msg_size_in_mib=snap.cached_bytes // _MIB,
-                dropped=snap.dropped,
-                locked=held.pq.locked,
-                last_lock_timestamp=(
-                    int((held.pq.last_lock_time + offset) * 1000) if held.pq.locked else 0
-                ),
-                last_pull_timestamp=int((snap.last_pull_time + offset) * 1000),
-                last_consume_timestamp=int((snap.last_consume_time + offset) * 1000),
-            )
-        now = asyncio.get_running_loop().time()
-        # DefaultMQPushConsumerImpl.consumerRunningInfo: a row for every subscribed topic
-        # (mqadmin consumerStatus lists them all), zeros until it has statistics
-        status = {topic: TopicConsumeStatus() for topic in self._subscriptions}
-        for topic, t in self._stats.topic_statistics(now).items():
-            status[topic] = TopicConsumeStatus(
-                pull_rt=t.pull_rt_ms,
-                pull_tps=t.pull_tps,
-                consume_rt=t.consume_rt_ms,
-                consume_ok_tps=t.consume_ok_tps,
-                consume_failed_tps=t.consume_failed_tps,
-                consume_failed_msgs=t.consumed_failed_total,
-            )
-        return ConsumerRunningInfo(
-            properties=props,
-            subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
-            mq_table=mq_table,
-            status_table=status,
-        )
-
-    async def _on_reset_offset(self, conn: Connection, cmd: RemotingCommand) -> None:
-        header = ResetOffsetRequestHeader.from_ext(cmd.ext_fields)
-        if header.group != self._group or not cmd.body:
-            return
-        table = ResetOffsetBody.from_json(cmd.body).offset_table
-        log.warning("broker resets offsets of %s for %s", header.topic, self._group)
-        async with self._table_lock:
-            # ConsumerResetOffset (MQClientInstance.resetOffset): drop the topic's queues the
-            # table names (the others go on untouched), store the new offsets, let the next
-            # rebalance re-add them from there.
-            for mq in [mq for mq in self._held if mq.topic == header.topic and mq in table]:
-                held = self._held.pop(mq)
-                held.pq.mark_dropped()
-                held.pq.clear()
-                held.task.cancel()
-                self._offsets.remove(mq)
-            for mq, offset in table.items():
-                if mq.topic != header.topic:
-                    continue
-                self._offsets.update(mq, offset, increase_only=False)
-                await self._offsets.persist(mq, sync=True)
-                self._offsets.remove(mq)
-        self._rebalance_timer.wake()
-        return
-
-    async def _on_consume_directly(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        header = ConsumeMessageDirectlyResultRequestHeader.from_ext(cmd.ext_fields)
-        assert self._handler is not None
-        rec, _ = decode_message(cmd.body)
-        broker_name = header.broker_name or ""
-        msgs = to_received(
-            [rec],
-            broker_name=broker_name,
-            tag_filter=None,
-            retry_queue=rec.topic.startswith(RETRY_PREFIX),
-            namespace=self.settings.namespace,
-        )
-        mq = MessageQueue(rec.topic, broker_name, rec.queue_id)
-        started = time.monotonic()
-        remark = None
-        auto_commit = True
-        try:
-            if self._orderly:
-                # ConsumeMessageOrderlyService.consumeMessageDirectly
-                suspend_ms = round(self.settings.suspend_delay * 1000)
-                key_of = key_function(self.settings.order_by)
-                if key_of is None:
-                    octx = OrderlyContext(mq, suspend_millis=suspend_ms)
-                else:
-                    octx = OrderlyContext._for_key(mq, safe_key(key_of, msgs[0]), suspend_ms)
-                ostatus = await cast(OrderlyHandler, self._handler)(msgs, octx)
-                auto_commit = octx.auto_commit
-                result = _DIRECT_ORDERLY.get(ostatus, "CR_LATER")
-            else:
-                ctx = ConcurrentContext(mq)
-                status = await cast(Handler, self._handler)(msgs, ctx)
-                ok = status in (None, ConsumeStatus.CONSUME_SUCCESS)
-                result = "CR_SUCCESS" if ok else "CR_LATER"
-        except Exception as exc:
-            result = "CR_THROW_EXCEPTION"
-            remark = f"{type(exc).__name__}: {exc}"
-        body = ConsumeMessageDirectlyResult(
-            order=self._orderly,
-            auto_commit=auto_commit,
-            consume_result=result,
-            remark=remark,
-            spent_time_mills=int((time.monotonic() - started) * 1000),
-        )
-        return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
-
     # -- statistics ---------------------------------------------------------------------------
 
     def statistics(self) -> ConsumerStatistics:
@@ -858,8 +442,8 @@ class PushConsumer(GroupMember):
         offset = time.time() - loop_now
         queues = {}
         lag: dict[str, int] = {}
-        for mq, held in self._held.items():
-            pq = held.pq
+        for mq, entry in self._queues.entries.items():
+            pq = entry.pq
             snap = pq.snapshot()
             committed = self._offsets.read(mq)
             broker = pq.broker_max_offset
@@ -900,4 +484,4 @@ class PushConsumer(GroupMember):
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "started" if self._started else "new"
-        return f"PushConsumer(group={self._group!r}, {state}, queues={len(self._held)})"
+        return f"PushConsumer(group={self._group!r}, {state}, queues={len(self._queues.entries)})"

@@ -1,11 +1,11 @@
-"""Rebalance: which queues this member should hold (Java ``RebalanceImpl``; seed 003 §4).
+"""Rebalance: which queues this member should hold (Java ``RebalanceImpl``).
 
 Plan first, then I/O. :func:`allocate_topic` and :func:`plan_rebalance` are pure: from the
 queues held now and each topic's freshly computed share they return the queues to add and to
 drop. :class:`Rebalancer` gathers the inputs (routes, GET_CONSUMER_LIST_BY_GROUP) and applies
-a plan through a :class:`QueueHost` (the consumer): drops first (mark dropped, stop pulling,
-persist the offset), then adds (start offset from the store or the consume-from policy, a new
-process queue and its pull task).
+a plan through a :class:`QueueHost` (the consumer's queue table): drops first (mark dropped,
+stop pulling, persist the offset), then adds (start offset from the store or the consume-from
+policy, a new process queue and its pull task).
 
 A topic whose inputs could not be gathered this round (no route yet, the broker did not
 answer) keeps what it holds; the next round tries again.
@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.allocation import AllocationStrategy, sort_client_ids, sort_queues
 from aiorocket._consumer.offset_store import OffsetStore
-from aiorocket._consumer.pull_loop import RETRY_PREFIX
+from aiorocket._names import is_retry_topic
 from aiorocket.errors import BrokerError, TransportError, broker_error
 from aiorocket.models import MessageQueue
 
@@ -114,7 +114,7 @@ def plan_rebalance(
     return RebalancePlan(add=tuple(sort_queues(add)), drop=tuple(sort_queues(set(drop))))
 
 
-#: How to find a start offset when none is stored (REMOTING.md §6.5 table).
+#: How to find a start offset when none is stored (docs/protocol.md §6.5 table).
 StartPolicy = Literal["zero", "max", "search"]
 
 
@@ -129,7 +129,7 @@ def start_policy(consume_from: Literal["last", "first"] | datetime, topic: str) 
     timestamp  search by time max offset
     ========== ============== ===========
     """
-    retry = topic.startswith(RETRY_PREFIX)
+    retry = is_retry_topic(topic)
     if consume_from == "first":
         return "zero"
     if consume_from == "last":
@@ -138,7 +138,8 @@ def start_policy(consume_from: Literal["last", "first"] | datetime, topic: str) 
 
 
 class QueueHost(Protocol):
-    """What the rebalancer needs from the consumer that holds the queues."""
+    """What the rebalancer needs from the table of queues a consumer holds
+    (:class:`~aiorocket._consumer.queue_table.QueueTable`)."""
 
     def held(self) -> Collection[MessageQueue]:
         """The queues held now."""
@@ -298,7 +299,7 @@ class Rebalancer:
             host.queues_changed(topic, planned[topic] - n)
 
     async def start_offset(self, mq: MessageQueue) -> int:
-        """The stored offset, else the consume-from policy (REMOTING.md §6.5).
+        """The stored offset, else the consume-from policy (docs/protocol.md §6.5).
 
         Raises:
             TransportError, BrokerError: the offset could not be determined.

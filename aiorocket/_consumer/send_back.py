@@ -1,5 +1,5 @@
 """Returning a consumed message to the broker for a later retry (Java
-``DefaultMQPushConsumerImpl.sendMessageBack``; REMOTING.md §6.6).
+``DefaultMQPushConsumerImpl.sendMessageBack``; docs/protocol.md §6.6).
 
 CONSUMER_SEND_MSG_BACK first: the broker stores the message in ``%RETRY%<group>`` with the
 next delay level (or in ``%DLQ%<group>`` past ``max_reconsume_times``). If that fails, the
@@ -14,7 +14,7 @@ import random
 import time
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._consumer.pull_loop import RETRY_PREFIX
+from aiorocket._names import retry_topic, wrap_namespace
 from aiorocket._protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from aiorocket._protocol.properties import (
     DELAY,
@@ -48,7 +48,7 @@ class SendBack:
         self._client = client
         self._group = group
         self._settings = settings
-        self._retry_topic = f"{RETRY_PREFIX}{group}"
+        self._retry_topic = retry_topic(group)
         self._max_reconsume = settings.effective_max_reconsume_times
 
     async def send_back(self, msg: ReceivedMessage, delay_level: int, broker_name: str) -> bool:
@@ -70,25 +70,37 @@ class SendBack:
         Raises:
             BrokerError, TransportError: the resend failed too (its error).
         """
-        origin_topic = self._wire_topic(msg.topic)
+        origin_topic = wrap_namespace(self._settings.namespace, msg.topic)
         addr = self._client.master_address(broker_name)
         if addr is not None:
-            header = ConsumerSendMsgBackRequestHeader(
-                offset=msg.commit_log_offset,
-                group=self._group,
-                delay_level=delay_level,
-                origin_msg_id=msg.msg_id,
-                origin_topic=origin_topic,
-                unit_mode=False,
-                max_reconsume_times=self._max_reconsume,
-                broker_name=broker_name,
-            )
             try:
-                await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
+                await self.request(addr, msg, delay_level, broker_name)
                 return
             except (BrokerError, TransportError) as exc:
                 log.warning("send-back of %s failed (%s); resending it", msg.msg_id, exc)
         await self._resend_to_retry_topic(msg, origin_topic, broker_name)
+
+    async def request(
+        self, addr: str, msg: ReceivedMessage, delay_level: int, broker_name: str
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK of ``msg`` to ``addr``, the master of ``broker_name``: the
+        broker stores it in ``%RETRY%<group>`` with ``delay_level``, or in ``%DLQ%<group>``
+        for level -1 or past ``max_reconsume_times``. No fallback.
+
+        Raises:
+            BrokerError, TransportError: the request failed.
+        """
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=msg.commit_log_offset,
+            group=self._group,
+            delay_level=delay_level,
+            origin_msg_id=msg.msg_id,
+            origin_topic=wrap_namespace(self._settings.namespace, msg.topic),
+            unit_mode=False,
+            max_reconsume_times=self._max_reconsume,
+            broker_name=broker_name,
+        )
+        await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
 
     async def _resend_to_retry_topic(
         self, msg: ReceivedMessage, origin_topic: str, broker_name: str
@@ -125,9 +137,3 @@ class SendBack:
         await self._client.send_message(
             addr, header, msg.body, timeout=self._settings.send_back_timeout
         )
-
-    def _wire_topic(self, topic: str) -> str:
-        ns = self._settings.namespace
-        if ns and not topic.startswith(RETRY_PREFIX) and not topic.startswith(ns + "%"):
-            return f"{ns}%{topic}"
-        return topic

@@ -8,13 +8,12 @@ import os
 import random
 import time
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, ClassVar, Self
-
-import anyio
+from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
-from aiorocket._concurrency import Periodic
+from aiorocket._concurrency import Periodic, Service, bounded
+from aiorocket._concurrency.service import AsyncResource
+from aiorocket._names import without_namespace, wrap_namespace
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
 from aiorocket._protocol.codes import MessageSysFlag
@@ -65,7 +64,7 @@ _BATCH_ITEM_OVERHEAD = 22
 _BUSY_BACKOFF = 0.05
 
 
-class Producer:
+class Producer(AsyncResource):
     """Sends messages to RocketMQ topics.
 
     Use as an async context manager::
@@ -95,7 +94,14 @@ class Producer:
         self._publish: dict[str, TopicPublishInfo] = {}
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._uniq = UniqKeyGenerator(self._client.ip, os.getpid(), random.getrandbits(31))
-        self._tg: asyncio.TaskGroup | None = None
+        self._lifecycle = Service(
+            f"producer {self._wire_group()}",
+            startup=self._start_up,
+            shutdown=self._shutdown,
+            abort=self._abort,
+            cleanup_timeout=_UNREGISTER_TIMEOUT,
+            logger=log,
+        )
         self._started = False
         self._closed = False
 
@@ -116,9 +122,6 @@ class Producer:
             raise ClientClosedError("the producer is closed")
         if self._started:
             return
-        self._tg = asyncio.TaskGroup()
-        await self._tg.__aenter__()
-        self._client.start(self._tg.create_task)
         s = self.settings
         self._refresh = Periodic(
             self._refresh_routes, s.route_refresh_interval, name="route refresh", run_first=False
@@ -126,8 +129,7 @@ class Producer:
         self._heartbeat = Periodic(
             self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
         )
-        self._tg.create_task(self._refresh.run())
-        self._tg.create_task(self._heartbeat.run())
+        await self._lifecycle.start()
         self._started = True
 
     async def close(self) -> None:
@@ -135,36 +137,34 @@ class Producer:
         if self._closed:
             return
         self._closed = True
-        if not self._started:
-            return
+        # Shielded: a caller being cancelled still unregisters and closes its connections
+        # (nothing to do if start() was never called).
+        await self._lifecycle.close()
+
+    async def _start_up(self) -> None:
+        # In the lifecycle's supervisor: the background tasks are not the caller's.
+        tg = self._lifecycle.task_group
+        self._client.start(tg.create_task)
+        tg.create_task(self._refresh.run(), name="route refresh")
+        tg.create_task(self._heartbeat.run(), name="heartbeat")
+
+    async def _shutdown(self) -> None:
         self._refresh.stop()
         self._heartbeat.stop()
-        # Shielded: a caller being cancelled still unregisters and closes its connections;
-        # bounded: an unreachable broker must not hang the close.
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(_UNREGISTER_TIMEOUT) as scope:
-                try:
-                    await self._unregister()
-                except Exception:
-                    log.warning("unregister producer failed", exc_info=True)
-            if scope.cancelled_caught:
-                log.warning("unregister producer did not finish within %.1f s", _UNREGISTER_TIMEOUT)
+        # Bounded: an unreachable broker must not hang the close.
+        await bounded(self._unregister(), "unregister producer", _UNREGISTER_TIMEOUT, log)
+        await self._client.close()
+
+    async def _abort(self, started: bool) -> None:
+        # A background task crashed (logged by the lifecycle): leave as close() would.
+        self._closed = True
+        if started:
+            await self._shutdown()
+        else:
             await self._client.close()
-            tg, self._tg = self._tg, None
-            if tg is not None:
-                await tg.__aexit__(None, None, None)
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    def _raise_crash(self) -> None:
+        self._lifecycle.raise_crash()
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -309,12 +309,10 @@ class Producer:
         return None
 
     def _wire_group(self) -> str:
-        ns = self.settings.namespace
-        return f"{ns}%{self.settings.group}" if ns else self.settings.group
+        return wrap_namespace(self.settings.namespace, self.settings.group)
 
     def _wire_topic(self, topic: str) -> str:
-        ns = self.settings.namespace
-        return f"{ns}%{topic}" if ns and not topic.startswith(f"{ns}%") else topic
+        return wrap_namespace(self.settings.namespace, topic)
 
     def _properties(
         self, msg: Message, uniq: str, delay_level: int | None, sharding_key: str | None
@@ -490,8 +488,7 @@ class Producer:
         )
 
     def _user_topic(self, topic: str) -> str:
-        ns = self.settings.namespace
-        return topic[len(ns) + 1 :] if ns and topic.startswith(f"{ns}%") else topic
+        return without_namespace(self.settings.namespace, topic)
 
     async def _publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
         seen = self._publish.get(topic)

@@ -31,7 +31,7 @@ class TopicPublishInfo:
     """The writable queues of a topic and the round-robin position over them.
 
     ``via_default_topic`` is true while the topic has no route of its own and sends go to the
-    brokers of ``TBW102`` so that the broker auto-creates it (REMOTING.md §7.3).
+    brokers of ``TBW102`` so that the broker auto-creates it (docs/protocol.md §7.3).
     """
 
     queues: list[MessageQueue]

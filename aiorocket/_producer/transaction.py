@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiorocket._names import without_namespace
 from aiorocket._protocol.codes import MessageSysFlag, RequestCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
@@ -256,8 +257,7 @@ class TransactionProducer(Producer):
         uniq: str | None,
         rec: MessageRecord,
     ) -> None:
-        ns = self.settings.namespace
-        topic = rec.topic[len(ns) + 1 :] if ns and rec.topic.startswith(f"{ns}%") else rec.topic
+        topic = without_namespace(self.settings.namespace, rec.topic)
         msg = ReceivedMessage(rec, topic=topic, broker_name="")
         error: BaseException | None = None
         try:

@@ -5,15 +5,22 @@ package is installed on a machine with a C compiler. It replaces the codec's hot
 (stored-record decoding, binary header decoding); the pure-Python functions stay the
 reference and the fallback. ``AIOROCKET_NO_EXTENSIONS=1`` (any value but empty or ``0``)
 makes the process use pure Python even when the extension is built.
+
+The modules with compiled twins (``frame``, ``message``) :func:`register` a selector here when
+they are imported; this module imports none of them, so the codec has no import cycle.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import Final
 
-__all__ = ["ACTIVE", "AVAILABLE", "describe", "extension", "use"]
+__all__ = ["ACTIVE", "AVAILABLE", "Selector", "describe", "extension", "register", "use"]
+
+#: Installs a module's implementation: the compiled module, or ``None`` for pure Python.
+Selector = Callable[[ModuleType | None], None]
 
 
 def _import() -> tuple[ModuleType | None, str]:
@@ -31,6 +38,10 @@ _DISABLED: Final = os.environ.get("AIOROCKET_NO_EXTENSIONS", "") not in ("", "0"
 AVAILABLE: Final = _EXT is not None
 #: The codec starts out compiled: built, and not disabled by ``AIOROCKET_NO_EXTENSIONS``.
 ACTIVE: Final = AVAILABLE and not _DISABLED
+
+
+_selectors: list[Selector] = []
+_compiled: bool = ACTIVE  # the current choice, which use() changes
 
 
 def extension() -> ModuleType | None:
@@ -56,9 +67,18 @@ def use(compiled: bool) -> None:
     Raises:
         RuntimeError: ``compiled`` is asked for and the extension is not built.
     """
-    from aiorocket._protocol import frame, message
-
     if compiled and _EXT is None:
         raise RuntimeError(describe())
-    message._select(compiled)
-    frame._select(compiled)
+    global _compiled
+    _compiled = compiled
+    for select in _selectors:
+        select(_EXT if compiled else None)
+
+
+def register(select: Selector) -> None:
+    """Add a module's implementation switch and apply the current choice to it at once.
+
+    A module with a compiled twin calls this at import, after configuring the extension.
+    """
+    _selectors.append(select)
+    select(_EXT if _compiled else None)

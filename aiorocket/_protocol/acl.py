@@ -1,4 +1,4 @@
-"""RocketMQ 4.x "plain ACL" request signatures (REMOTING.md §8).
+"""RocketMQ 4.x "plain ACL" request signatures (docs/protocol.md §8).
 
 The Java client's ``AclClientRPCHook`` signs every request: the values of all ``extFields``
 except ``Signature``, in ascending key order, then the body, through HMAC-SHA1 keyed with the

@@ -1,4 +1,4 @@
-"""Numeric codes of the RocketMQ 4.x remoting protocol (REMOTING.md §1.4, §1.6, §2.1, §3.1).
+"""Numeric codes of the RocketMQ 4.x remoting protocol (docs/protocol.md §1.4, §1.6, §2.1, §3.1).
 
 Plain ``IntEnum``s: they compare equal to the ints on the wire, so decoded commands keep raw
 ``int`` codes (a peer may send codes this table does not know) and callers compare freely.
@@ -21,7 +21,7 @@ __all__ = [
     "VERSION_V4_9_8",
 ]
 
-#: flag bit 0: the frame is a response (REMOTING.md §1.6).
+#: flag bit 0: the frame is a response (docs/protocol.md §1.6).
 FLAG_RESPONSE = 0x1
 #: flag bit 1: the sender wants no response. Only Java puts it on the wire.
 FLAG_ONEWAY = 0x2

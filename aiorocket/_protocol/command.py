@@ -11,7 +11,7 @@ __all__ = ["RemotingCommand"]
 
 @dataclass(slots=True, eq=True)
 class RemotingCommand:
-    """A request or response as it travels in one frame (REMOTING.md §1.2–1.6).
+    """A request or response as it travels in one frame (docs/protocol.md §1.2–1.6).
 
     ``ext_fields`` values are always strings: numbers and booleans that real clients send raw
     are coerced on receive (§1.8). ``remark`` is ``None`` when absent. ``code`` stays a plain

@@ -1,4 +1,4 @@
-"""Reading and writing the JSON dialect of Alibaba fastjson 1.x (REMOTING.md §5.1).
+"""Reading and writing the JSON dialect of Alibaba fastjson 1.x (docs/protocol.md §5.1).
 
 Brokers and name servers encode bodies with fastjson, whose default output is not always
 standard JSON: a map with ``Long`` keys is written with bare integer keys (``{0:"a"}``), and a

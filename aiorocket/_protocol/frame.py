@@ -1,4 +1,4 @@
-"""Frames and the two header dialects of the remoting protocol (REMOTING.md §1.2–1.8).
+"""Frames and the two header dialects of the remoting protocol (docs/protocol.md §1.2–1.8).
 
 Rules of this module, in the manner of h11:
 
@@ -18,6 +18,7 @@ import enum
 import json
 import struct
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, Final
 
 from aiorocket._protocol import accel
@@ -246,7 +247,7 @@ def _as_int(value: Any, name: str, lo: int = _INT32_MIN, hi: int = _INT32_MAX) -
 
 
 def _ext_value(value: Any) -> str | None:
-    # REMOTING.md §1.8: C++ and ali-ons send numbers and booleans raw; Java reads every value
+    # docs/protocol.md §1.8: C++ and ali-ons send numbers and booleans raw; Java reads every value
     # as text, so coerce them to the text Java would have seen.
     if isinstance(value, str):
         return value
@@ -399,11 +400,10 @@ _decode_binary_header_impl: Callable[[bytes, bytes], RemotingCommand] = _decode_
 _next_command_py = FrameDecoder.next_command
 
 
-def _select(compiled: bool) -> None:
-    """Split frames and decode binary headers with the compiled or the pure-Python code
-    (see ``accel.use``)."""
+def _select(ext: ModuleType | None) -> None:
+    """Split frames and decode binary headers with the compiled (``ext``) or the pure-Python
+    code (see ``accel.use``)."""
     global _decode_binary_header_impl
-    ext = accel.extension() if compiled else None
     if ext is None:
         _decode_binary_header_impl = _decode_binary_header
         FrameDecoder.next_command = _next_command_py  # type: ignore[method-assign]
@@ -422,7 +422,7 @@ if (_ext := accel.extension()) is not None:
         FrameTooLargeError,
         NEED_DATA,
     )
-_select(accel.ACTIVE)
+accel.register(_select)
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:

@@ -1,22 +1,9 @@
-"""Typed ``extFields`` headers of the remoting commands (REMOTING.md §1.8, §2.2).
+"""The catalogue of typed ``extFields`` headers of the remoting commands (docs/protocol.md §1.8,
+§2.2), client, broker and admin requests alike.
 
-Each header is a frozen, slotted, keyword-only dataclass declared with :func:`header_class`.
-Its fields are declared with :func:`wire`, which names the ``extFields`` key, the Java type
-(:class:`WireKind`) and whether the Java broker marks the field ``@CFNotNull``. From those
-declarations the decorator compiles, once per class at import, the straight-line functions
-behind :meth:`Header.from_ext` and :meth:`Header.to_ext`: both sit on hot paths (send, pull).
-
-Typing rules (Java's ``RemotingCommand.decodeCommandCustomHeader``):
-
-* every value is a string on the wire; ints are decimal, booleans ``"true"``/``"false"``;
-* an absent or empty mandatory field raises :class:`~aiorocket.errors.MissingHeaderFieldError`
-  (Java answers SYSTEM_ERROR "the custom field <x> is null");
-* a malformed number is an error for a mandatory field and "absent" for an optional one, as
-  Java logs the parse failure and leaves the field unset;
-* a boolean is true only for ``"true"`` in any case, so ``"1"`` (the C++ client's ``batch``
-  and ``unitMode``) is false;
-* empty optional values are absent (Go sends ``"subscription":""``); unknown keys (ACL's
-  ``AccessKey``/``Signature``/``OnsChannel``, 5.x additions, ...) are ignored.
+Each header is declared with :func:`~aiorocket._protocol.schema.header_class` and
+:func:`~aiorocket._protocol.schema.wire`; the typing rules are in
+:mod:`aiorocket._protocol.schema`.
 
 Codes that carry no header, so have no class here: HEART_BEAT (34, JSON body only),
 LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (41/42, JSON bodies), CHECK_CLIENT_CONFIG (46),
@@ -25,42 +12,54 @@ GET_BROKER_CLUSTER_INFO (106) and GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206).
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import types
-import typing
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NamedTuple, Self, TypeVar, dataclass_transform
+from collections.abc import Mapping
+from typing import Self
 
 from aiorocket._protocol.codes import RequestCode
-from aiorocket.errors import LocalProtocolError, MissingHeaderFieldError
+from aiorocket._protocol.schema import Header, WireField, WireKind, header_class, wire
 
 __all__ = [
+    "REQUEST_HEADERS",
+    "RESPONSE_HEADERS",
+    "UNIQUE_KEY_QUERY",
     "CheckTransactionStateRequestHeader",
     "ConsumeMessageDirectlyResultRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "DeleteKVConfigRequestHeader",
+    "DeleteSubscriptionGroupRequestHeader",
+    "DeleteTopicFromNamesrvRequestHeader",
+    "DeleteTopicRequestHeader",
     "EndTransactionRequestHeader",
+    "GetConsumeStatsRequestHeader",
+    "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerRunningInfoRequestHeader",
     "GetConsumerStatusRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
+    "GetKVConfigRequestHeader",
+    "GetKVListByNamespaceRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
+    "GetProducerConnectionListRequestHeader",
     "GetRouteInfoRequestHeader",
+    "GetTopicConfigRequestHeader",
+    "GetTopicStatsInfoRequestHeader",
     "Header",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
+    "PutKVConfigRequestHeader",
+    "QueryConsumeQueueRequestHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
-    "REQUEST_HEADERS",
-    "RESPONSE_HEADERS",
+    "QueryTopicConsumeByWhoRequestHeader",
     "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
@@ -78,265 +77,12 @@ __all__ = [
     "wire",
 ]
 
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
-
-class WireKind(enum.Enum):
-    """The Java type of a header field, which fixes how its string value is parsed."""
-
-    STR = "String"
-    INT = "int"
-    LONG = "long"
-    BOOL = "boolean"
-
-
-class WireField(NamedTuple):
-    """One declared header field: Python attribute, ``extFields`` key(s), type, mandatory."""
-
-    attr: str
-    name: str
-    kind: WireKind
-    required: bool
-    #: the short key of SendMessageRequestHeaderV2 (``a`` ... ``n``); None elsewhere.
-    short: str | None
-
-
-_META_KEY = "aiorocket.wire"
-
-
-class _WireMeta(NamedTuple):
-    name: str
-    kind: WireKind | None
-    required: bool
-    short: str | None
-
-
-def wire(
-    name: str,
-    kind: WireKind | None = None,
-    *,
-    required: bool = False,
-    default: Any = dataclasses.MISSING,
-    short: str | None = None,
-) -> Any:
-    """Declare a header field whose ``extFields`` key is ``name``.
-
-    ``kind`` may be left out for ``str`` and ``bool`` attributes (it follows the annotation);
-    integer fields must say :attr:`WireKind.INT` or :attr:`WireKind.LONG`. ``required`` marks
-    a field the Java broker declares ``@CFNotNull``; it may still have a Python ``default``
-    (a constant such as ``defaultTopic`` = ``TBW102``). Optional fields need a ``default``,
-    which :meth:`Header.from_ext` uses when the key is absent or empty. ``short`` is the
-    alternative key used by the short-name send header.
-    """
-    meta = {_META_KEY: _WireMeta(name, kind, required, short)}
-    return dataclasses.field(default=default, metadata=meta)
-
-
-_Decoder = Callable[[type[Any], Mapping[str, str]], Any]
-_Encoder = Callable[[Any], dict[str, str]]
-
-
-class Header:
-    """Base class of every typed header: immutable, compared and hashed by value.
-
-    Subclasses are declared with :func:`header_class` and :func:`wire`; the decorator compiles
-    each class's decoder and encoder once. The API is :meth:`from_ext`, :meth:`to_ext` and
-    :meth:`wire_fields`.
-    """
-
-    __slots__ = ()
-
-    _wire_fields: ClassVar[tuple[WireField, ...]] = ()
-    _decoder: ClassVar[_Decoder]
-    _encoder: ClassVar[_Encoder]
-    # The same under the short keys; only the send header declares them.
-    _short_decoder: ClassVar[_Decoder]
-    _short_encoder: ClassVar[_Encoder]
-
-    @classmethod
-    def wire_fields(cls) -> tuple[WireField, ...]:
-        """The declared fields, in declaration order."""
-        return cls._wire_fields
-
-    @classmethod
-    def from_ext(cls, ext: Mapping[str, str]) -> Self:
-        """Parse ``extFields`` (string values, as :class:`RemotingCommand` holds them).
-
-        Raises:
-            MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
-        """
-        return cls._decoder(cls, ext)  # type: ignore[no-any-return]
-
-    def to_ext(self) -> dict[str, str]:
-        """Render as ``extFields``: strings only, optional fields that are ``None`` left out.
-
-        Raises:
-            LocalProtocolError: an integer does not fit its Java int/long field.
-        """
-        return self._encoder()
-
-
-def _parse_int(raw: str, lo: int, hi: int) -> int | None:
-    """Integer.parseInt / Long.parseLong: an optional sign, then ASCII digits, within range."""
-    digits = raw[1:] if raw[0] in "+-" else raw
-    # int() alone would also take spaces, "_" separators and non-ASCII digits.
-    if not (digits.isascii() and digits.isdigit()):
-        return None
-    try:
-        value = int(raw)
-    except ValueError:  # over the interpreter's digit limit: certainly out of range
-        return None
-    return value if lo <= value <= hi else None
-
-
-def _overflow(name: str, value: int, kind: str) -> None:
-    raise LocalProtocolError(f"{name}={value} does not fit a Java {kind}")
-
-
-_H = TypeVar("_H", bound=Header)
-
-_KIND_TYPES = {WireKind.STR: str, WireKind.INT: int, WireKind.LONG: int, WireKind.BOOL: bool}
-# kind -> (min, max, longest digit string that cannot overflow)
-_RANGES = {
-    WireKind.INT: (_INT_MIN, _INT_MAX, 9),
-    WireKind.LONG: (_LONG_MIN, _LONG_MAX, 18),
-}
-
-
-@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(wire,))
-def header_class(cls: type[_H]) -> type[_H]:
-    """Make ``cls`` a frozen, slotted, keyword-only dataclass and compile its wire codec.
-
-    Raises:
-        TypeError: a field lacks :func:`wire`, its kind disagrees with its annotation, an
-            optional field has no default, or the class defines ``__post_init__`` (the
-            decoder fills the slots directly and would skip it).
-    """
-    if "__post_init__" in cls.__dict__:
-        raise TypeError(f"{cls.__name__}: headers cannot have __post_init__")
-    dc = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
-    hints = typing.get_type_hints(dc)
-    declared: list[WireField] = []
-    defaults: dict[str, Any] = {}
-    for f in dataclasses.fields(typing.cast(Any, dc)):
-        meta = f.metadata.get(_META_KEY)
-        if not isinstance(meta, _WireMeta):
-            raise TypeError(f"{dc.__name__}.{f.name} is not declared with wire()")
-        base, nullable = _split_optional(hints[f.name])
-        kind = meta.kind
-        if kind is None:
-            if base is int:
-                raise TypeError(f"{dc.__name__}.{f.name}: an int field must say INT or LONG")
-            kind = WireKind.BOOL if base is bool else WireKind.STR
-        if _KIND_TYPES[kind] is not base:
-            raise TypeError(f"{dc.__name__}.{f.name}: {kind.value} field annotated {base}")
-        has_default = f.default is not dataclasses.MISSING
-        if not meta.required and not has_default:
-            raise TypeError(f"{dc.__name__}.{f.name}: an optional field needs a default")
-        if nullable and not (has_default and f.default is None):
-            raise TypeError(f"{dc.__name__}.{f.name}: a nullable field must default to None")
-        declared.append(WireField(f.name, meta.name, kind, meta.required, meta.short))
-        defaults[f.name] = f.default
-    dc._wire_fields = tuple(declared)
-    # Plain functions: read through the class they stay unbound, through an instance the
-    # encoder binds to it.
-    dc._decoder = _compile_decoder(dc, declared, defaults, short=False)
-    dc._encoder = _compile_encoder(declared, short=False)
-    if any(w.short is not None for w in declared):
-        dc._short_decoder = _compile_decoder(dc, declared, defaults, short=True)
-        dc._short_encoder = _compile_encoder(declared, short=True)
-    return dc
-
-
-def _split_optional(hint: Any) -> tuple[Any, bool]:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return hint, False
-
-
-def _key(w: WireField, short: bool) -> str:
-    return w.short if short and w.short is not None else w.name
-
-
-# The codecs are generated as straight-line Python, the way ``dataclasses`` builds __init__:
-# a loop over a field table costs about twice as much, and pull/send run these per request.
-
-
-def _compile_decoder(
-    cls: type[Header], declared: list[WireField], defaults: dict[str, Any], *, short: bool
-) -> _Decoder:
-    ns: dict[str, Any] = {
-        "_new": object.__new__,
-        "_Missing": MissingHeaderFieldError,
-        "_parse_int": _parse_int,
-    }
-    lines = ["def decode(cls, ext):", "    get = ext.get", "    self = _new(cls)"]
-    for i, w in enumerate(declared):
-        key = repr(_key(w, short))
-        ns[f"_set{i}"] = getattr(cls, w.attr).__set__  # the slot's member descriptor
-        ns[f"_d{i}"] = defaults[w.attr]
-        lines.append(f"    v = get({key})")
-        if w.required:
-            lines.append(f"    if not v: raise _Missing({key})")
-        if w.kind is WireKind.STR:
-            value = "v" if w.required else f"v if v else _d{i}"
-        elif w.kind is WireKind.BOOL:
-            # Boolean.parseBoolean: "true" in any case is true, anything else false.
-            value = "v.lower() == 'true'" if w.required else f"v.lower() == 'true' if v else _d{i}"
-        else:
-            lo, hi, safe = _RANGES[w.kind]
-            if not w.required:
-                lines.append("    if v:")
-            pad = "    " if w.required else "        "
-            # Fast path: few enough plain digits cannot overflow.
-            lines.append(f"{pad}if len(v) <= {safe} and v.isascii() and v.isdigit(): n = int(v)")
-            lines.append(f"{pad}else: n = _parse_int(v, {lo}, {hi})")
-            if w.required:
-                lines.append(f"    if n is None: raise _Missing({key}, 'is not a number')")
-                value = "n"
-            else:
-                # Java logs a malformed optional number and leaves the field unset.
-                lines.append("    else: n = None")
-                value = f"_d{i} if n is None else n"
-        lines.append(f"    _set{i}(self, {value})")
-    lines.append("    return self")
-    return typing.cast(_Decoder, _exec("decode", lines, ns))
-
-
-def _compile_encoder(declared: list[WireField], *, short: bool) -> _Encoder:
-    ns: dict[str, Any] = {"_overflow": _overflow, "_repr": int.__repr__}
-    lines = ["def encode(self):", "    out = {}"]
-    for w in declared:
-        key = repr(_key(w, short))
-        lines.append(f"    v = self.{w.attr}")
-        pad = "    "
-        if not w.required:
-            lines.append("    if v is not None:")
-            pad = "        "
-        if w.kind is WireKind.STR:
-            lines.append(f"{pad}out[{key}] = v")
-        elif w.kind is WireKind.BOOL:
-            lines.append(f"{pad}out[{key}] = 'true' if v else 'false'")
-        else:
-            lo, hi, _ = _RANGES[w.kind]
-            lines.append(f"{pad}if not {lo} <= v <= {hi}: _overflow({key}, v, {w.kind.value!r})")
-            # int.__repr__ keeps IntFlag values (sysFlag) decimal on every Python version.
-            lines.append(f"{pad}out[{key}] = _repr(v)")
-    lines.append("    return out")
-    return typing.cast(_Encoder, _exec("encode", lines, ns))
-
-
-def _exec(name: str, lines: list[str], ns: dict[str, Any]) -> object:
-    # The source holds only identifiers and repr()s of the declared keys.
-    exec("\n".join(lines), ns)
-    return ns[name]
-
 
 _INT = WireKind.INT
 _LONG = WireKind.LONG
+
+#: ``MixAll.UNIQUE_MSG_QUERY_FLAG``: the ext field a QUERY_MESSAGE by UNIQ_KEY carries.
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 
 # --------------------------------------------------------------------------- send
@@ -372,7 +118,7 @@ class SendMessageRequestHeader(Header):
     unit_mode: bool = wire("unitMode", default=False, short="k")
     #: honoured by the broker only when the request ``version`` is >= 121 (V3_4_9).
     max_reconsume_times: int | None = wire("maxReconsumeTimes", _INT, default=None, short="l")
-    #: True: the body is a batch body (REMOTING.md §4.6), whatever the request code.
+    #: True: the body is a batch body (docs/protocol.md §4.6), whatever the request code.
     batch: bool = wire("batch", default=False, short="m")
     broker_name: str | None = wire("bname", default=None, short="n")
 
@@ -770,6 +516,118 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str = wire("topicFilterType", required=True, default="SINGLE_TAG")
     topic_sys_flag: int | None = wire("topicSysFlag", _INT, default=None)
     order: bool = wire("order", required=True, default=False)
+
+
+# --------------------------------------------------------------------------- admin tools (mqadmin)
+
+
+@header_class
+class GetConsumeStatsRequestHeader(Header):
+    """GET_CONSUME_STATS (208); without ``topic`` every topic the group has offsets for."""
+
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str | None = wire("topic", default=None)
+
+
+@header_class
+class GetTopicStatsInfoRequestHeader(Header):
+    """GET_TOPIC_STATS_INFO (202)."""
+
+    topic: str = wire("topic", required=True)
+
+
+@header_class
+class GetTopicConfigRequestHeader(Header):
+    """GET_TOPIC_CONFIG (351, 5.x); ``lo`` asks for the static-topic mapping as well."""
+
+    topic: str = wire("topic", required=True)
+
+
+@header_class
+class GetConsumerConnectionListRequestHeader(Header):
+    """GET_CONSUMER_CONNECTION_LIST (203)."""
+
+    consumer_group: str = wire("consumerGroup", required=True)
+
+
+@header_class
+class GetProducerConnectionListRequestHeader(Header):
+    """GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    producer_group: str = wire("producerGroup", required=True)
+
+
+@header_class
+class DeleteTopicRequestHeader(Header):
+    """DELETE_TOPIC_IN_BROKER (215)."""
+
+    topic: str = wire("topic", required=True)
+
+
+@header_class
+class DeleteTopicFromNamesrvRequestHeader(Header):
+    """DELETE_TOPIC_IN_NAMESRV (216); 4.9.8's tools send no ``clusterName``."""
+
+    topic: str = wire("topic", required=True)
+    cluster_name: str | None = wire("clusterName", default=None)
+
+
+@header_class
+class DeleteSubscriptionGroupRequestHeader(Header):
+    """DELETE_SUBSCRIPTIONGROUP (207); ``removeOffset`` also forgets the group's offsets."""
+
+    group_name: str = wire("groupName", required=True)
+    remove_offset: bool = wire("removeOffset", default=False)
+
+
+@header_class
+class QueryConsumeQueueRequestHeader(Header):
+    """QUERY_CONSUME_QUEUE (321): ``count`` index entries of a queue from ``index``."""
+
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", _INT, required=True)
+    index: int = wire("index", _LONG, required=True)
+    count: int = wire("count", _INT, required=True)
+    consumer_group: str | None = wire("consumerGroup", default=None)
+
+
+@header_class
+class QueryTopicConsumeByWhoRequestHeader(Header):
+    """QUERY_TOPIC_CONSUME_BY_WHO (300)."""
+
+    topic: str = wire("topic", required=True)
+
+
+@header_class
+class GetKVConfigRequestHeader(Header):
+    """GET_KV_CONFIG (101); the value comes back in the ``value`` ext field."""
+
+    namespace: str = wire("namespace", required=True)
+    key: str = wire("key", required=True)
+
+
+@header_class
+class PutKVConfigRequestHeader(Header):
+    """PUT_KV_CONFIG (100)."""
+
+    namespace: str = wire("namespace", required=True)
+    key: str = wire("key", required=True)
+    value: str = wire("value", required=True)
+
+
+@header_class
+class DeleteKVConfigRequestHeader(Header):
+    """DELETE_KV_CONFIG (102)."""
+
+    namespace: str = wire("namespace", required=True)
+    key: str = wire("key", required=True)
+
+
+@header_class
+class GetKVListByNamespaceRequestHeader(Header):
+    """GET_KVLIST_BY_NAMESPACE (219); the answer is a :class:`KVTable`."""
+
+    namespace: str = wire("namespace", required=True)
 
 
 # --------------------------------------------------------------------------- registries

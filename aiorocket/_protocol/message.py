@@ -1,4 +1,4 @@
-"""Stored message records and batch send bodies (REMOTING.md §4.1–§4.3, §4.6).
+"""Stored message records and batch send bodies (docs/protocol.md §4.1–§4.3, §4.6).
 
 One record layout serves pull bodies, VIEW_MESSAGE_BY_ID, QUERY_MESSAGE, the bodies of
 CONSUME_MESSAGE_DIRECTLY / CHECK_TRANSACTION_STATE and the embedded broker's log.
@@ -15,6 +15,7 @@ import struct
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Final
 
 from aiorocket._protocol import accel
@@ -386,16 +387,15 @@ _DecodeRun = Callable[[bytes, int, int, bool, int, bool], tuple[list[MessageReco
 _decode_run_impl: _DecodeRun = _decode_run
 
 
-def _select(compiled: bool) -> None:
-    """Decode records with the compiled or the pure-Python loop (see ``accel.use``)."""
+def _select(ext: ModuleType | None) -> None:
+    """Decode records with the compiled (``ext``) or the pure-Python loop (see ``accel.use``)."""
     global _decode_run_impl
-    ext = accel.extension() if compiled else None
     _decode_run_impl = ext.decode_run if ext is not None else _decode_run
 
 
 if (_ext := accel.extension()) is not None:
     _ext.configure_message(MessageRecord, _bad, _inflate, _ipv6_text, _ipv4_text, _IPV4_TEXT)
-_select(accel.ACTIVE)
+accel.register(_select)
 
 
 def _pack_ipv4(host: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Tag hashing and tag subscription expressions (REMOTING.md §0.2, §6.3, §11.1).
+"""Tag hashing and tag subscription expressions (docs/protocol.md §0.2, §6.3, §11.1).
 
 The broker filters a consume queue by the Java hash of each message's tag; the client then
 re-checks the tag string itself, because different tags can share a hash.

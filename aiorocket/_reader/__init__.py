@@ -8,8 +8,8 @@ from aiorocket._reader.queue_reader import (
     RawChunk,
     ReadBatch,
     ReadStatus,
-    SyncQueueReader,
 )
+from aiorocket._reader.sync_reader import SyncQueueReader
 
 __all__ = [
     "DEFAULT_PULL_GROUP",

@@ -1,8 +1,9 @@
-"""Reading queues by offset: :class:`QueueReader` (async) and :class:`SyncQueueReader`.
+"""Reading queues by offset: :class:`QueueReader` (async; its blocking face is
+:class:`~aiorocket._reader.sync_reader.SyncQueueReader`).
 
 A consumer group decides *which* member reads a queue and *where* it starts; a queue reader
 decides nothing. It reads exactly the offsets it is asked for, with one PULL_MESSAGE per call
-and no long polling (the SUSPEND bit is never set, REMOTING.md §6.4), so the same range always
+and no long polling (the SUSPEND bit is never set, docs/protocol.md §6.4), so the same range always
 gives the same messages. Offsets of a consumer group can be read and written explicitly.
 
 This is what engines that keep their own checkpoints need (Spark's micro-batches, backfills,
@@ -14,37 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import enum
 import logging
-import queue
-import threading
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Coroutine,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from concurrent.futures import Future
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, TypeVar
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
-
-from aiorocket._client.instance import PreparedPull, PullResponse
 from aiorocket._client.owner import ClientOwner
-from aiorocket._consumer.pull_loop import to_received
+from aiorocket._client.pull import PreparedPull, PullResponse, PullStatus, to_received
+from aiorocket._client.time_search import first_offset_at
+from aiorocket._names import wrap_namespace
 from aiorocket._protocol.codes import PullSysFlag, ResponseCode
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket.errors import (
-    ClientClosedError,
     ConfigurationError,
     TransportError,
     broker_error,
@@ -58,7 +50,6 @@ __all__ = [
     "RawChunk",
     "ReadBatch",
     "ReadStatus",
-    "SyncQueueReader",
 ]
 
 log = logging.getLogger("aiorocket.reader")
@@ -73,16 +64,12 @@ DEFAULT_PULL_GROUP: Final = "AIOROCKET_QUEUE_READER"
 _PULL_BATCH: Final = 32
 _MAX_PULL_BATCH: Final = 1024
 
-_FOUND: Final = int(ResponseCode.SUCCESS)
-_NO_NEW: Final = int(ResponseCode.PULL_NOT_FOUND)
-_NO_MATCHED: Final = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
-_OFFSET_MOVED: Final = int(ResponseCode.PULL_OFFSET_MOVED)
 #: A reader's pulls: SUBSCRIPTION (the expression travels with each pull) and nothing else.
 _SYS_FLAG: Final = int(PullSysFlag.SUBSCRIPTION)
 
 
 class ReadStatus(enum.Enum):
-    """The outcome of one read (the pull statuses of REMOTING.md §3.3)."""
+    """The outcome of one read (the pull statuses of docs/protocol.md §3.3)."""
 
     #: messages were found from the offset on (after the tag re-check the list may still be
     #: empty when a tag hash collided).
@@ -97,11 +84,11 @@ class ReadStatus(enum.Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-_STATUS_BY_CODE: Final = {
-    _FOUND: ReadStatus.FOUND,
-    _NO_NEW: ReadStatus.NO_NEW,
-    _NO_MATCHED: ReadStatus.NO_MATCHED,
-    _OFFSET_MOVED: ReadStatus.OFFSET_ILLEGAL,
+_READ_STATUS: Final = {
+    PullStatus.FOUND: ReadStatus.FOUND,
+    PullStatus.NO_NEW_MSG: ReadStatus.NO_NEW,
+    PullStatus.NO_MATCHED_MSG: ReadStatus.NO_MATCHED,
+    PullStatus.OFFSET_ILLEGAL: ReadStatus.OFFSET_ILLEGAL,
 }
 
 
@@ -169,19 +156,10 @@ class QueueReader(ClientOwner):
     # -- names --------------------------------------------------------------------------------
 
     def _wire(self, name: str) -> str:
-        ns = self._ns
-        if ns and not name.startswith(ns + "%"):
-            return f"{ns}%{name}"
-        return name
+        return wrap_namespace(self._ns, name)
 
     def _wire_mq(self, mq: MessageQueue) -> MessageQueue:
         return MessageQueue(self._wire(mq.topic), mq.broker_name, mq.queue_id) if self._ns else mq
-
-    def _user_topic(self, topic: str) -> str:
-        ns = self._ns
-        if ns and topic.startswith(ns + "%"):
-            return topic[len(ns) + 1 :]
-        return topic
 
     async def _address(self, mq: MessageQueue) -> str:
         client = self._require()
@@ -263,11 +241,8 @@ class QueueReader(ClientOwner):
         """The offset of the first message of ``mq`` stored at or after ``timestamp_ms``
         (epoch ms); :meth:`max_offset` when every stored message is older.
 
-        SEARCH_OFFSET_BY_TIMESTAMP answers the message stored *closest* to the time (§6.5),
-        which may be just before it or in the middle of messages stored in the same
-        millisecond; that answer is refined by reading single messages around it (a few
-        pulls, exponential then binary search). Store times are assumed not to decrease
-        along a queue, which holds for messages appended by one broker.
+        SEARCH_OFFSET_BY_TIMESTAMP's answer is refined by reading single messages around it
+        (a few pulls; see :mod:`aiorocket._client.time_search`).
 
         Raises:
             BrokerError, TransportError, ClientClosedError.
@@ -278,37 +253,9 @@ class QueueReader(ClientOwner):
         if lo >= hi:
             return hi
         guess = await self._call(mq, lambda a, w: client.search_offset(a, w, timestamp_ms))
-        guess = min(max(guess, lo), hi - 1)
-        # Invariant: every offset below lo is older than the time; hi is stored at or after
-        # it (or is the end of the queue). The answer lies in [lo, hi].
-        if await self._stored_at(mq, guess) >= timestamp_ms:
-            hi = guess
-            step = 1
-            while guess - step >= lo:
-                probe = guess - step
-                if await self._stored_at(mq, probe) >= timestamp_ms:
-                    hi = probe
-                    step *= 2
-                else:
-                    lo = probe + 1
-                    break
-        else:
-            lo = guess + 1
-            step = 1
-            while guess + step < hi:
-                probe = guess + step
-                if await self._stored_at(mq, probe) >= timestamp_ms:
-                    hi = probe
-                    break
-                lo = probe + 1
-                step *= 2
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if await self._stored_at(mq, mid) >= timestamp_ms:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return await first_offset_at(
+            timestamp_ms, lo=lo, hi=hi, guess=guess, stored_at=lambda o: self._stored_at(mq, o)
+        )
 
     async def _stored_at(self, mq: MessageQueue, offset: int) -> float:
         """The store time of the message at ``offset``; -inf / +inf when it is gone (below
@@ -350,7 +297,7 @@ class QueueReader(ClientOwner):
         tag_filter = self._filter(expression)
         resp = await self._pull(mq, offset, max_messages, tag_filter)
         h = resp.header
-        status = _STATUS_BY_CODE[resp.code]
+        status = _READ_STATUS[resp.code]
         msgs: list[ReceivedMessage] = []
         if status is ReadStatus.FOUND:
             msgs = to_received(
@@ -448,7 +395,7 @@ class QueueReader(ClientOwner):
         pipeline: int = 8,
     ) -> AsyncIterator[RawChunk]:
         """:meth:`read_range_batches` without decoding: for each chunk of 32 offsets, the pull
-        bodies (stored records, REMOTING.md §4.1) as the broker sent them, for callers that
+        bodies (stored records, docs/protocol.md §4.1) as the broker sent them, for callers that
         decode records in bulk themselves (the Spark source's Arrow columns).
 
         A body may hold records at or past the chunk's ``hi`` (a tag expression scans past the
@@ -502,7 +449,7 @@ class QueueReader(ClientOwner):
         while offset < hi:
             resp = await self._pull(mq, offset, min(_PULL_BATCH, hi - offset), tag_filter)
             h = resp.header
-            status = _STATUS_BY_CODE[resp.code]
+            status = _READ_STATUS[resp.code]
             if status is ReadStatus.FOUND or status is ReadStatus.NO_MATCHED:
                 if status is not ReadStatus.FOUND:
                     pass
@@ -562,7 +509,7 @@ class QueueReader(ClientOwner):
         """The offset ``group`` has committed for ``mq`` (the next one it would consume), or
         ``None`` when the broker has none.
 
-        A young broker (REMOTING.md §6.5) answers 0 for a group that never committed while
+        A young broker (docs/protocol.md §6.5) answers 0 for a group that never committed while
         the queue still starts at offset 0.
 
         Raises:
@@ -659,14 +606,16 @@ class _RangeRead:
         if chunk.removed_below is not None:
             what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
             if not self._tolerate_loss:
-                raise broker_error(_OFFSET_MOVED, f"{what} (range {self._start}..{self._end})")
+                raise broker_error(
+                    int(PullStatus.OFFSET_ILLEGAL), f"{what} (range {self._start}..{self._end})"
+                )
             if not self._warned_removed:
                 log.warning("%s; skipping them", what)
                 self._warned_removed = True
         if chunk.ended_at is not None:
             what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {self._end}"
             if not self._tolerate_loss:
-                raise broker_error(_NO_NEW, what)
+                raise broker_error(int(PullStatus.NO_NEW_MSG), what)
             log.warning("%s; stopping there", what)
             self.done = True
             return bool(chunk.msgs)
@@ -679,241 +628,6 @@ class _RangeRead:
             fut.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-
-
-_END: Final = object()
-
-
-class SyncQueueReader:
-    """A :class:`QueueReader` for plain (blocking) code: the async reader runs on an event
-    loop in a daemon thread behind an anyio blocking portal, and each method waits for its
-    result.
-
-    ::
-
-        with SyncQueueReader(namesrv="127.0.0.1:9876") as reader:
-            mq = reader.queues("orders")[0]
-            for msgs in reader.read_range_batches(mq, 0, reader.max_offset(mq)):
-                ...
-
-    Methods are those of :class:`QueueReader`, blocking, with the same errors; they may be
-    called from any thread except the reader's own. Arguments are those of
-    :class:`QueueReader`, plus:
-
-    Args:
-        prefetch: lists :meth:`read_range_batches` keeps ready ahead of its caller, so the
-            network overlaps with the caller's work.
-
-    Raises:
-        ConfigurationError: invalid settings (at construction).
-    """
-
-    def __init__(
-        self,
-        *,
-        namesrv: str | Sequence[str],
-        pull_group: str = DEFAULT_PULL_GROUP,
-        prefetch: int = 8,
-        **settings: Any,
-    ) -> None:
-        self._reader = QueueReader(namesrv=namesrv, pull_group=pull_group, **settings)
-        if prefetch < 1:
-            raise ConfigurationError("prefetch must be at least 1")
-        self._prefetch = prefetch
-        self._portal_cm: contextlib.AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
-        self._closed = False
-        self._lock = threading.Lock()
-
-    @property
-    def settings(self) -> ClientSettings:
-        """The reader's settings."""
-        return self._reader.settings
-
-    def start(self) -> None:
-        """Start the loop thread and the reader. Prefer ``with``.
-
-        Raises:
-            ClientClosedError: the reader was closed before.
-        """
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("the queue reader is closed")
-            if self._portal is not None:
-                return
-            cm = start_blocking_portal(backend="asyncio")
-            self._portal = cm.__enter__()
-            self._portal_cm = cm
-        self._run(self._reader.start())
-
-    def close(self) -> None:
-        """Close the reader and stop its thread; safe to call more than once."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            portal, cm = self._portal, self._portal_cm
-        if portal is None or cm is None:
-            return
-        try:
-            portal.call(self._reader.close)
-        finally:
-            # Reads still running (an iteration left unfinished) are cancelled, not awaited.
-            portal.call(portal.stop, True)
-            cm.__exit__(None, None, None)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
-        portal = self._portal
-        if portal is None or self._closed:
-            coro.close()
-            raise ClientClosedError("the queue reader is closed" if self._closed else "not started")
-        try:
-            return portal.start_task_soon(_awaited, coro)
-        except RuntimeError:
-            # Called from the portal's own thread, or the portal stopped meanwhile.
-            coro.close()
-            if self._closed:
-                raise ClientClosedError("the queue reader is closed") from None
-            raise
-
-    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return self._submit(coro).result()
-
-    def queues(self, topic: str) -> list[MessageQueue]:
-        """See :meth:`QueueReader.queues`."""
-        return self._run(self._reader.queues(topic))
-
-    def min_offset(self, mq: MessageQueue) -> int:
-        """See :meth:`QueueReader.min_offset`."""
-        return self._run(self._reader.min_offset(mq))
-
-    def max_offset(self, mq: MessageQueue) -> int:
-        """See :meth:`QueueReader.max_offset`."""
-        return self._run(self._reader.max_offset(mq))
-
-    def min_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        """See :meth:`QueueReader.min_offsets`."""
-        return self._run(self._reader.min_offsets(mqs))
-
-    def max_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        """See :meth:`QueueReader.max_offsets`."""
-        return self._run(self._reader.max_offsets(mqs))
-
-    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """See :meth:`QueueReader.offset_for_timestamp`."""
-        return self._run(self._reader.offset_for_timestamp(mq, timestamp_ms))
-
-    def read(
-        self,
-        mq: MessageQueue,
-        offset: int,
-        max_messages: int = _PULL_BATCH,
-        *,
-        expression: str = "*",
-    ) -> ReadBatch:
-        """See :meth:`QueueReader.read`."""
-        return self._run(self._reader.read(mq, offset, max_messages, expression=expression))
-
-    def read_range_batches(
-        self,
-        mq: MessageQueue,
-        start: int,
-        end: int,
-        *,
-        expression: str = "*",
-        tolerate_loss: bool = False,
-        pipeline: int = 8,
-    ) -> Iterator[list[ReceivedMessage]]:
-        """See :meth:`QueueReader.read_range_batches`; up to ``prefetch`` lists are read
-        ahead of the caller."""
-        buf: queue.Queue[Any] = queue.Queue()
-        slots: list[tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = []
-
-        async def produce() -> None:
-            # Runs on the loop: pulls ahead while at most `prefetch` lists wait in `buf`.
-            sem = asyncio.Semaphore(self._prefetch)
-            slots.append((asyncio.get_running_loop(), sem))
-            try:
-                async for msgs in self._reader.read_range_batches(
-                    mq,
-                    start,
-                    end,
-                    expression=expression,
-                    tolerate_loss=tolerate_loss,
-                    pipeline=pipeline,
-                ):
-                    await sem.acquire()
-                    buf.put(msgs)
-            except BaseException as exc:
-                # Whatever ends the producer must wake the consumer (cancellation too).
-                buf.put(_Failed(exc))
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                buf.put(_END)
-
-        future = self._submit(produce())
-        try:
-            while True:
-                item = buf.get()
-                if item is _END:
-                    return
-                if isinstance(item, _Failed):
-                    if isinstance(item.exc, Exception):
-                        raise item.exc
-                    raise ClientClosedError("the queue reader was closed during the read")
-                # Not through the portal: a per-list wake-up, without a round trip.
-                loop, sem = slots[0]
-                loop.call_soon_threadsafe(sem.release)
-                yield item
-        finally:
-            if not future.done():
-                future.cancel()
-
-    def read_range(
-        self,
-        mq: MessageQueue,
-        start: int,
-        end: int,
-        *,
-        expression: str = "*",
-        tolerate_loss: bool = False,
-        pipeline: int = 8,
-    ) -> Iterator[ReceivedMessage]:
-        """See :meth:`QueueReader.read_range`."""
-        for msgs in self.read_range_batches(
-            mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
-        ):
-            yield from msgs
-
-    def committed_offset(self, group: str, mq: MessageQueue) -> int | None:
-        """See :meth:`QueueReader.committed_offset`."""
-        return self._run(self._reader.committed_offset(group, mq))
-
-    def commit(self, group: str, mq: MessageQueue, offset: int) -> None:
-        """See :meth:`QueueReader.commit`."""
-        self._run(self._reader.commit(group, mq, offset))
-
-    def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
-        """See :meth:`QueueReader.commit_many`."""
-        self._run(self._reader.commit_many(group, offsets))
-
-
-async def _awaited(aw: Awaitable[_T]) -> _T:
-    """``aw``'s result (a blocking portal takes an async function, not an awaitable)."""
-    return await aw
 
 
 @dataclass(frozen=True, slots=True)
@@ -970,10 +684,3 @@ class RawChunk:
                 namespace=namespace,
             )
         return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    """An error raised by the producing side of :meth:`SyncQueueReader.read_range_batches`."""
-
-    exc: BaseException

@@ -12,13 +12,13 @@ several pull loops woken by one read each send their next pull, and the frames l
 ``writelines`` (one system call) instead of one each. Frames keep their order: oneway requests
 and responses flush what is waiting before they are written.
 
-Correlation follows REMOTING.md §1.6: our requests carry an ``opaque`` from this connection's
+Correlation follows docs/protocol.md §1.6: our requests carry an ``opaque`` from this connection's
 counter; an inbound frame is a response iff flag bit 0 is set, and a response whose opaque is
 not pending (a late answer, or a "oneway" request the peer answered anyway) is dropped and logged.
 When the connection dies every pending call fails at once with :class:`ConnectionClosedError`.
 
 Requests go out in the JSON header dialect unless the connection is told to send the binary
-one (``serialize_type``, REMOTING.md §1.5); responses to the peer's requests always take the
+one (``serialize_type``, docs/protocol.md §1.5); responses to the peer's requests always take the
 dialect of the request, as Java's ``NettyRemotingAbstract`` answers.
 Timeouts are kept as deadlines beside the pending calls and one timer per connection, armed for
 the soonest, expires them (Java scans its response table the same way, in

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from collections.abc import Callable
@@ -52,13 +53,19 @@ class ConnectionPool:
         connector: Connector = tcp_connector,
         serialize_type: SerializeType | None = None,
     ) -> None:
-        self._handler = handler
-        self._spawn = spawn
-        self._connect_timeout = connect_timeout
-        self._max_frame_size = max_frame_size
-        self._hook = request_hook
-        self._connector = connector
+        #: a new connection with the pool's settings (``name``: its address)
+        self._new_connection = functools.partial(
+            Connection,
+            handler=handler,
+            spawn=spawn,
+            max_frame_size=max_frame_size,
+            request_hook=request_hook,
+            serialize_type=serialize_type,
+        )
+        #: the dialect requests go out in (``None``: each command's own)
         self._stype = serialize_type
+        self._connect_timeout = connect_timeout
+        self._connector = connector
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._closed = False
@@ -106,14 +113,7 @@ class ConnectionPool:
 
     async def _connect(self, address: str) -> Connection:
         host, port = parse_address(address)
-        conn = Connection(
-            handler=self._handler,
-            spawn=self._spawn,
-            max_frame_size=self._max_frame_size,
-            request_hook=self._hook,
-            serialize_type=self._stype,
-            name=address,
-        )
+        conn = self._new_connection(name=address)
         try:
             async with asyncio.timeout(self._connect_timeout):
                 await self._connector(host, port, conn)

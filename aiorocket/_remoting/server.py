@@ -8,13 +8,14 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable, Coroutine, Generator
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
+from aiorocket._concurrency import AsyncResource, Service
 from aiorocket._protocol.codes import ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_command_parts
 from aiorocket._remoting.connection import Connection, RequestHandler
+from aiorocket.errors import ClientClosedError
 from aiorocket.tls import TlsMode
 
 __all__ = ["Dispatcher", "Server", "ServerConnection"]
@@ -137,7 +138,7 @@ class ServerConnection(Connection):
             coro.close()
 
 
-class Server:
+class Server(AsyncResource):
     """A TCP server whose connections serve requests with ``handler``.
 
     Use as an async context manager; :attr:`address` is the bound ``(host, port)`` (``port=0``
@@ -184,19 +185,24 @@ class Server:
         self._eager_codes = frozenset(int(c) for c in eager_codes)
         self._on_disconnect = on_disconnect
         self._server: asyncio.Server | None = None
-        self._tg: asyncio.TaskGroup | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Handlers and the accept loop run in the lifecycle's task group, not in the task that
+        # entered the server: a crashing handler is logged, never cancels that task.
+        self._lifecycle = Service(
+            "remoting server",
+            startup=self._open,
+            shutdown=self._stop_serving,
+            abort=self._abort,
+            logger=log,
+        )
         self.connections: set[Connection] = set()
         self.address: tuple[str, int] = (host, port)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> object:
-        if self._tg is None:
+        try:
+            return self._lifecycle.spawn(coro)
+        except ClientClosedError:  # not started, or stopped: the request goes unanswered
             coro.close()
             return None
-        task = self._tg.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     def _make_protocol(self) -> Connection:
         conn = ServerConnection(
@@ -215,24 +221,23 @@ class Server:
         conn.add_close_callback(lost)
         return conn
 
-    async def __aenter__(self) -> Self:
-        self._tg = asyncio.TaskGroup()
-        await self._tg.__aenter__()
+    async def start(self) -> None:
+        """Listen and start accepting (``async with`` does it)."""
+        await self._lifecycle.start()
+
+    async def _open(self) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            if self._ssl is not None:
-                self._listener = self._listen()
-            else:
-                self._server = await loop.create_server(
-                    self._make_protocol, self._host, self._port, reuse_address=True
-                )
-        except BaseException:
-            await self._tg.__aexit__(None, None, None)
-            self._tg = None
-            raise
+        if self._ssl is not None:
+            self._listener = self._listen()
+        else:
+            self._server = await loop.create_server(
+                self._make_protocol, self._host, self._port, reuse_address=True
+            )
         if self._listener is not None:
             name = self._listener.getsockname()
-            self._accepting = self._tg.create_task(self._accept_loop(self._listener))
+            self._accepting = self._lifecycle.task_group.create_task(
+                self._accept_loop(self._listener)
+            )
         else:
             assert self._server is not None
             name = self._server.sockets[0].getsockname()
@@ -240,7 +245,6 @@ class Server:
                 if s.family in (socket.AF_INET, socket.AF_INET6):
                     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.address = (str(name[0]), int(name[1]))
-        return self
 
     # -- TLS: an own accept loop, so the first byte can be peeked before a transport exists --
 
@@ -312,7 +316,23 @@ class Server:
             raise
 
     async def close(self) -> None:
-        """Stop accepting, close every connection and cancel running handlers."""
+        """Stop accepting, close every connection and cancel running handlers (idempotent)."""
+        await self._lifecycle.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the server has stopped (closed, or crashed).
+
+        Raises:
+            BaseExceptionGroup: a handler task crashed on an unexpected error (a bug), which
+                the server also logged; it stopped serving then.
+        """
+        await self._lifecycle.wait_closed()
+
+    async def _abort(self, started: bool) -> None:
+        # A handler crashed (logged by the lifecycle): release the port and the connections.
+        await self._stop_serving()
+
+    async def _stop_serving(self) -> None:
         if self._server is not None:
             self._server.close()
         if self._accepting is not None:
@@ -326,27 +346,22 @@ class Server:
         conns = list(self.connections)
         for conn in conns:
             conn.close()
-        for task in list(self._tasks):
+        for task in list(self._lifecycle.tasks):
             task.cancel()
         if conns:
             # Bounded: a transport that never reported connection_lost must not hang shutdown.
-            await asyncio.wait([asyncio.ensure_future(c.wait_closed()) for c in conns], timeout=5)
+            waits = [asyncio.ensure_future(c.wait_closed()) for c in conns]
+            _, late = await asyncio.wait(waits, timeout=5)
+            for wait in late:  # (not left behind as loose tasks)
+                wait.cancel()
+            if late:
+                await asyncio.wait(late)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.close()
-        finally:
-            tg, self._tg = self._tg, None
-            if tg is not None:
-                await tg.__aexit__(exc_type, exc, tb)
+    def _raise_crash(self) -> None:
+        self._lifecycle.raise_crash()
 
 
 async def _peek_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:

@@ -10,13 +10,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from aiorocket._concurrency import AsyncResource, Service
 from aiorocket._consumer import PushConsumer
-from aiorocket._consumer.pull_loop import check_selector
+from aiorocket._consumer.subscription import check_selector
+from aiorocket._names import dlq_topic
 from aiorocket._producer.producer import Producer
 from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
 from aiorocket.app.health import QueueHealth, queue_health
@@ -102,7 +103,7 @@ def _parse_tags(tags: str) -> frozenset[str] | None:
     return None if not parts or "*" in parts else frozenset(parts)
 
 
-class App:
+class App(AsyncResource):
     """An application of typed subscribers sharing one producer.
 
     ::
@@ -129,6 +130,8 @@ class App:
         self._producer: Producer | None = None
         self._started = False
         self._stack: contextlib.AsyncExitStack | None = None
+        self._lifecycle: Service | None = None
+        self._stop_error: Exception | None = None
 
     # -- declaring ----------------------------------------------------------------------------
 
@@ -261,6 +264,41 @@ class App:
         """
         if self._started:
             return
+        # The clients are entered and left in the lifecycle's supervisor task, not in the
+        # caller's (a lifespan): see aiorocket._concurrency.service.
+        lifecycle = Service(
+            "app",
+            startup=self._start_clients,
+            shutdown=self._stop_clients,
+            abort=self._abort,
+            logger=log,
+        )
+        self._lifecycle = lifecycle
+        try:
+            await lifecycle.start()
+        except BaseException:
+            self._lifecycle = None
+            raise
+        self._started = True
+
+    async def close(self) -> None:
+        """Same as :meth:`stop`."""
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop consumers (in-flight handlers drain within their grace period, offsets are
+        flushed), then the producer."""
+        lifecycle, self._lifecycle = self._lifecycle, None
+        self._started = False
+        if lifecycle is not None:
+            await lifecycle.close()
+        self._producer = None
+        self._consumers.clear()
+        error, self._stop_error = self._stop_error, None
+        if error is not None:
+            raise error
+
+    async def _start_clients(self) -> None:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
@@ -278,29 +316,18 @@ class App:
             self._consumers.clear()
             raise
         self._stack = stack
-        self._started = True
 
-    async def stop(self) -> None:
-        """Stop consumers (in-flight handlers drain within their grace period, offsets are
-        flushed), then the producer."""
+    async def _stop_clients(self) -> None:
         stack, self._stack = self._stack, None
-        self._started = False
         if stack is not None:
-            await stack.aclose()
-        self._producer = None
-        self._consumers.clear()
+            try:
+                await stack.aclose()
+            except Exception as exc:
+                # A consumer's crash, re-raised by leaving it: stop() raises it, as is.
+                self._stop_error = exc
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+    async def _abort(self, started: bool) -> None:
+        await self._stop_clients()
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _asgi_app: object = None) -> AsyncIterator[None]:
@@ -562,10 +589,12 @@ class App:
         props[DLQ_ORIGIN_TOPIC] = msg.topic
         props[DLQ_ORIGIN_MESSAGE_ID] = msg.msg_id
         try:
-            await self.producer.send(Message(f"%DLQ%{group}", msg.body, properties=props))
+            await self.producer.send(Message(dlq_topic(group), msg.body, properties=props))
         except RocketError as exc:
             log.warning("could not publish %s to the dead-letter queue: %s", msg.msg_id, exc)
             return False
         sub.stats.dead_lettered += 1
-        log.warning("message %s of %s sent to %%DLQ%%%s: %s", msg.msg_id, msg.topic, group, reason)
+        log.warning(
+            "message %s of %s sent to %s: %s", msg.msg_id, msg.topic, dlq_topic(group), reason
+        )
         return True

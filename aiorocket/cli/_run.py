@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from aiorocket._names import is_retry_topic
 from aiorocket.app import App
 from aiorocket.errors import RocketError
 
@@ -130,9 +131,7 @@ class _Status:
             for topic, t in consumer.statistics().topics.items():
                 lag[topic] = lag.get(topic, 0) + t.lag
         # retry topics only when something waits there
-        topics = " ".join(
-            f"{t}={n}" for t, n in sorted(lag.items()) if n or not t.startswith("%RETRY%")
-        )
+        topics = " ".join(f"{t}={n}" for t, n in sorted(lag.items()) if n or not is_retry_topic(t))
         return (
             f"consumed {handled} ({rate:,.0f}/s) failed {failed} dead-lettered {dead}"
             f" | lag {topics or '-'}"

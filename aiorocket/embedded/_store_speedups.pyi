@@ -1,4 +1,4 @@
-"""Types of the compiled store helpers (``_store_speedups.pyx``); see ``store.use_compiled``."""
+"""Types of the compiled store helpers (``_store_speedups.pyx``); see ``read_plan.use_compiled``."""
 
 from collections.abc import Callable
 

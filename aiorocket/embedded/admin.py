@@ -1,6 +1,5 @@
 """The admin requests of ``mqadmin`` and the dashboard (``AdminBrokerProcessor``,
-``QueryMessageProcessor``, the name server's ``DefaultRequestProcessor``), answered with the
-bodies the 4.9.8 Java tools decode:
+``QueryMessageProcessor``), answered with the bodies the 4.9.8 Java tools decode:
 
 * progress and lag: GET_CONSUME_STATS (208), GET_TOPIC_STATS_INFO (202), QUERY_CONSUME_QUEUE
   (321), QUERY_TOPIC_CONSUME_BY_WHO (300);
@@ -8,12 +7,11 @@ bodies the 4.9.8 Java tools decode:
   GET_CONSUMER_RUNNING_INFO (307, forwarded to the client, whose answer is relayed),
   INVOKE_BROKER_TO_RESET_OFFSET (222, which sends RESET_CONSUMER_CLIENT_OFFSET to every live
   member of the group);
-* the broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), GET_ALL_TOPIC_CONFIG (21);
-* messages: QUERY_MESSAGE (12) by key or UNIQ_KEY;
-* configuration: DELETE_TOPIC_IN_BROKER (215), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
-  GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207);
-* name server: PUT/GET/DELETE_KV_CONFIG (100-102), GET_KVLIST_BY_NAMESPACE (219),
-  DELETE_TOPIC_IN_NAMESRV (216).
+* the broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26);
+* messages: QUERY_MESSAGE (12) by key or UNIQ_KEY.
+
+Topic and subscription-group configuration is ``config_admin.py``; the name server's admin
+requests (KV config, DELETE_TOPIC_IN_NAMESRV) are ``namesrv.py``.
 
 What differs from Java, and why:
 
@@ -21,11 +19,6 @@ What differs from Java, and why:
   ``store.py``): it scans the topic's index backwards from the newest entry, within the
   requested time range, reading each candidate's properties, and stops after ``maxNum`` hits
   or :data:`QUERY_SCAN_LIMIT` entries. Fine for a development broker; slow on huge topics.
-* DELETE_TOPIC_IN_NAMESRV has little to do: the embedded name server's routes are the
-  broker's own topic table, which DELETE_TOPIC_IN_BROKER already changed. A route lookup may
-  create the topic again when auto-creation is on (REMOTING.md §7.5).
-* The KV config is stored and served, but routes carry no ``orderTopicConf``, as a 4.9.8
-  name server's routes do not with its default ``orderMessageEnable=false``.
 * QUERY_CONSUME_QUEUE answers the entries asked for (4.9.8 encodes its body before filling
   it, so a Java broker always answers an empty dump).
 """
@@ -38,61 +31,42 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Hashable
-from pathlib import Path
 
-from aiorocket._protocol import fastjson
+from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
-from aiorocket._protocol.admin import (
-    UNIQUE_KEY_QUERY,
+from aiorocket._protocol.admin_bodies import Connection as ConnectionBody
+from aiorocket._protocol.admin_bodies import (
     ConsumeQueueEntry,
     ConsumerConnection,
     ConsumeStats,
     DataVersion,
-    DeleteKVConfigRequestHeader,
-    DeleteSubscriptionGroupRequestHeader,
-    DeleteTopicFromNamesrvRequestHeader,
-    DeleteTopicRequestHeader,
-    GetConsumerConnectionListRequestHeader,
-    GetConsumeStatsRequestHeader,
-    GetKVConfigRequestHeader,
-    GetKVListByNamespaceRequestHeader,
-    GetProducerConnectionListRequestHeader,
-    GetTopicConfigRequestHeader,
-    GetTopicStatsInfoRequestHeader,
     GroupList,
     KVTable,
     OffsetWrapper,
     ProducerConnection,
-    PutKVConfigRequestHeader,
-    QueryConsumeQueueRequestHeader,
     QueryConsumeQueueResponseBody,
-    QueryTopicConsumeByWhoRequestHeader,
-    SubscriptionGroupConfig,
-    SubscriptionGroupWrapper,
-    TopicConfigBody,
-    TopicConfigSerializeWrapper,
     TopicOffset,
     TopicStatsTable,
 )
-from aiorocket._protocol.admin import Connection as ConnectionBody
 from aiorocket._protocol.bodies import ResetOffsetBody
 from aiorocket._protocol.codes import VERSION_V4_9_8, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
+    UNIQUE_KEY_QUERY,
+    GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    QueryConsumeQueueRequestHeader,
     QueryMessageRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
 )
 from aiorocket._protocol.message import decode_message
-from aiorocket._remoting import Connection, Dispatcher
-from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.groups import ClientChannel, ClientGroups
-from aiorocket.embedded.offsets import ConsumerOffsets
-from aiorocket.embedded.stats import BrokerStats
-from aiorocket.embedded.store import MessageStore
-from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
-from aiorocket.embedded.topics import TopicConfig, TopicTable, is_valid_name
+from aiorocket._remoting import Connection
+from aiorocket.embedded.context import BrokerContext, Processor, handles, peer_address
+from aiorocket.embedded.groups import ClientChannel
 from aiorocket.errors import (
     ConnectionClosedError,
     RemoteProtocolError,
@@ -101,7 +75,7 @@ from aiorocket.errors import (
 )
 from aiorocket.models import MessageQueue
 
-__all__ = ["QUERY_SCAN_LIMIT", "AdminProcessors", "NameServerAdmin"]
+__all__ = ["QUERY_SCAN_LIMIT", "AdminProcessors"]
 
 log = logging.getLogger("aiorocket.embedded")
 
@@ -137,11 +111,6 @@ _V5_RUNTIME_EXTRA = {
     "timerOffsetBehind": "0",
     "timerReadBehind": "0",
 }
-_SYSTEM_TOPIC_REMARK = "The topic[{}] is conflict with system topic."
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _human_bytes(n: float) -> str:
@@ -163,15 +132,8 @@ def _runtime(seconds: float) -> str:
     return f"[ {days} days, {hours} hours, {minutes} minutes, {s} seconds ]"
 
 
-def _addr(channel: Hashable) -> str:
-    peer = getattr(channel, "peer", None)
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return ""
-
-
 def _connection(info: ClientChannel) -> ConnectionBody:
-    return ConnectionBody(info.client_id, _addr(info.channel), info.language, info.version)
+    return ConnectionBody(info.client_id, peer_address(info.channel), info.language, info.version)
 
 
 def _keys_of(props: dict[str, str]) -> set[str]:
@@ -184,68 +146,17 @@ def _keys_of(props: dict[str, str]) -> set[str]:
     return keys
 
 
-class AdminProcessors:
-    """The broker half of the admin requests.
+class AdminProcessors(Processor):
+    """The broker half of the admin requests (the configuration ones are ``ConfigAdmin``'s).
 
     Args:
-        store: the message store.
-        topics: the topic table.
-        groups: client registrations (connections, subscriptions).
-        offsets: committed consumer offsets.
-        subscriptions: configured subscription groups.
-        stats: message counters and rates.
-        config: the broker's settings.
-        address: returns the broker's advertised ``ip:port``.
-        data_dir: the data directory (disk figures of the runtime info).
+        ctx: the broker's store, tables, client registrations, statistics, settings,
+            advertised address and data directory (disk figures of the runtime info).
     """
 
-    def __init__(
-        self,
-        *,
-        store: MessageStore,
-        topics: TopicTable,
-        groups: ClientGroups,
-        offsets: ConsumerOffsets,
-        subscriptions: SubscriptionGroups,
-        stats: BrokerStats,
-        config: BrokerConfig,
-        address: Callable[[], str],
-        data_dir: Path,
-    ) -> None:
-        self._store = store
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
-        self._subscriptions = subscriptions
-        self._stats = stats
-        self._config = config
-        self._address = address
-        self._data_dir = data_dir
+    def __init__(self, ctx: BrokerContext) -> None:
+        super().__init__(ctx)
         self._started = time.monotonic()
-
-    def register(self, dispatcher: Dispatcher) -> None:
-        """Install every handler of this class."""
-        rc = RequestCode
-        for code, handler in (
-            (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info),
-            (rc.GET_BROKER_CONFIG, self.broker_config),
-            (rc.GET_ALL_TOPIC_CONFIG, self.all_topic_config),
-            (rc.GET_TOPIC_CONFIG, self.topic_config),
-            (rc.GET_TOPIC_STATS_INFO, self.topic_stats),
-            (rc.GET_CONSUME_STATS, self.consume_stats),
-            (rc.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections),
-            (rc.GET_PRODUCER_CONNECTION_LIST, self.producer_connections),
-            (rc.GET_CONSUMER_RUNNING_INFO, self.consumer_running_info),
-            (rc.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset),
-            (rc.QUERY_MESSAGE, self.query_message),
-            (rc.QUERY_CONSUME_QUEUE, self.query_consume_queue),
-            (rc.QUERY_TOPIC_CONSUME_BY_WHO, self.topic_consumed_by),
-            (rc.DELETE_TOPIC_IN_BROKER, self.delete_topic),
-            (rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_subscription_group),
-            (rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.all_subscription_groups),
-            (rc.DELETE_SUBSCRIPTIONGROUP, self.delete_subscription_group),
-        ):
-            dispatcher.register(code, handler)
 
     # -- the broker ---------------------------------------------------------------------------
 
@@ -255,11 +166,11 @@ class AdminProcessors:
         """
         now = time.monotonic()
         st = self._store.statistics()
-        stats = self._stats
+        stats = self._ctx.stats
         put_tps = stats.put_tps()
         get_tps = stats.get_tps()
         try:
-            disk = shutil.disk_usage(self._data_dir)
+            disk = shutil.disk_usage(self._ctx.data_dir)
             # df's Use%: used over what non-root users could have (what 4.9.8 reports)
             room = disk.used + disk.free
             ratio = f"{disk.used / room:.2f}" if room else "0.00"
@@ -274,7 +185,7 @@ class AdminProcessors:
                     earliest = decode_message(raw, decompress=False)[0].store_timestamp
         tps = " ".join("" if x is None else str(x) for x in put_tps)
         gtps = " ".join("" if x is None else str(x) for x in get_tps)
-        commit_log_dir = str(self._data_dir / "commitlog")
+        commit_log_dir = str(self._ctx.data_dir / "commitlog")
         return {
             "EndTransactionQueueSize": "0",
             "EndTransactionThreadPoolQueueCapacity": "100000",
@@ -329,6 +240,7 @@ class AdminProcessors:
             "startAcceptSendRequestTimeStamp": "0",
         }
 
+    @handles(RequestCode.GET_BROKER_RUNTIME_INFO)
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a :class:`KVTable` (``mqadmin brokerStatus``,
         ``clusterList``); to a 5.x client, with the keys a 5.x broker reports (its
@@ -344,7 +256,7 @@ class AdminProcessors:
         """This broker's settings under the Java ``BrokerConfig`` / ``MessageStoreConfig``
         names they stand for."""
         c = self._config
-        host, _, port = self._address().rpartition(":")
+        host, _, port = self._ctx.address().rpartition(":")
         return {
             "brokerClusterName": c.cluster_name,
             "brokerName": c.broker_name,
@@ -357,8 +269,8 @@ class AdminProcessors:
             "syncFlushTimeout": str(int(c.sync_flush_timeout * 1000)),
             "fileReservedTime": f"{c.retention_hours:g}",
             "mappedFileSizeCommitLog": str(c.segment_size),
-            "storePathRootDir": str(self._data_dir),
-            "storePathCommitLog": str(self._data_dir / "commitlog"),
+            "storePathRootDir": str(self._ctx.data_dir),
+            "storePathCommitLog": str(self._ctx.data_dir / "commitlog"),
             "autoCreateTopicEnable": str(c.auto_create_topics).lower(),
             "autoCreateSubscriptionGroup": "true",
             "defaultTopicQueueNums": str(c.default_queues),
@@ -373,38 +285,18 @@ class AdminProcessors:
             "flushConsumerOffsetInterval": str(int(c.offsets_flush_interval * 1000)),
         }
 
+    @handles(RequestCode.GET_BROKER_CONFIG)
     async def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONFIG: ``key=value`` lines (``getAllConfigsFormatString``) and the data
         version in the ``version`` ext field (``mqadmin getBrokerConfig``)."""
         table = self.config_table()
         text = "".join(f"{k}={table[k]}\n" for k in sorted(table))
-        version = json.dumps(DataVersion(self._stats.boot_ms, 0).to_dict(), separators=(",", ":"))
+        version = json.dumps(
+            DataVersion(self._ctx.stats.boot_ms, 0).to_dict(), separators=(",", ":")
+        )
         return cmd.make_response(
             ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode()
         )
-
-    async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_ALL_TOPIC_CONFIG: a :class:`TopicConfigSerializeWrapper`."""
-        table = {t.name: _topic_body(t) for t in self._topics.all()}
-        body = TopicConfigSerializeWrapper(table, DataVersion(self._stats.boot_ms, len(table)))
-        return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
-
-    async def topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_TOPIC_CONFIG (5.x): the topic's ``TopicConfigAndQueueMapping``, which is its
-        ``TopicConfig`` (this broker has no static topics, so no ``mappingDetail``), or code 17
-        with 5.x's remark.
-
-        Raises:
-            MissingHeaderFieldError: no ``topic``.
-        """
-        h = GetTopicConfigRequestHeader.from_ext(cmd.ext_fields)
-        cfg = self._topics.get(h.topic)
-        if cfg is None:
-            return cmd.make_response(
-                ResponseCode.TOPIC_NOT_EXIST, remark=f"No topic in this broker. topic: {h.topic}"
-            )
-        body = fastjson.dumps(_topic_body(cfg).to_dict())
-        return cmd.make_response(ResponseCode.SUCCESS, body=body)
 
     # -- progress -----------------------------------------------------------------------------
 
@@ -423,6 +315,7 @@ class AdminProcessors:
             out[qid] = TopicOffset(lo, hi, max(last, 0))
         return out
 
+    @handles(RequestCode.GET_TOPIC_STATS_INFO)
     async def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO: a :class:`TopicStatsTable` over the write queues, or code 17
         (``mqadmin topicStatus``).
@@ -467,9 +360,10 @@ class AdminProcessors:
                     ts = store.store_timestamp(t, qid, consumer_offset - 1)
                     last = ts if ts > 0 else 0
                 table[_mq(t, name, qid)] = OffsetWrapper(broker_offset, consumer_offset, last)
-            tps += self._stats.group_get_tps(group, t)
+            tps += self._ctx.stats.group_get_tps(group, t)
         return ConsumeStats(table, tps)
 
+    @handles(RequestCode.GET_CONSUME_STATS)
     async def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUME_STATS: a :class:`ConsumeStats` (``mqadmin consumerProgress``).
 
@@ -480,6 +374,7 @@ class AdminProcessors:
         body = self.consume_stats_of(h.consumer_group, h.topic)
         return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
 
+    @handles(RequestCode.QUERY_CONSUME_QUEUE)
     async def query_consume_queue(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """QUERY_CONSUME_QUEUE: ``count`` index entries from ``index`` (``mqadmin queryCq``).
 
@@ -515,6 +410,7 @@ class AdminProcessors:
             remark = f"Index {h.index} of {h.queue_id}@{h.topic} is not exist!"
         return cmd.make_response(ResponseCode.SUCCESS, remark=remark, body=body.to_json())
 
+    @handles(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO)
     async def topic_consumed_by(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """QUERY_TOPIC_CONSUME_BY_WHO: the groups online for the topic plus those with offsets.
 
@@ -530,6 +426,7 @@ class AdminProcessors:
 
     # -- clients ------------------------------------------------------------------------------
 
+    @handles(RequestCode.GET_CONSUMER_CONNECTION_LIST)
     async def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_CONNECTION_LIST: a :class:`ConsumerConnection`, or CONSUMER_NOT_ONLINE
         (206) (``mqadmin consumerConnection``).
@@ -553,6 +450,7 @@ class AdminProcessors:
         )
         return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
 
+    @handles(RequestCode.GET_PRODUCER_CONNECTION_LIST)
     async def producer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST: a :class:`ProducerConnection`, or code 1
         (``mqadmin producerConnection``).
@@ -576,6 +474,7 @@ class AdminProcessors:
             return None
         return next((c for c in info.channels.values() if c.client_id == client_id), None)
 
+    @handles(RequestCode.GET_CONSUMER_RUNNING_INFO)
     async def consumer_running_info(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
@@ -642,6 +541,7 @@ class AdminProcessors:
             table[_mq(topic, name, qid)] = target if force or target < committed else committed
         return table
 
+    @handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
     async def reset_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """INVOKE_BROKER_TO_RESET_OFFSET: compute each queue's new offset and send it to every
         live member of the group in RESET_CONSUMER_CLIENT_OFFSET (oneway); answer the offsets
@@ -658,7 +558,7 @@ class AdminProcessors:
             h.group,
             h.timestamp,
             h.is_force,
-            _addr(conn),
+            peer_address(conn),
         )
         table = self.reset_offsets(h.group, h.topic, h.timestamp, h.is_force)
         if isinstance(table, str):
@@ -746,6 +646,7 @@ class AdminProcessors:
         hits.sort(key=lambda h: h[0], reverse=True)
         return hits[:max_num]
 
+    @handles(RequestCode.QUERY_MESSAGE)
     async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """QUERY_MESSAGE: the records of a topic with a key (``mqadmin queryMsgByKey``,
         ``queryMsgById`` for client ids), or QUERY_NOT_FOUND (22).
@@ -762,7 +663,7 @@ class AdminProcessors:
         )
         st = self._store.statistics()
         ext = {
-            "indexLastUpdateTimestamp": str(_now_ms()),
+            "indexLastUpdateTimestamp": str(now_ms()),
             "indexLastUpdatePhyoffset": str(st.commit_log_max_offset),
         }
         if not hits:
@@ -775,187 +676,6 @@ class AdminProcessors:
             ResponseCode.SUCCESS, ext_fields=ext, body=b"".join(raw for _, raw in hits)
         )
 
-    # -- configuration ------------------------------------------------------------------------
-
-    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """DELETE_TOPIC_IN_BROKER: drop the topic's configuration and queues (``mqadmin
-        deleteTopic``); its offsets stay, as in 4.9.8.
-
-        Raises:
-            MissingHeaderFieldError: no ``topic``.
-            OSError: the topic table or an index file could not be changed.
-        """
-        h = DeleteTopicRequestHeader.from_ext(cmd.ext_fields)
-        if not is_valid_name(h.topic):
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark=f"The specified topic[{h.topic}] is illegal"
-            )
-        if self._topics.is_system(h.topic):
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark=_SYSTEM_TOPIC_REMARK.format(h.topic)
-            )
-        self._topics.delete(h.topic)
-        self._store.delete_topic(h.topic)
-        log.info("topic %s deleted by %s", h.topic, _addr(conn))
-        return cmd.make_response(ResponseCode.SUCCESS)
-
-    def subscription_groups(self) -> dict[str, SubscriptionGroupConfig]:
-        """Configured groups, plus every group online or with offsets at Java's defaults."""
-        known = {g: SubscriptionGroupConfig(g) for g in self._groups.consumer_groups()}
-        for g in self._offsets.groups():
-            known.setdefault(g, SubscriptionGroupConfig(g))
-        known.update(self._subscriptions.all())
-        return known
-
-    async def update_subscription_group(
-        self, conn: Connection, cmd: RemotingCommand
-    ) -> RemotingCommand:
-        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: store the group's settings (``mqadmin
-        updateSubGroup``).
-
-        Raises:
-            RemoteProtocolError: the body is not a subscription group config.
-            OSError: the table cannot be written.
-        """
-        cfg = SubscriptionGroupConfig.from_json(cmd.body)
-        if not is_valid_name(cfg.group_name):
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark=f"the group[{cfg.group_name}] is illegal"
-            )
-        self._subscriptions.put(cfg, now_ms=_now_ms())
-        return cmd.make_response(ResponseCode.SUCCESS)
-
-    async def all_subscription_groups(
-        self, conn: Connection, cmd: RemotingCommand
-    ) -> RemotingCommand:
-        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: a :class:`SubscriptionGroupWrapper`."""
-        body = SubscriptionGroupWrapper(
-            self.subscription_groups(), self._subscriptions.data_version
-        )
-        return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
-
-    async def delete_subscription_group(
-        self, conn: Connection, cmd: RemotingCommand
-    ) -> RemotingCommand:
-        """DELETE_SUBSCRIPTIONGROUP: forget the group's settings, and its offsets with
-        ``removeOffset`` (``mqadmin deleteSubGroup``).
-
-        Raises:
-            MissingHeaderFieldError: no ``groupName``.
-            OSError: the table cannot be written.
-        """
-        h = DeleteSubscriptionGroupRequestHeader.from_ext(cmd.ext_fields)
-        self._subscriptions.delete(h.group_name, now_ms=_now_ms())
-        if h.remove_offset:
-            self._offsets.remove_group(h.group_name)
-        return cmd.make_response(ResponseCode.SUCCESS)
-
 
 def _mq(topic: str, broker_name: str, queue_id: int) -> MessageQueue:
     return MessageQueue(topic, broker_name, queue_id)
-
-
-def _topic_body(t: TopicConfig) -> TopicConfigBody:
-    return TopicConfigBody(
-        topic_name=t.name,
-        read_queue_nums=t.read_queue_nums,
-        write_queue_nums=t.write_queue_nums,
-        perm=t.perm,
-        topic_filter_type=t.topic_filter_type,
-        topic_sys_flag=t.topic_sys_flag,
-        order=t.order,
-    )
-
-
-class NameServerAdmin:
-    """The name server's admin requests: the KV config and topic deletion.
-
-    Args:
-        kv: the KV table.
-    """
-
-    def __init__(self, kv: KVConfig) -> None:
-        self._kv = kv
-
-    def register(self, dispatcher: Dispatcher) -> None:
-        """Install the handlers of :data:`CODES`."""
-        rc = RequestCode
-        dispatcher.register(rc.PUT_KV_CONFIG, self.put_kv)
-        dispatcher.register(rc.GET_KV_CONFIG, self.get_kv)
-        dispatcher.register(rc.DELETE_KV_CONFIG, self.delete_kv)
-        dispatcher.register(rc.GET_KVLIST_BY_NAMESPACE, self.kv_list)
-        dispatcher.register(rc.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
-
-    #: the request codes this class answers (name-server codes: never ACL-checked)
-    CODES = frozenset(
-        {
-            RequestCode.PUT_KV_CONFIG,
-            RequestCode.GET_KV_CONFIG,
-            RequestCode.DELETE_KV_CONFIG,
-            RequestCode.GET_KVLIST_BY_NAMESPACE,
-            RequestCode.DELETE_TOPIC_IN_NAMESRV,
-        }
-    )
-
-    async def put_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """PUT_KV_CONFIG.
-
-        Raises:
-            MissingHeaderFieldError: a mandatory header field is absent.
-            OSError: the table cannot be written.
-        """
-        h = PutKVConfigRequestHeader.from_ext(cmd.ext_fields)
-        self._kv.put(h.namespace, h.key, h.value)
-        return cmd.make_response(ResponseCode.SUCCESS)
-
-    async def get_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_KV_CONFIG: the value in the ``value`` ext field, or QUERY_NOT_FOUND (22).
-
-        Raises:
-            MissingHeaderFieldError: a mandatory header field is absent.
-        """
-        h = GetKVConfigRequestHeader.from_ext(cmd.ext_fields)
-        value = self._kv.get(h.namespace, h.key)
-        if value is None:
-            return cmd.make_response(
-                ResponseCode.QUERY_NOT_FOUND,
-                remark=f"No config item, Namespace: {h.namespace} Key: {h.key}",
-            )
-        return cmd.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
-
-    async def delete_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """DELETE_KV_CONFIG.
-
-        Raises:
-            MissingHeaderFieldError: a mandatory header field is absent.
-            OSError: the table cannot be written.
-        """
-        h = DeleteKVConfigRequestHeader.from_ext(cmd.ext_fields)
-        self._kv.delete(h.namespace, h.key)
-        return cmd.make_response(ResponseCode.SUCCESS)
-
-    async def kv_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_KVLIST_BY_NAMESPACE: a :class:`KVTable`, or QUERY_NOT_FOUND (22).
-
-        Raises:
-            MissingHeaderFieldError: no ``namespace``.
-        """
-        h = GetKVListByNamespaceRequestHeader.from_ext(cmd.ext_fields)
-        table = self._kv.namespace(h.namespace)
-        if not table:
-            return cmd.make_response(
-                ResponseCode.QUERY_NOT_FOUND, remark=f"No config item, Namespace: {h.namespace}"
-            )
-        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(table).to_json())
-
-    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """DELETE_TOPIC_IN_NAMESRV: the routes are the broker's own topic table, which
-        DELETE_TOPIC_IN_BROKER already changed; only the topic's order config goes.
-
-        Raises:
-            MissingHeaderFieldError: no ``topic``.
-            OSError: the KV table cannot be written.
-        """
-        h = DeleteTopicFromNamesrvRequestHeader.from_ext(cmd.ext_fields)
-        self._kv.delete("ORDER_TOPIC_CONFIG", h.topic)
-        return cmd.make_response(ResponseCode.SUCCESS)

@@ -1,4 +1,4 @@
-"""``EmbeddedBroker``: a RocketMQ 4.x broker and name server on one port (REMOTING.md §10.2).
+"""``EmbeddedBroker``: a RocketMQ 4.x broker and name server on one port (docs/protocol.md §10.2).
 
 One TCP port answers both the name-server codes (routes point at the port itself) and the
 broker codes. Layout of the data directory::
@@ -27,18 +27,20 @@ import tempfile
 import time
 from collections.abc import Coroutine, Hashable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, TypeVar
 
+from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._names import now_ms
 from aiorocket._protocol import acl
-from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import MessageRecord
-from aiorocket._protocol.tags import tags_code
 from aiorocket._remoting import Connection, Dispatcher, Server
-from aiorocket.embedded.admin import AdminProcessors, NameServerAdmin
+from aiorocket.embedded.admin import AdminProcessors
 from aiorocket.embedded.config import BrokerConfig
+from aiorocket.embedded.config_admin import ConfigAdmin
+from aiorocket.embedded.context import BrokerContext, install
+from aiorocket.embedded.delays import indexed_tags_code
 from aiorocket.embedded.faults import BrokerFaults, InjectedFailure
 from aiorocket.embedded.groups import ClientGroups
 from aiorocket.embedded.locks import QueueLocks
@@ -48,18 +50,21 @@ from aiorocket.embedded.offsets import ConsumerOffsets
 from aiorocket.embedded.processors import BrokerProcessors
 from aiorocket.embedded.pull import PullProcessor
 from aiorocket.embedded.schedule import ScheduleService
-from aiorocket.embedded.send import MessageWriter, SendProcessor
+from aiorocket.embedded.send import SendProcessor
 from aiorocket.embedded.stats import BrokerStats
 from aiorocket.embedded.store import MessageStore
 from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
-from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable
+from aiorocket.embedded.topics import TopicTable
 from aiorocket.embedded.transaction import TransactionService
+from aiorocket.embedded.writer import MessageWriter
 from aiorocket.errors import ClientClosedError, ConfigurationError, ConnectionClosedError
 from aiorocket.tls import server_context
 
 __all__ = ["EmbeddedBroker"]
 
 log = logging.getLogger("aiorocket.embedded")
+
+_T = TypeVar("_T")
 
 #: the class a Java broker names in the remark of an ACL refusal (clients key on it)
 _ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
@@ -81,7 +86,14 @@ def _primary_ipv4() -> str:
     return ip if ip not in ("0.0.0.0", "") else "127.0.0.1"
 
 
-class EmbeddedBroker:
+async def _logged(coro: Coroutine[Any, Any, None], name: str) -> None:
+    try:
+        await coro
+    except Exception:
+        log.exception("broker task %s failed", name)
+
+
+class EmbeddedBroker(AsyncResource):
     """An embedded broker + name server, as an async context manager.
 
     ::
@@ -99,7 +111,7 @@ class EmbeddedBroker:
 
     Raises:
         ConfigurationError: ``host`` is not an IPv4 address (the C++ client and ali-ons read
-            only 4-byte hosts, REMOTING.md §4.7), or ``port`` is out of range.
+            only 4-byte hosts, docs/protocol.md §4.7), or ``port`` is out of range.
     """
 
     def __init__(
@@ -138,7 +150,14 @@ class EmbeddedBroker:
         self._stats: BrokerStats | None = None
         self._transactions: TransactionService | None = None
         self._dispatcher = Dispatcher()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._service = Service(
+            "aiorocket-broker",
+            startup=self._startup,
+            shutdown=self._shutdown,
+            abort=self._abort,
+            logger=log,
+        )
+        self._close_error: Exception | None = None
         self._running = False
         self._started = False
 
@@ -196,9 +215,7 @@ class EmbeddedBroker:
         Raises:
             ClientClosedError: the broker is not running.
         """
-        if self._store is None:
-            raise ClientClosedError("the broker is not running")
-        return self._store
+        return self._require(self._store)
 
     @property
     def topics(self) -> TopicTable:
@@ -207,9 +224,7 @@ class EmbeddedBroker:
         Raises:
             ClientClosedError: the broker is not running.
         """
-        if self._topics is None:
-            raise ClientClosedError("the broker is not running")
-        return self._topics
+        return self._require(self._topics)
 
     @property
     def transactions(self) -> TransactionService:
@@ -218,9 +233,7 @@ class EmbeddedBroker:
         Raises:
             ClientClosedError: the broker is not running.
         """
-        if self._transactions is None or not self._running:
-            raise ClientClosedError("the broker is not running")
-        return self._transactions
+        return self._require(self._transactions if self._running else None)
 
     @property
     def held_pulls(self) -> int:
@@ -230,9 +243,13 @@ class EmbeddedBroker:
     # -- fault hooks (for tests; aiorocket.testing) -------------------------------------------
 
     def _require_faults(self) -> BrokerFaults:
-        if self._faults is None or not self._running:
+        return self._require(self._faults if self._running else None)
+
+    @staticmethod
+    def _require(part: _T | None) -> _T:
+        if part is None:
             raise ClientClosedError("the broker is not running")
-        return self._faults
+        return part
 
     def fail_next(
         self, request_code: int, response_code: int, times: int = 1, *, remark: str = ""
@@ -286,18 +303,6 @@ class EmbeddedBroker:
         """
         return self._require_faults().drop_below(topic, queue, offset)
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def start(self) -> None:
         """Recover the data directory, listen, and start the background tasks.
 
@@ -310,18 +315,19 @@ class EmbeddedBroker:
         if self._started:
             raise ConfigurationError("an EmbeddedBroker can be started only once")
         self._started = True
-        config = self._config
         if self._data_dir_arg is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="aiorocket-broker-"))
             self._own_dir = True
         else:
             self._data_dir = self._data_dir_arg
             self._data_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            await self._open(config, self._data_dir)
-        except BaseException:
-            await self._teardown()
-            raise
+        await self._service.start()
+
+    async def _startup(self) -> None:
+        # In the service's supervisor task, which also runs the teardown: the server and the
+        # store are entered and left in one task.
+        assert self._data_dir is not None
+        await self._open(self._config, self._data_dir)
 
     async def _open(self, config: BrokerConfig, root: Path) -> None:
         store = MessageStore(
@@ -346,13 +352,6 @@ class EmbeddedBroker:
             notify=self._notify, notify_enabled=config.notify_consumer_ids_changed
         )
         self._locks = locks = QueueLocks(lease=config.lock_lease)
-        self._faults = BrokerFaults(
-            groups=groups,
-            offsets=offsets,
-            store=store,
-            topics=topics,
-            broker_name=config.broker_name,
-        )
 
         writer = MessageWriter(store, self._waiters, config, self._wake_schedule)
         schedule = ScheduleService(
@@ -365,73 +364,46 @@ class EmbeddedBroker:
         )
         schedule.load()
         self._schedule = schedule
-
-        d = self._dispatcher
-        send = SendProcessor(writer, topics, config, self._store_address)
-        for code in (
-            RequestCode.SEND_MESSAGE,
-            RequestCode.SEND_MESSAGE_V2,
-            RequestCode.SEND_BATCH_MESSAGE,
-        ):
-            d.register(code, send.send)
-        d.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.send_back)
-        self._transactions = transactions = TransactionService(
+        self._stats = stats = BrokerStats(
+            now=time.monotonic(),
+            now_ms=now_ms(),
+            stored=lambda: (store.statistics().messages_put, store.statistics().bytes_put),
+        )
+        subscriptions = SubscriptionGroups(conf_dir / "subscriptionGroup.json", now_ms=now_ms())
+        subscriptions.load()
+        kv = KVConfig(conf_dir / "kvConfig.json")
+        kv.load()
+        ctx = BrokerContext(
+            config=config,
+            data_dir=root,
+            store=store,
             writer=writer,
             topics=topics,
             groups=groups,
             offsets=offsets,
-            config=config,
+            locks=locks,
+            waiters=self._waiters,
+            subscriptions=subscriptions,
+            kv=kv,
+            stats=stats,
+            address=lambda: self.address,
             store_address=self._store_address,
             spawn=self._spawn,
         )
-        d.register(RequestCode.END_TRANSACTION, transactions.end_transaction)
-        stats = BrokerStats(
-            now=time.monotonic(),
-            now_ms=time.time_ns() // 1_000_000,
-            stored=lambda: (store.statistics().messages_put, store.statistics().bytes_put),
+        self._faults = BrokerFaults(ctx)
+        self._transactions = transactions = TransactionService(ctx)
+        install(
+            self._dispatcher,
+            (
+                SendProcessor(ctx),
+                transactions,
+                PullProcessor(ctx),
+                BrokerProcessors(ctx),
+                AdminProcessors(ctx),
+                ConfigAdmin(ctx),
+                NameServer(ctx),
+            ),
         )
-        self._stats = stats
-
-        pull = PullProcessor(
-            store=store,
-            topics=topics,
-            groups=groups,
-            offsets=offsets,
-            waiters=self._waiters,
-            config=config,
-            on_served=stats.got,
-        )
-        # 5.x clients send LITE_PULL_MESSAGE (361) from DefaultLitePullConsumer; the 5.x broker
-        # serves it with the same processor (BrokerController.registerProcessor)
-        for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
-            d.register(code, pull.pull)
-        BrokerProcessors(
-            store=store, topics=topics, groups=groups, offsets=offsets, locks=locks, config=config
-        ).register(d)
-        subscriptions = SubscriptionGroups(
-            conf_dir / "subscriptionGroup.json", now_ms=time.time_ns() // 10**6
-        )
-        subscriptions.load()
-        AdminProcessors(
-            store=store,
-            topics=topics,
-            groups=groups,
-            offsets=offsets,
-            subscriptions=subscriptions,
-            stats=stats,
-            config=config,
-            address=lambda: self.address,
-            data_dir=root,
-        ).register(d)
-        kv = KVConfig(conf_dir / "kvConfig.json")
-        kv.load()
-        NameServerAdmin(kv).register(d)
-        NameServer(
-            topics,
-            broker_name=config.broker_name,
-            cluster_name=config.cluster_name,
-            address=lambda: self.address,
-        ).register(d)
 
         tls_mode = config.effective_tls_mode
         server = Server(
@@ -458,7 +430,7 @@ class EmbeddedBroker:
         self._bound = (bound_host, bound_port)
         self._advertised = (adv, config.advertised_port or bound_port)
         self._running = True
-        schedule.start()
+        await schedule.start()
         self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
         self._spawn(self._persist_loop(), "aiorocket-broker-persist")
         self._spawn(transactions.run(), "aiorocket-broker-transactions")
@@ -473,10 +445,30 @@ class EmbeddedBroker:
             OSError: the final flush failed.
         """
         self._running = False
-        await self._teardown()
+        if not self._service.started:
+            return
+        await self._service.close()
+        error, self._close_error = self._close_error, None
+        if error is not None:
+            raise error
+
+    async def _shutdown(self) -> None:
+        try:
+            await self._teardown()
+        except Exception as exc:
+            self._close_error = exc  # raised by close(), not reported as a crash
+
+    async def _abort(self, started: bool) -> None:
+        # A failed start-up (its error goes to start()'s caller) or a crash (logged).
+        self._running = False
+        try:
+            await self._teardown()
+        except Exception:
+            log.exception("closing the broker after a failure failed")
 
     async def _teardown(self) -> None:
-        tasks, self._tasks = self._tasks, set()
+        # The background tasks stop first, before what they use closes.
+        tasks = list(self._service.tasks)
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -509,29 +501,19 @@ class EmbeddedBroker:
     def _tags_code_of(self, record: MessageRecord) -> int:
         # How the store re-indexes a record after a crash: the same codes the send path
         # writes (the delivery time for parked messages, with this broker's delay table).
-        props = record.properties
-        if record.topic == SCHEDULE_TOPIC:
-            levels = self._config.delay_levels
-            try:
-                level = min(max(int(props.get(mp.DELAY, "1")), 1), len(levels))
-            except ValueError:
-                level = 1
-            return record.store_timestamp + int(levels[level - 1] * 1000)
-        return tags_code(props.get(mp.TAGS))
+        return indexed_tags_code(record, self._config.delay_levels)
 
     def _wake_schedule(self, level_queue: int) -> None:
         if self._schedule is not None:
             self._schedule.wake(level_queue)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("broker task %s failed", task.get_name(), exc_info=task.exception())
+        # A task of the broker's service; a failure of one is logged, never fatal to the
+        # broker. Once the broker stops, there is nothing left to run it for.
+        try:
+            self._service.spawn(_logged(coro, name), name=name)
+        except ClientClosedError:
+            coro.close()
 
     async def _handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         config = self._config
@@ -547,7 +529,7 @@ class EmbeddedBroker:
         return await self._dispatcher(conn, cmd)
 
     def _check_acl(self, cmd: RemotingCommand) -> RemotingCommand | None:
-        # PlainAccessValidator (REMOTING.md §8): the account must exist and the signature must
+        # PlainAccessValidator (docs/protocol.md §8): the account must exist and the signature must
         # cover every ext field and the body; failures are SYSTEM_ERROR whose remark is the
         # AclException's toString(), as the Java broker's exceptionSimpleDesc begins.
         ext = cmd.ext_fields
@@ -606,7 +588,7 @@ class EmbeddedBroker:
             await asyncio.sleep(self._config.offsets_flush_interval)
             if self._stats is not None:
                 # rate samples (clusterList's TPS) whether or not anything is read meanwhile
-                self._stats.tick(now=time.monotonic(), now_ms=time.time_ns() // 1_000_000)
+                self._stats.tick(now=time.monotonic(), now_ms=now_ms())
             try:
                 if self._offsets is not None:
                     await self._offsets.flush()

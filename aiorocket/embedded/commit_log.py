@@ -1,7 +1,7 @@
 """The commit log: every stored record, appended to segment files (RocketMQ's ``CommitLog``).
 
 On disk, ``<dir>/<20-digit base offset>`` files hold entries back to back. An entry is one
-stored record (REMOTING.md §4.1) followed by a 4-byte CRC-32 of the record's bytes: the
+stored record (docs/protocol.md §4.1) followed by a 4-byte CRC-32 of the record's bytes: the
 record's own ``bodyCRC`` covers only the body, while recovery must recognise any torn or
 corrupt tail. A record's ``commitLogOffset`` is the global position of its first byte.
 

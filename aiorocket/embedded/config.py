@@ -1,6 +1,6 @@
 """Settings of the embedded broker: every timing constant and limit in one frozen value.
 
-Defaults follow a 4.9.8 broker (REMOTING.md §6.11); tests shorten the timers (delay levels,
+Defaults follow a 4.9.8 broker (docs/protocol.md §6.11); tests shorten the timers (delay levels,
 lock lease, channel expiry) rather than sleeping through the real ones.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from aiorocket._names import is_valid_name
 from aiorocket.errors import ConfigurationError
 from aiorocket.tls import TLS_MODES, TlsMode
 
@@ -23,7 +24,6 @@ __all__ = [
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _LEVEL = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
 
 def parse_delay_levels(text: str) -> tuple[float, ...]:
@@ -47,7 +47,7 @@ def parse_delay_levels(text: str) -> tuple[float, ...]:
     return tuple(levels)
 
 
-#: ``MessageStoreConfig.messageDelayLevel`` of 4.9.8, in seconds (REMOTING.md §6.6).
+#: ``MessageStoreConfig.messageDelayLevel`` of 4.9.8, in seconds (docs/protocol.md §6.6).
 DEFAULT_DELAY_LEVELS: tuple[float, ...] = parse_delay_levels(
     "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 )
@@ -103,7 +103,7 @@ class BrokerConfig:
     #: bytes served per pull at most (``maxTransferBytesOnMessageInMemory``, 256 KiB); a pull
     #: always gets at least one message.
     max_pull_bytes: int = 256 * 1024
-    #: cap on the hold of a suspended pull; clients time out at 30 s (REMOTING.md §6.4).
+    #: cap on the hold of a suspended pull; clients time out at 30 s (docs/protocol.md §6.4).
     long_poll_max_hold: float = 25.0
 
     #: delay of each level, level 1 first (``messageDelayLevel``); its length is the number of
@@ -142,11 +142,11 @@ class BrokerConfig:
     #: into ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged).
     transaction_check_max: int = 15
 
-    #: ACL (REMOTING.md §8): when both are set every broker request must be signed with them.
+    #: ACL (docs/protocol.md §8): when both are set every broker request must be signed with them.
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
 
-    #: TLS (REMOTING.md has no in-band upgrade; Java ``tls.server.certPath`` and
+    #: TLS (docs/protocol.md has no in-band upgrade; Java ``tls.server.certPath`` and
     #: ``tls.server.keyPath``): the PEM certificate chain and private key of the port, which
     #: serves the name server and the broker alike.
     tls_cert: str | Path | None = None
@@ -165,7 +165,7 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         for name in (self.broker_name, self.cluster_name):
             # Java creates topics named after both, so they follow the topic-name rule.
-            if _NAME.fullmatch(name) is None:
+            if not is_valid_name(name):
                 raise ConfigurationError(f"invalid broker or cluster name {name!r}")
         if self.advertised_host is not None:
             try:

@@ -26,13 +26,15 @@ from typing import Final, NamedTuple
 
 from aiorocket.embedded.commit_log import FileCache, segment_name
 
-__all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "QueueEntry"]
+__all__ = ["ENTRY", "ENTRY_SIZE", "MAX_QUEUE_ID", "ConsumeQueue", "QueueEntry"]
 
 _log = logging.getLogger(__name__)
 
 #: commitLogOffset, size, tagsCode, storeTimestamp.
 ENTRY: Final = struct.Struct(">qiqq")
 ENTRY_SIZE: Final = ENTRY.size
+#: the largest queue id (an int32 on the wire and in every record)
+MAX_QUEUE_ID: Final = 0x7FFFFFFF
 _TAIL_CHUNK: Final = 1024
 
 
@@ -407,7 +409,7 @@ class ConsumeQueue:
         return offset - offset % self._eps + self._eps
 
     def search_by_timestamp(self, timestamp: int) -> int:
-        """The queue offset whose store time is closest to ``timestamp`` (REMOTING.md §6.5).
+        """The queue offset whose store time is closest to ``timestamp`` (docs/protocol.md §6.5).
 
         Of several messages with the chosen time, the first. Before the first message: the
         first offset; after the last: the last message's offset (not ``max_offset``); an

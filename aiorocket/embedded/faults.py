@@ -29,10 +29,7 @@ from aiorocket._protocol.codes import FLAG_ONEWAY, RequestCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import ResetOffsetRequestHeader
 from aiorocket._remoting import Connection
-from aiorocket.embedded.groups import ClientGroups
-from aiorocket.embedded.offsets import ConsumerOffsets
-from aiorocket.embedded.store import MessageStore
-from aiorocket.embedded.topics import TopicTable
+from aiorocket.embedded.context import BrokerContext, Processor
 from aiorocket.errors import ConfigurationError, ConnectionClosedError, TransportError
 from aiorocket.models import MessageQueue
 
@@ -58,31 +55,18 @@ class _Rule:
     remark: str
 
 
-class BrokerFaults:
-    """The fault state of one broker and the hooks that act on it.
+class BrokerFaults(Processor):
+    """The fault state of one broker and the hooks that act on it; it answers no request
+    code of its own, the broker asks :meth:`intercept` before dispatching each request.
 
     Args:
-        groups: the consumer registrations (who to notify or reset).
-        offsets: committed consumer offsets.
-        store: the message store.
-        topics: the topic table.
-        broker_name: this broker's name in the queues sent to clients.
+        ctx: the broker's collaborators (registrations to notify or reset, committed
+            offsets, the store, the topic table, the broker name of the queues sent).
     """
 
-    def __init__(
-        self,
-        *,
-        groups: ClientGroups,
-        offsets: ConsumerOffsets,
-        store: MessageStore,
-        topics: TopicTable,
-        broker_name: str,
-    ) -> None:
-        self._groups = groups
-        self._offsets = offsets
-        self._store = store
-        self._topics = topics
-        self._broker_name = broker_name
+    def __init__(self, ctx: BrokerContext) -> None:
+        super().__init__(ctx)
+        self._broker_name = ctx.config.broker_name
         self._rules: dict[int, list[_Rule]] = {}
         #: every request answered by a :meth:`fail_next` rule, oldest first
         self.injected: list[InjectedFailure] = []

@@ -1,5 +1,5 @@
 """Client groups: consumer and producer registrations by channel (``ConsumerManager``,
-``ProducerManager``, ``ClientHousekeepingService``; REMOTING.md §6.7).
+``ProducerManager``, ``ClientHousekeepingService``; docs/protocol.md §6.7).
 
 A *channel* is one client connection. Every HEART_BEAT registers or refreshes the channel in
 each group the body names; a channel leaves a group on UNREGISTER_CLIENT, when its connection

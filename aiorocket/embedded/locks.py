@@ -1,4 +1,4 @@
-"""Queue locks of orderly consumers (``RebalanceLockManager``, REMOTING.md §6.8).
+"""Queue locks of orderly consumers (``RebalanceLockManager``, docs/protocol.md §6.8).
 
 A lock is held per (group, queue) by one client id and lasts ``lease`` seconds from its last
 renewal (``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s). Locks survive the holder's

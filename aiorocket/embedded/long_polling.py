@@ -1,4 +1,4 @@
-"""Held pulls (``PullRequestHoldService``, REMOTING.md §6.4), woken by arrival, not polling.
+"""Held pulls (``PullRequestHoldService``, docs/protocol.md §6.4), woken by arrival, not polling.
 
 A pull that found nothing new parks a future under (topic, queue). The send path calls
 :meth:`PullWaiters.notify` synchronously right after each store, so a matching waiter's

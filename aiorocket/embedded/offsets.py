@@ -1,65 +1,25 @@
-"""Committed consumer offsets (``ConsumerOffsetManager``) and atomic JSON state files.
+"""Committed consumer offsets (``ConsumerOffsetManager``).
 
 The stored value per (group, topic, queue) is the next offset to consume, stored as received
-without checking it against the queue's bounds (REMOTING.md §6.5). The table is written to
-``consumerOffset.json`` as a whole: a temporary file, fsync, rename, fsync of the directory, so
-after a crash the file holds either the old or the new table, never a torn one.
+without checking it against the queue's bounds (docs/protocol.md §6.5). The table is written to
+``consumerOffset.json`` as a whole and atomically (``files.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConsumerOffsets", "read_json", "write_json_atomically"]
+from aiorocket.embedded.files import PersistedTable, write_json_atomically
+
+__all__ = ["ConsumerOffsets"]
 
 log = logging.getLogger("aiorocket.embedded")
 
 
-def write_json_atomically(path: Path, data: Any, *, fsync: bool = True) -> None:
-    """Replace ``path`` with ``data`` as compact JSON, atomically.
-
-    Raises:
-        OSError: the file cannot be written or renamed.
-    """
-    tmp = path.with_name(path.name + ".tmp")
-    raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, raw)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if fsync:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
-def read_json(path: Path) -> Any:
-    """Return the JSON value stored at ``path``, or ``None`` when the file does not exist.
-
-    Raises:
-        OSError: the file exists but cannot be read.
-        ValueError: the file is not valid JSON (it is never written partially, so this means
-            it was edited or damaged by something else).
-    """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    return json.loads(raw)
-
-
-class ConsumerOffsets:
+class ConsumerOffsets(PersistedTable):
     """The committed offsets of every consumer group, persisted to ``path``.
 
     ``commit`` only updates memory and marks the table dirty; :meth:`flush` writes it (the
@@ -72,6 +32,8 @@ class ConsumerOffsets:
         fsync: fsync the file and directory on each write.
     """
 
+    _table_key = "offsetTable"
+
     def __init__(self, path: Path | None, *, fsync: bool = True) -> None:
         self._path = path
         self._fsync = fsync
@@ -80,22 +42,8 @@ class ConsumerOffsets:
         self._written = 0  # the version last written to disk
         self._lock = asyncio.Lock()
 
-    def load(self) -> None:
-        """Read the table from disk (a missing file is an empty table).
-
-        Raises:
-            OSError: the file cannot be read.
-            ValueError: the file is not a valid offset table.
-        """
-        if self._path is None:
-            return
-        data = read_json(self._path)
-        if data is None:
-            return
-        table = data.get("offsetTable") if isinstance(data, dict) else None
-        if not isinstance(table, dict):
-            raise ValueError(f"{self._path}: no offsetTable")
-        for key, queues in table.items():
+    def _decode(self, data: dict[str, Any]) -> None:
+        for key, queues in data["offsetTable"].items():
             # ConsumerOffsetManager keys its table "topic@group" (TOPIC_GROUP_SEPARATOR).
             topic, sep, group = str(key).rpartition("@")
             if not sep or not isinstance(queues, dict):

@@ -6,8 +6,9 @@
   QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15);
 * queries and locks (``AdminBrokerProcessor``): SEARCH_OFFSET_BY_TIMESTAMP (29),
   GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32),
-  VIEW_MESSAGE_BY_ID (33), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
-  UPDATE_AND_CREATE_TOPIC (17).
+  VIEW_MESSAGE_BY_ID (33), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42).
+
+UPDATE_AND_CREATE_TOPIC (17) is with the other configuration requests (``config_admin.py``).
 
 Numbers in responses are strings only: the C++ client ignores numeric header values.
 """
@@ -24,10 +25,9 @@ from aiorocket._protocol.bodies import (
     LockBatchResponseBody,
     UnlockBatchRequestBody,
 )
-from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
+from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
-    CreateTopicRequestHeader,
     GetConsumerListByGroupRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
@@ -39,20 +39,9 @@ from aiorocket._protocol.headers import (
     ViewMessageRequestHeader,
 )
 from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, compile_sql92
-from aiorocket._remoting import Connection, Dispatcher
-from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.groups import ClientGroups
-from aiorocket.embedded.locks import QueueLocks
-from aiorocket.embedded.offsets import ConsumerOffsets
-from aiorocket.embedded.store import MessageStore
-from aiorocket.embedded.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_PREFIX,
-    TopicConfig,
-    TopicTable,
-    is_valid_name,
-    retry_topic,
-)
+from aiorocket._remoting import Connection
+from aiorocket.embedded.context import Processor, handles, illegal_name
+from aiorocket.embedded.topics import RETRY_PREFIX, is_valid_name, retry_topic
 from aiorocket.errors import InvalidSelectorError
 
 __all__ = ["BrokerProcessors"]
@@ -60,71 +49,23 @@ __all__ = ["BrokerProcessors"]
 _NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
 
 
-def _illegal(cmd: RemotingCommand, what: str, name: str) -> RemotingCommand:
-    return cmd.make_response(
-        ResponseCode.SYSTEM_ERROR,
-        remark=f"the {what}[{name}] is illegal, allowing only ^[%|a-zA-Z0-9_-]{{1,127}}$",
-    )
-
-
 def _offset(cmd: RemotingCommand, value: int) -> RemotingCommand:
     return cmd.make_response(ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
 
 
-class BrokerProcessors:
+class BrokerProcessors(Processor):
     """Handlers of the client-management, consumer-management, query and lock codes.
 
     Args:
-        store: the message store.
-        topics: the topic table (retry topics are created on heartbeat).
-        groups: client registrations.
-        offsets: committed consumer offsets.
-        locks: the orderly-consumption lock table.
-        config: flush mode, offset policy, queue counts.
+        ctx: the broker's store, tables (retry topics are created on heartbeat), client
+            registrations, offsets, locks and settings.
     """
-
-    def __init__(
-        self,
-        *,
-        store: MessageStore,
-        topics: TopicTable,
-        groups: ClientGroups,
-        offsets: ConsumerOffsets,
-        locks: QueueLocks,
-        config: BrokerConfig,
-    ) -> None:
-        self._store = store
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
-        self._locks = locks
-        self._config = config
-
-    def register(self, dispatcher: Dispatcher) -> None:
-        """Install every handler of this class."""
-        rc = RequestCode
-        for code, handler in (
-            (rc.HEART_BEAT, self.heartbeat),
-            (rc.UNREGISTER_CLIENT, self.unregister_client),
-            (rc.CHECK_CLIENT_CONFIG, self.check_client_config),
-            (rc.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list),
-            (rc.QUERY_CONSUMER_OFFSET, self.query_consumer_offset),
-            (rc.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset),
-            (rc.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset),
-            (rc.GET_MAX_OFFSET, self.get_max_offset),
-            (rc.GET_MIN_OFFSET, self.get_min_offset),
-            (rc.GET_EARLIEST_MSG_STORETIME, self.get_earliest_store_time),
-            (rc.VIEW_MESSAGE_BY_ID, self.view_message),
-            (rc.LOCK_BATCH_MQ, self.lock_batch),
-            (rc.UNLOCK_BATCH_MQ, self.unlock_batch),
-            (rc.UPDATE_AND_CREATE_TOPIC, self.create_topic),
-        ):
-            dispatcher.register(code, handler)
 
     # -- client management -------------------------------------------------------------------
 
+    @handles(RequestCode.HEART_BEAT)
     async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """HEART_BEAT: register the channel in every group of the body (REMOTING.md §6.7)
+        """HEART_BEAT: register the channel in every group of the body (docs/protocol.md §6.7)
         and create each consumer group's retry topic (§6.1).
 
         Raises:
@@ -135,7 +76,7 @@ class BrokerProcessors:
         for consumer in data.consumers:
             group = consumer.group_name
             if not is_valid_name(group) or len(RETRY_PREFIX) + len(group) > 127:
-                return _illegal(cmd, "consumer group", group)
+                return illegal_name(cmd, "consumer group", group)
         now = time.monotonic()
         for consumer in data.consumers:
             self._topics.ensure(retry_topic(consumer.group_name), self._config.retry_queue_nums)
@@ -158,6 +99,7 @@ class BrokerProcessors:
             )
         return cmd.make_response(ResponseCode.SUCCESS)
 
+    @handles(RequestCode.UNREGISTER_CLIENT)
     async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UNREGISTER_CLIENT: the channel leaves the named producer and/or consumer group.
 
@@ -171,6 +113,7 @@ class BrokerProcessors:
             self._groups.unregister_consumer(conn, h.consumer_group)
         return cmd.make_response(ResponseCode.SUCCESS)
 
+    @handles(RequestCode.CHECK_CLIENT_CONFIG)
     async def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG: can this broker serve the subscription
         (``ClientManageProcessor.checkClientConfig``)? TAG always; SQL92 only with
@@ -200,6 +143,7 @@ class BrokerProcessors:
 
     # -- consumer management -----------------------------------------------------------------
 
+    @handles(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
     async def get_consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_LIST_BY_GROUP: the client ids of the group's channels, or code 1.
 
@@ -215,10 +159,11 @@ class BrokerProcessors:
             )
         return cmd.make_response(ResponseCode.SUCCESS, body=ConsumerListBody(tuple(ids)).to_json())
 
+    @handles(RequestCode.QUERY_CONSUMER_OFFSET)
     async def query_consumer_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
-        """QUERY_CONSUMER_OFFSET (REMOTING.md §6.5).
+        """QUERY_CONSUMER_OFFSET (docs/protocol.md §6.5).
 
         The stored offset if there is one. Without one, and with ``new_group_offset_zero``
         (the default), offset 0 while the queue still starts at offset 0 — what a young
@@ -230,9 +175,9 @@ class BrokerProcessors:
         """
         h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
         if not is_valid_name(h.consumer_group):
-            return _illegal(cmd, "consumer group", h.consumer_group)
+            return illegal_name(cmd, "consumer group", h.consumer_group)
         if not is_valid_name(h.topic):
-            return _illegal(cmd, "topic", h.topic)
+            return illegal_name(cmd, "topic", h.topic)
         stored = self._offsets.query(h.consumer_group, h.topic, h.queue_id)
         if stored is not None:
             return _offset(cmd, stored)
@@ -240,6 +185,7 @@ class BrokerProcessors:
             return _offset(cmd, 0)
         return cmd.make_response(ResponseCode.QUERY_NOT_FOUND, remark=_NOT_FOUND_REMARK)
 
+    @handles(RequestCode.UPDATE_CONSUMER_OFFSET)
     async def update_consumer_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
@@ -252,9 +198,9 @@ class BrokerProcessors:
         """
         h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
         if not is_valid_name(h.consumer_group):
-            return _illegal(cmd, "consumer group", h.consumer_group)
+            return illegal_name(cmd, "consumer group", h.consumer_group)
         if not is_valid_name(h.topic):
-            return _illegal(cmd, "topic", h.topic)
+            return illegal_name(cmd, "topic", h.topic)
         self._offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if self._config.flush == "sync":
             await self._offsets.flush()
@@ -262,6 +208,7 @@ class BrokerProcessors:
 
     # -- queries -----------------------------------------------------------------------------
 
+    @handles(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
     async def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """SEARCH_OFFSET_BY_TIMESTAMP: the offset stored closest to the time (0 if none).
 
@@ -273,6 +220,7 @@ class BrokerProcessors:
             cmd, self._store.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp)
         )
 
+    @handles(RequestCode.GET_MAX_OFFSET)
     async def get_max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_MAX_OFFSET: the next offset to be written (0 for an unknown queue).
 
@@ -282,6 +230,7 @@ class BrokerProcessors:
         h = GetMaxOffsetRequestHeader.from_ext(cmd.ext_fields)
         return _offset(cmd, self._store.max_offset(h.topic, h.queue_id))
 
+    @handles(RequestCode.GET_MIN_OFFSET)
     async def get_min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_MIN_OFFSET: the smallest offset still stored (0 for an unknown queue).
 
@@ -291,6 +240,7 @@ class BrokerProcessors:
         h = GetMinOffsetRequestHeader.from_ext(cmd.ext_fields)
         return _offset(cmd, self._store.min_offset(h.topic, h.queue_id))
 
+    @handles(RequestCode.GET_EARLIEST_MSG_STORETIME)
     async def get_earliest_store_time(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
@@ -304,6 +254,7 @@ class BrokerProcessors:
         ts = self._store.earliest_store_time(h.topic, h.queue_id)
         return cmd.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
 
+    @handles(RequestCode.VIEW_MESSAGE_BY_ID)
     async def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """VIEW_MESSAGE_BY_ID: the stored record at a commit-log offset, or code 1.
 
@@ -321,6 +272,7 @@ class BrokerProcessors:
 
     # -- locks -------------------------------------------------------------------------------
 
+    @handles(RequestCode.LOCK_BATCH_MQ)
     async def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """LOCK_BATCH_MQ: lock what is free, ours or expired; answer the locked subset.
 
@@ -328,13 +280,14 @@ class BrokerProcessors:
             RemoteProtocolError: the body is malformed.
         """
         body = LockBatchRequestBody.from_json(cmd.body)
-        granted = self._locks.try_lock(
+        granted = self._ctx.locks.try_lock(
             body.consumer_group, body.mq_set, body.client_id, now=time.monotonic()
         )
         return cmd.make_response(
             ResponseCode.SUCCESS, body=LockBatchResponseBody(tuple(granted)).to_json()
         )
 
+    @handles(RequestCode.UNLOCK_BATCH_MQ)
     async def unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UNLOCK_BATCH_MQ: release the listed queues the client holds.
 
@@ -342,39 +295,5 @@ class BrokerProcessors:
             RemoteProtocolError: the body is malformed.
         """
         body = UnlockBatchRequestBody.from_json(cmd.body)
-        self._locks.unlock(body.consumer_group, body.mq_set, body.client_id)
-        return cmd.make_response(ResponseCode.SUCCESS)
-
-    # -- admin -------------------------------------------------------------------------------
-
-    async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """UPDATE_AND_CREATE_TOPIC: create or update a topic with explicit queue counts.
-
-        Raises:
-            MissingHeaderFieldError: a mandatory header field is absent or malformed.
-            OSError: the topic table cannot be written.
-        """
-        h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
-        if not is_valid_name(h.topic):
-            return _illegal(cmd, "topic", h.topic)
-        if h.topic in NOT_ALLOWED_SEND_TOPICS or self._topics.is_system(h.topic):
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"the topic[{h.topic}] is conflict with system topic.",
-            )
-        if not (1 <= h.read_queue_nums <= 1024 and 1 <= h.write_queue_nums <= 1024):
-            return cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark="queue counts must be 1..1024"
-            )
-        self._topics.put(
-            TopicConfig(
-                name=h.topic,
-                read_queue_nums=h.read_queue_nums,
-                write_queue_nums=h.write_queue_nums,
-                perm=h.perm & int(Perm.READ | Perm.WRITE | Perm.INHERIT),
-                topic_filter_type=h.topic_filter_type,
-                topic_sys_flag=h.topic_sys_flag or 0,
-                order=h.order,
-            )
-        )
+        self._ctx.locks.unlock(body.consumer_group, body.mq_set, body.client_id)
         return cmd.make_response(ResponseCode.SUCCESS)

@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11): Java's ``PullMessageProcessor`` with long polling (REMOTING.md §6.4).
+"""PULL_MESSAGE (11): Java's ``PullMessageProcessor`` with long polling (docs/protocol.md §6.4).
 
 Order of processing: validate (names, topic, permission, queue id), resolve the subscription
 (from the request when it carries one, else from the group's heartbeat), commit the
@@ -12,9 +12,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
-from collections.abc import Callable
 
-from aiorocket._protocol.codes import FLAG_RESPONSE, PullSysFlag, ResponseCode, SerializeType
+from aiorocket._protocol.codes import (
+    FLAG_RESPONSE,
+    PullSysFlag,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._protocol.headers import PullMessageRequestHeader
@@ -23,12 +28,9 @@ from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, Sql92Filter, compil
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket._remoting import Connection
 from aiorocket._remoting.server import ServerConnection
-from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.groups import ClientGroups
-from aiorocket.embedded.long_polling import PullWaiters
-from aiorocket.embedded.offsets import ConsumerOffsets
-from aiorocket.embedded.store import GetResult, GetStatus, MessageStore
-from aiorocket.embedded.topics import TopicTable, is_valid_name
+from aiorocket.embedded.context import BrokerContext, Processor, handles
+from aiorocket.embedded.store import GetResult, GetStatus
+from aiorocket.embedded.topics import is_valid_name
 from aiorocket.errors import InvalidSelectorError, RemoteProtocolError
 
 __all__ = ["PullProcessor", "pull_code"]
@@ -107,7 +109,7 @@ class FoundResponse:
 
 
 def pull_code(status: GetStatus, request_offset: int, found: int) -> int:
-    """The wire code of a store status (REMOTING.md §3.3).
+    """The wire code of a store status (docs/protocol.md §3.3).
 
     An empty or unknown queue is NO_NEW_MSG (19) for offset 0 and OFFSET_MOVED (21) for any
     other offset; FOUND without a message (``found`` = 0) is never answered as SUCCESS.
@@ -119,38 +121,20 @@ def pull_code(status: GetStatus, request_offset: int, found: int) -> int:
     return _CODES[status]
 
 
-class PullProcessor:
-    """Serves PULL_MESSAGE from the store, holding empty pulls.
+class PullProcessor(Processor):
+    """Serves PULL_MESSAGE (and 5.x's LITE_PULL_MESSAGE) from the store, holding empty pulls.
 
     Args:
-        store: the message store.
-        topics: the topic table.
-        groups: heartbeat subscriptions, for pulls without the SUBSCRIPTION bit.
-        offsets: where piggy-backed commit offsets go.
-        waiters: the held-pull registry woken by the send path.
-        config: pull limits and the hold cap.
-        on_served: called with ``(group, topic, count)`` after each pull that found messages
-            (the broker's get statistics).
+        ctx: the broker's store, topic table, heartbeat subscriptions (for pulls without the
+            SUBSCRIPTION bit), offsets (piggy-backed commits go there), held-pull registry
+            (woken by the write path), settings (pull limits, the hold cap) and statistics
+            (each pull that found messages is counted).
     """
 
-    def __init__(
-        self,
-        *,
-        store: MessageStore,
-        topics: TopicTable,
-        groups: ClientGroups,
-        offsets: ConsumerOffsets,
-        waiters: PullWaiters,
-        config: BrokerConfig,
-        on_served: Callable[[str, str, int], None] | None = None,
-    ) -> None:
-        self._store = store
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
-        self._waiters = waiters
-        self._config = config
-        self._on_served = on_served
+    def __init__(self, ctx: BrokerContext) -> None:
+        super().__init__(ctx)
+        self._waiters = ctx.waiters
+        self._on_served = ctx.stats.got
         # Every pull of a queue names the same group and topic and carries the same tag
         # expression: check and parse each once (bounded; cleared when full).
         self._found = FoundResponse()
@@ -275,8 +259,11 @@ class PullProcessor:
             return False
         return sql.matches(record.properties)
 
+    # 5.x clients send LITE_PULL_MESSAGE (361) from DefaultLitePullConsumer; the 5.x broker
+    # serves it with the same processor (BrokerController.registerProcessor).
+    @handles(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
     async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        """PULL_MESSAGE: answer found messages, or hold an empty pull (REMOTING.md §6.4).
+        """PULL_MESSAGE: answer found messages, or hold an empty pull (docs/protocol.md §6.4).
 
         Returns ``None`` when the response (with the stored records as its body) was
         written directly to ``conn``.
@@ -352,7 +339,7 @@ class PullProcessor:
                 await self._waiters.wait(topic, queue_id, offset, matches=matches, timeout=hold)
                 result = read()
                 code = pull_code(result.status, offset, len(result.messages))
-        if result.messages and self._on_served is not None:
+        if result.messages:
             self._on_served(group, topic, len(result.messages))
         return self._respond(conn, cmd, result, code)
 

@@ -1,4 +1,4 @@
-"""Delayed delivery: ``ScheduleMessageService`` (REMOTING.md §6.6).
+"""Delayed delivery: ``ScheduleMessageService`` (docs/protocol.md §6.6).
 
 Delayed messages (a ``DELAY`` property, and every send-back) wait in ``SCHEDULE_TOPIC_XXXX``,
 queue ``level - 1``, with their consume-queue tags code set to the delivery time. One task per
@@ -15,18 +15,19 @@ resumes every pending schedule.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from aiorocket._concurrency import Service
+from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
-from aiorocket._protocol.message import MessageRecord, decode_message
-from aiorocket.embedded.offsets import read_json, write_json_atomically
-from aiorocket.embedded.send import MessageWriter
+from aiorocket._protocol.message import decode_message
+from aiorocket.embedded.files import PersistedTable, write_json_atomically
 from aiorocket.embedded.store import GetStatus, MessageStore, PutResult
 from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable, is_valid_name
+from aiorocket.embedded.writer import MessageWriter, copy_record
 from aiorocket.errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = ["ScheduleService"]
@@ -36,11 +37,7 @@ log = logging.getLogger("aiorocket.embedded")
 _BATCH = 64
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class ScheduleService:
+class ScheduleService(PersistedTable):
     """Re-stores delayed messages when they are due.
 
     Args:
@@ -52,6 +49,8 @@ class ScheduleService:
         store_address: the broker's current ``(ip, port)``, the store host of re-stored
             messages.
     """
+
+    _table_key = "offsetTable"
 
     def __init__(
         self,
@@ -74,26 +73,12 @@ class ScheduleService:
         self._written: dict[int, int] = {}
         self._last_put: PutResult | None = None
         self._events: dict[int, asyncio.Event] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._service = Service("aiorocket-delay", startup=self._startup, logger=log)
         self._flush_lock = asyncio.Lock()
         self.delivered = 0
 
-    def load(self) -> None:
-        """Read the persisted progress.
-
-        Raises:
-            OSError: the file cannot be read.
-            ValueError: the file is malformed.
-        """
-        if self._path is None:
-            return
-        data = read_json(self._path)
-        if data is None:
-            return
-        table = data.get("offsetTable") if isinstance(data, dict) else None
-        if not isinstance(table, dict):
-            raise ValueError(f"{self._path}: no offsetTable")
-        self._progress = {int(k): int(v) for k, v in table.items()}
+    def _decode(self, data: dict[str, Any]) -> None:
+        self._progress = {int(k): int(v) for k, v in data["offsetTable"].items()}
         self._written = dict(self._progress)
 
     def progress(self, level_queue: int) -> int:
@@ -106,30 +91,26 @@ class ScheduleService:
         if event is not None:
             event.set()
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Start one delivery task per level, and one per schedule queue left by an earlier
         run with a longer delay table (each message carries its own delivery time).
 
         Raises:
             ClientClosedError: the store is not open.
         """
-        loop = asyncio.get_running_loop()
+        await self._service.start()
+
+    async def _startup(self) -> None:
         queues = set(range(len(self._levels)))
         queues.update(self._store.queues().get(SCHEDULE_TOPIC, []))
         for q in sorted(queues):
             self._events[q] = asyncio.Event()
-            self._tasks.append(
-                loop.create_task(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
-            )
+            self._service.spawn(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
 
     async def stop(self) -> None:
-        """Stop the delivery tasks (progress is kept; call :meth:`flush` afterwards)."""
-        tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        """Stop the delivery tasks (progress is kept; call :meth:`flush` afterwards).
+        Idempotent, and a no-op before :meth:`start`."""
+        await self._service.close()
 
     async def flush(self) -> None:
         """Persist the progress if it moved, after the re-stores it covers are durable.
@@ -184,7 +165,7 @@ class ScheduleService:
             result = store.get(SCHEDULE_TOPIC, q, offset, max_msgs=_BATCH, max_bytes=4 << 20)
             status = result.status
             if status is GetStatus.FOUND:
-                now = _now_ms()
+                now = now_ms()
                 for raw, deliver_at, qo in zip(
                     result.messages, result.tags_codes, result.queue_offsets, strict=True
                 ):
@@ -235,24 +216,13 @@ class ScheduleService:
         cfg = self._topics.get(real_topic)
         if cfg is None:
             cfg = self._topics.ensure(real_topic, max(real_qid + 1, 1))
-        store_host, store_port = self._store_address()
-        out = MessageRecord(
-            topic=real_topic,
-            body=rec.body,
-            queue_id=real_qid,
-            flag=rec.flag,
-            queue_offset=0,
-            commit_log_offset=0,
-            sys_flag=rec.sys_flag,
-            born_timestamp=rec.born_timestamp,
-            born_host=rec.born_host,
-            born_port=rec.born_port,
-            store_timestamp=0,
-            store_host=store_host,
-            store_port=store_port,
-            reconsume_times=rec.reconsume_times,
-            prepared_transaction_offset=rec.prepared_transaction_offset,
+        out = copy_record(
+            rec,
+            real_topic,
+            real_qid,
+            self._store_address(),
             properties=props,
+            prepared_transaction_offset=rec.prepared_transaction_offset,
         )
         try:
             self._last_put = self._writer.store_message(out)

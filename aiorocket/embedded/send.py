@@ -1,10 +1,8 @@
 """The send path: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
-CONSUMER_SEND_MSG_BACK (36) — Java's ``SendMessageProcessor`` (REMOTING.md §6.2, §4.6, §6.6).
+CONSUMER_SEND_MSG_BACK (36) — Java's ``SendMessageProcessor`` (docs/protocol.md §6.2, §4.6, §6.6).
 
-:class:`MessageWriter` is the one place messages enter the store: it parks delayed messages in
-``SCHEDULE_TOPIC_XXXX`` (queue = level - 1, with ``REAL_TOPIC``/``REAL_QID``), stores, and wakes
-the held pulls of the queue (or the schedule task of the level) synchronously, so a waiting
-consumer is answered within the same loop iteration.
+Messages are stored through the broker's :class:`~aiorocket.embedded.writer.MessageWriter`
+(plain, parked when delayed, or as a half message when transactional).
 
 Every check that can refuse a request runs before anything touches the disk: names, system
 topics, sizes, queue ids.
@@ -12,14 +10,11 @@ topics, sizes, queue ids.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-import time
-from collections.abc import Callable
 
 from aiorocket._protocol import properties as mp
-from aiorocket._protocol.codes import MessageSysFlag, ResponseCode
+from aiorocket._protocol.codes import MessageSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -28,21 +23,17 @@ from aiorocket._protocol.headers import (
 )
 from aiorocket._protocol.message import MessageRecord, decode_batch_body, decode_message
 from aiorocket._protocol.msgid import make_offset_msg_id
-from aiorocket._protocol.tags import tags_code
 from aiorocket._remoting import Connection
-from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.long_polling import PullWaiters
-from aiorocket.embedded.store import MessageStore, PutResult
+from aiorocket.embedded.context import BrokerContext, Processor, handles
+from aiorocket.embedded.store import PutResult
 from aiorocket.embedded.topics import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_PREFIX,
-    SCHEDULE_TOPIC,
-    TopicTable,
     dlq_topic,
     is_valid_name,
     retry_topic,
 )
-from aiorocket.embedded.transaction import to_half
+from aiorocket.embedded.writer import copy_record
 from aiorocket.errors import (
     ClientClosedError,
     LocalProtocolError,
@@ -50,12 +41,12 @@ from aiorocket.errors import (
     RemoteProtocolError,
 )
 
-__all__ = ["MessageWriter", "SendProcessor", "born_ipv4"]
+__all__ = ["SendProcessor", "born_ipv4"]
 
 log = logging.getLogger("aiorocket.embedded")
 
 #: ``MQVersion.Version.V3_4_9``: the first client version whose ``maxReconsumeTimes`` header
-#: a broker honours (REMOTING.md §0.3).
+#: a broker honours (docs/protocol.md §0.3).
 _V3_4_9 = 121
 # The host bits never set in stored records: the C++ client and ali-ons read 4-byte IPs only.
 _HOST_V6_BITS = int(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6)
@@ -63,7 +54,7 @@ _MAX_PROPERTIES = mp.MAX_PROPERTIES_SIZE
 
 
 def born_ipv4(peer_host: str) -> str:
-    """The IPv4 form of a peer address for the ``bornHost`` field (REMOTING.md §4.7).
+    """The IPv4 form of a peer address for the ``bornHost`` field (docs/protocol.md §4.7).
 
     An IPv4-mapped IPv6 address gives its IPv4 part; any other IPv6 peer (``::1``) is
     recorded as 127.0.0.1, since every client family can read 4-byte hosts. Never raises.
@@ -76,151 +67,35 @@ def born_ipv4(peer_host: str) -> str:
     return "127.0.0.1"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class MessageWriter:
-    """Stores messages and wakes whoever waits for them.
-
-    Args:
-        store: the open message store.
-        waiters: held pulls, woken per (topic, queue) after each store.
-        config: the delay table and flush mode.
-        schedule_wake: called with the ``SCHEDULE_TOPIC_XXXX`` queue id a delayed message
-            was parked in.
-    """
-
-    def __init__(
-        self,
-        store: MessageStore,
-        waiters: PullWaiters,
-        config: BrokerConfig,
-        schedule_wake: Callable[[int], None],
-    ) -> None:
-        self._store = store
-        self._waiters = waiters
-        self._config = config
-        self._levels = config.delay_levels
-        self._schedule_wake = schedule_wake
-
-    @property
-    def store(self) -> MessageStore:
-        """The message store written to."""
-        return self._store
-
-    def delay_level(self, props: dict[str, str]) -> int:
-        """The message's ``DELAY`` level clamped to the table (0: not delayed).
-
-        ``ScheduleMessageService``: a level above the table's length means the last level;
-        a malformed or non-positive level means no delay.
-        """
-        raw = props.get(mp.DELAY)
-        if raw is None:
-            return 0
-        try:
-            level = int(raw)
-        except ValueError:
-            return 0
-        if level <= 0:
-            return 0
-        return min(level, len(self._levels))
-
-    def store_message(self, rec: MessageRecord) -> PutResult:
-        """Store ``rec`` as is (tags code from its ``TAGS``) and wake held pulls; synchronous.
-
-        Raises:
-            the errors of :meth:`MessageStore.put`.
-        """
-        code = tags_code(rec.properties.get(mp.TAGS))
-        result = self._store.put(rec, tags_code=code)
-        self._waiters.notify(rec.topic, rec.queue_id, result.queue_offset, code)
-        return result
-
-    def store_or_park(self, rec: MessageRecord, *, wait: str | None = None) -> PutResult:
-        """Store ``rec``; if it carries a ``DELAY`` level, park it in ``SCHEDULE_TOPIC_XXXX``
-        instead (``CommitLog.putMessage``), to be re-stored when due.
-
-        ``wait`` is the ``WAIT`` property the message had in the broker's map although it is
-        left out of a stored record: ``CommitLog.putMessage`` re-renders a parked message's
-        properties from that map, so the parked copy (and the one delivered later) has it.
-
-        Raises:
-            the errors of :meth:`MessageStore.put`.
-        """
-        level = self.delay_level(rec.properties)
-        if level == 0 or rec.topic == SCHEDULE_TOPIC:
-            return self.store_message(rec)
-        props = rec.properties
-        if wait is not None:
-            props[mp.WAIT] = wait
-        props[mp.REAL_TOPIC] = rec.topic
-        props[mp.REAL_QID] = str(rec.queue_id)
-        props[mp.DELAY] = str(level)
-        rec.topic = SCHEDULE_TOPIC
-        rec.queue_id = level - 1
-        # The consume-queue tags code of a parked message is its delivery time (as
-        # ScheduleMessageService.computeDeliverTimestamp writes it).
-        deliver_at = _now_ms() + int(self._levels[level - 1] * 1000)
-        result = self._store.put(rec, tags_code=deliver_at)
-        self._schedule_wake(level - 1)
-        return result
-
-    async def wait_durable(self, result: PutResult) -> bool:
-        """With sync flush, wait until ``result`` is fsynced; False after the sync-flush
-        timeout (FLUSH_DISK_TIMEOUT). Returns True at once with async flush.
-
-        Raises:
-            OSError: the fsync failed.
-        """
-        if self._config.flush != "sync":
-            return True
-        try:
-            await asyncio.wait_for(
-                self._store.wait_durable(result.commit_log_end), self._config.sync_flush_timeout
-            )
-        except TimeoutError:
-            return False
-        return True
-
-
-class SendProcessor:
+class SendProcessor(Processor):
     """Serves the send codes and CONSUMER_SEND_MSG_BACK.
 
     Args:
-        writer: stores the messages.
-        topics: the topic table (lookup and auto-creation).
-        config: limits and names.
-        store_address: returns the advertised ``(ip, port)`` written as each record's store
-            host and used in offset message ids.
+        ctx: the broker's writer, topic table (lookup and auto-creation), settings (limits
+            and names) and advertised address (each record's store host, and the host of
+            offset message ids).
     """
 
-    def __init__(
-        self,
-        writer: MessageWriter,
-        topics: TopicTable,
-        config: BrokerConfig,
-        store_address: Callable[[], tuple[str, int]],
-    ) -> None:
-        self._writer = writer
-        self._topics = topics
-        self._config = config
-        self._store_address = store_address
+    def __init__(self, ctx: BrokerContext) -> None:
+        super().__init__(ctx)
+        self._writer = ctx.writer
+        self._store_address = ctx.store_address
 
     @staticmethod
     def _response(cmd: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand:
         # The Java client reads MSG_REGION/TRACE_ON from extFields of every send response and
-        # fails on a null map (REMOTING.md §2.2), so even errors carry them.
+        # fails on a null map (docs/protocol.md §2.2), so even errors carry them.
         return cmd.make_response(
             code, remark=remark, ext_fields={"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         )
 
     def _unavailable(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
         # The store cannot write (disk full, failed fsync, shutting down): SERVICE_NOT_AVAILABLE,
-        # which producers retry on another broker (REMOTING.md §3.1).
+        # which producers retry on another broker (docs/protocol.md §3.1).
         log.error("cannot store a message: %s", exc)
         return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"store error: {exc}")
 
+    @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Codes 10, 310 and 320: store one message or a batch (the header's ``batch`` flag
         decides, not the code).
@@ -351,7 +226,7 @@ class SendProcessor:
                 queue_id = 0
                 props.pop(mp.DELAY, None)
         props[mp.CLUSTER] = self._config.cluster_name
-        # 4.9.8 drops WAIT from the stored copy of single messages (REMOTING.md §6.2 step 6).
+        # 4.9.8 drops WAIT from the stored copy of single messages (docs/protocol.md §6.2 step 6).
         wait = props.pop(mp.WAIT, None)
         rec = self._record(
             conn,
@@ -369,11 +244,9 @@ class SendProcessor:
         half = props.get(mp.TRAN_MSG, "").lower() == "true" and not (
             reconsume > 0 and self._writer.delay_level(props) > 0
         )
-        if half:
-            to_half(rec)
         try:
             if half:
-                result = self._writer.store_message(rec)
+                result = self._writer.store_half(rec)
             else:
                 result = self._writer.store_or_park(rec, wait=wait)
         except (LocalProtocolError, MessageTooLargeError) as exc:
@@ -482,9 +355,10 @@ class SendProcessor:
             },
         )
 
+    @handles(RequestCode.CONSUMER_SEND_MSG_BACK)
     async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: re-store a failed message in ``%RETRY%group`` through the
-        delay levels, or in ``%DLQ%group`` past the limit (REMOTING.md §6.6).
+        delay levels, or in ``%DLQ%group`` past the limit (docs/protocol.md §6.6).
 
         Raises:
             MissingHeaderFieldError: a mandatory header field is absent or malformed.
@@ -542,26 +416,13 @@ class SendProcessor:
             props[mp.ORIGIN_MESSAGE_ID] = make_offset_msg_id(
                 orig.store_host, orig.store_port, orig.commit_log_offset
             )
-        store_host, store_port = self._store_address()
-        rec = MessageRecord(
-            topic=new_topic,
-            body=orig.body,
-            queue_id=queue_id,
-            flag=orig.flag,
-            queue_offset=0,
-            commit_log_offset=0,
-            sys_flag=orig.sys_flag,
-            born_timestamp=orig.born_timestamp,
-            born_host=orig.born_host,
-            born_port=orig.born_port,
-            store_timestamp=0,
-            # The current address, not the original's: a restarted broker may listen on
-            # another port, and clients locate a message by the host in its id.
-            store_host=store_host,
-            store_port=store_port,
-            reconsume_times=orig.reconsume_times + 1,
-            prepared_transaction_offset=0,
+        rec = copy_record(
+            orig,
+            new_topic,
+            queue_id,
+            self._store_address(),
             properties=props,
+            reconsume_times=orig.reconsume_times + 1,
         )
         # consumerSendMsgBack sets waitStoreMsgOK false on the copy: a parked retry says so.
         result = self._writer.store_or_park(rec, wait="false")

@@ -14,6 +14,10 @@ Rules that make crash recovery simple:
 * The checkpoint only ever names a position up to which the log *and* every index entry for
   it have been fsynced. Recovery trusts everything before it and re-validates everything after.
 * Nothing per message is kept in memory: offsets live in the index files, records in the log.
+
+Its parts: ``flush.py`` (fsync rounds, the checkpoint), ``recovery.py`` (repair at open),
+``read_plan.py`` (which records a read returns, read with few syscalls), ``commit_log.py`` and
+``consume_queue.py`` (the files).
 """
 
 from __future__ import annotations
@@ -22,43 +26,25 @@ import asyncio
 import contextlib
 import enum
 import fcntl
-import json
 import logging
 import os
-import re
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 
-from aiorocket._protocol import accel
-from aiorocket._protocol.message import (
-    MAGIC_V1,
-    MAGIC_V2,
-    MessageRecord,
-    decode_message,
-    encode_message,
-)
-from aiorocket._protocol.properties import DELAY, TAGS
-from aiorocket._protocol.tags import tags_code as _hash_tag
-from aiorocket.embedded.commit_log import (
-    RECORD_HEAD,
-    TRAILER,
-    TRAILER_SIZE,
-    CommitLog,
-    FileCache,
-    SyncJob,
-)
-from aiorocket.embedded.consume_queue import ENTRY, ConsumeQueue, QueueEntry
-from aiorocket.errors import (
-    ClientClosedError,
-    ConfigurationError,
-    InvalidNameError,
-    RemoteProtocolError,
-)
+from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._names import SCHEDULE_TOPIC, is_valid_name, now_ms
+from aiorocket._protocol.message import MessageRecord, encode_message
+from aiorocket.embedded import read_plan
+from aiorocket.embedded.commit_log import CommitLog, FileCache
+from aiorocket.embedded.config import DEFAULT_DELAY_LEVELS
+from aiorocket.embedded.consume_queue import ENTRY, MAX_QUEUE_ID, ConsumeQueue, QueueEntry
+from aiorocket.embedded.delays import indexed_tags_code
+from aiorocket.embedded.flush import CHECKPOINT_INTERVAL, Flusher
+from aiorocket.embedded.recovery import RecoveryReport, recover
+from aiorocket.errors import ClientClosedError, ConfigurationError, InvalidNameError
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -69,67 +55,38 @@ __all__ = [
     "PutResult",
     "StoreStatistics",
     "default_tags_code",
-    "use_compiled",
 ]
 
 _log = logging.getLogger(__name__)
 
-#: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: where delayed messages wait (REMOTING.md §6.6).
-SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 #: ``maxTransferBytesOnMessageInMemory``: the default byte budget of one :meth:`get`.
 DEFAULT_MAX_BYTES: Final = 256 * 1024
 
-# The default ``messageDelayLevel`` table, levels 1..18 (REMOTING.md §6.6).
-_DELAY_LEVELS_MS: Final = tuple(
-    s * 1000
-    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
-# TopicValidator: the name rule, checked before a topic becomes a directory name.
-_TOPIC_RE: Final = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
-_MAX_QUEUE_ID: Final = 0x7FFFFFFF
 # DefaultMessageStore.getMessage scans at most max(16000 bytes of 20-byte units, maxMsgNums)
 # entries per call when filtering, so a sparse tag never makes one pull read the whole queue.
 _MAX_FILTER_SCAN: Final = 800
-# get() reads neighbouring records with one pread when at most this many foreign bytes lie
-# between them, up to this much in one read.
-_MAX_READ_GAP: Final = 16 * 1024
-_MAX_READ_SPAN: Final = 1024 * 1024
-_CHECKPOINT_INTERVAL: Final = 1.0
 _CLEAN_INTERVAL: Final = 10.0
-_MAGICS: Final = frozenset({MAGIC_V1, MAGIC_V2})
 _DEFAULT_SEGMENT_SIZE: Final = 256 * 1024 * 1024
 # MessageStoreConfig.mappedFileSizeConsumeQueue is 300 000 entries.
 _DEFAULT_CQ_ENTRIES: Final = 300_000
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def default_tags_code(record: MessageRecord) -> int:
     """The consume-queue tags code the store derives for a record when re-indexing it.
 
-    The Java hash of its ``TAGS`` property (0 without one, REMOTING.md §6.3); for
+    The Java hash of its ``TAGS`` property (0 without one, docs/protocol.md §6.3); for
     ``SCHEDULE_TOPIC_XXXX`` the delivery time instead: store time plus the delay of the
     ``DELAY`` level (clamped to 1..18), as ``ScheduleMessageService.computeDeliverTimestamp``
     does with the default levels. Never raises.
     """
-    props = record.properties
-    if record.topic == SCHEDULE_TOPIC:
-        try:
-            level = int(props.get(DELAY, "1"))
-        except ValueError:
-            level = 1
-        level = min(max(level, 1), len(_DELAY_LEVELS_MS))
-        return record.store_timestamp + _DELAY_LEVELS_MS[level - 1]
-    return _hash_tag(props.get(TAGS))
+    return indexed_tags_code(record, DEFAULT_DELAY_LEVELS)
 
 
 class GetStatus(enum.Enum):
     """The outcome of :meth:`MessageStore.get`: Java's ``GetMessageStatus``.
 
     The value is the Java name, which a broker sends as the pull response's remark.
-    REMOTING.md §3.3 maps each one to a wire code.
+    docs/protocol.md §3.3 maps each one to a wire code.
     """
 
     FOUND = "FOUND"
@@ -162,7 +119,7 @@ class PutResult:
 class GetResult:
     """The answer of :meth:`MessageStore.get` (Java's ``GetMessageResult``).
 
-    ``messages`` are raw stored records (REMOTING.md §4.1), ready to be concatenated into a
+    ``messages`` are raw stored records (docs/protocol.md §4.1), ready to be concatenated into a
     pull response body; ``tags_codes`` and ``queue_offsets`` run parallel to them.
     ``scanned`` counts the index entries examined, matched or not.
     """
@@ -209,19 +166,13 @@ class StoreStatistics:
     recovery_seconds: float
 
 
-@dataclass(slots=True)
-class _Checkpoint:
-    offset: int
-    queues: dict[tuple[str, int], int]
-
-
 class _State(enum.Enum):
     NEW = 0
     OPEN = 1
     CLOSED = 2
 
 
-class MessageStore:
+class MessageStore(AsyncResource):
     """A durable, segmented message store for one broker, used from one event loop.
 
     Args:
@@ -255,7 +206,7 @@ class MessageStore:
         cq_entries_per_segment: int = _DEFAULT_CQ_ENTRIES,
         retention_hours: float = 72.0,
         retention_bytes: int | None = None,
-        clock: Callable[[], int] = _wall_clock_ms,
+        clock: Callable[[], int] = now_ms,
         tags_code_of: Callable[[MessageRecord], int] = default_tags_code,
         max_open_files: int = 256,
     ) -> None:
@@ -290,19 +241,20 @@ class MessageStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._state = _State.NEW
         self._lock_fd: int | None = None
-        self._durable = 0
-        self._cp_offset = -1
-        self._cp_time = 0.0
-        self._flush_task: asyncio.Task[None] | None = None
-        self._bg_task: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None
+        self._flusher = Flusher(self._data_dir, self._log, self._files, self._queues)
+        self._bg_task: asyncio.Task[Any] | None = None
+        self._close_error: OSError | None = None
+        self._service = Service(
+            "aiorocket-store",
+            startup=self._startup,
+            shutdown=self._shutdown,
+            abort=self._abort,
+            logger=_log,
+        )
         self._puts = 0
         self._put_bytes = 0
-        self._flushes = 0
         self._segments_deleted = 0
-        self._rec_truncated = 0
-        self._rec_reindexed = 0
-        self._rec_rebuilt = 0
+        self._recovered = RecoveryReport(0, 0, 0)
         self._rec_seconds = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -322,22 +274,14 @@ class MessageStore:
         """Whether :meth:`open` completed and :meth:`close` was not called."""
         return self._state is _State.OPEN
 
-    async def __aenter__(self) -> Self:
+    async def start(self) -> None:
+        """Same as :meth:`open`."""
         await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def open(self) -> None:
         """Recover the store from disk and start the background flush and retention task.
 
-        Recovery runs in a worker thread; see :meth:`_recover` for the algorithm.
+        Recovery runs in a worker thread; see ``recovery.py`` for the algorithm.
 
         Raises:
             ConfigurationError: the store was already opened, or another process holds the
@@ -346,23 +290,7 @@ class MessageStore:
         """
         if self._state is not _State.NEW:
             raise ConfigurationError("a MessageStore can be opened only once")
-        started = time.monotonic()
-        recovery = asyncio.ensure_future(asyncio.to_thread(self._recover))
-        try:
-            await asyncio.shield(recovery)
-        except BaseException:
-            # A thread cannot be interrupted: release its files only once it has finished.
-            if recovery.done():
-                self._release()
-            else:
-                recovery.add_done_callback(self._release_after)
-            raise
-        self._rec_seconds = time.monotonic() - started
-        self._cp_time = time.monotonic()
-        self._state = _State.OPEN
-        self._bg_task = asyncio.get_running_loop().create_task(
-            self._background(), name="aiorocket-store-flush"
-        )
+        await self._service.start()
 
     async def close(self) -> None:
         """Flush and fsync everything, write a final checkpoint and close every file.
@@ -377,19 +305,49 @@ class MessageStore:
             self._release()
             return
         self._state = _State.CLOSED
+        await self._service.close()
+        error, self._close_error = self._close_error, None
+        if error is not None:
+            raise error
+
+    async def _startup(self) -> None:
+        # In the service's supervisor task: recover, then run the background loop.
+        started = time.monotonic()
+        recovery = asyncio.ensure_future(asyncio.to_thread(self._recover))
+        try:
+            await asyncio.shield(recovery)
+        except BaseException:
+            # A thread cannot be interrupted: release its files only once it has finished.
+            if recovery.done():
+                self._release()
+            else:
+                recovery.add_done_callback(self._release_after)
+            raise
+        self._rec_seconds = time.monotonic() - started
+        self._flusher.started()
+        self._state = _State.OPEN
+        self._bg_task = self._service.spawn(self._background(), name="aiorocket-store-flush")
+
+    async def _shutdown(self) -> None:
+        # The background loop stops first: no flush round of its own may outlive the last.
+        self._state = _State.CLOSED
         bg, self._bg_task = self._bg_task, None
         if bg is not None:
             bg.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await bg
         try:
-            task = self._flush_task
-            if task is not None and not task.done():
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(task)
-            if self._failure is None:
-                await self._flush_once(force_checkpoint=True)
+            await self._flusher.finish()
+        except OSError as exc:
+            self._close_error = exc  # raised by close(); the files are released anyway
         finally:
+            self._release()
+
+    async def _abort(self, started: bool) -> None:
+        # A failed start-up released what it held (once its thread ended); after a crash of
+        # the background loop (a bug), the store closes without a final flush.
+        if started:
+            self._state = _State.CLOSED
             self._release()
 
     def _release_after(self, recovery: asyncio.Future[None]) -> None:
@@ -430,8 +388,9 @@ class MessageStore:
         """
         if self._state is not _State.OPEN:
             raise ClientClosedError("the message store is not open")
-        if self._failure is not None:
-            raise OSError(f"the message store failed to flush: {self._failure}")
+        failure = self._flusher.failure
+        if failure is not None:
+            raise OSError(f"the message store failed to flush: {failure}")
         key = (record.topic, record.queue_id)
         queue = self._queues.get(key)
         new = queue is None
@@ -465,12 +424,12 @@ class MessageStore:
         except OSError as exc:
             # The log now holds a record no index knows; recovery will index it at restart.
             _log.exception("message store: cannot undo an append at %d", offset)
-            self._failure = exc
+            self._flusher.failure = exc
 
     def _make_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        if not _TOPIC_RE.fullmatch(topic):
+        if not is_valid_name(topic):
             raise InvalidNameError(f"invalid topic name {topic!r}")
-        if not 0 <= queue_id <= _MAX_QUEUE_ID:
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
             raise ConfigurationError(f"queue id {queue_id} out of range")
         return ConsumeQueue(
             topic,
@@ -495,121 +454,22 @@ class MessageStore:
                 further writes, since a failed fsync can silently drop dirty pages.
         """
         self._check_open()
-        target = min(commit_log_end, self._log.end)
-        while self._durable < target:
-            if self._failure is not None:
-                raise OSError(f"the message store failed to flush: {self._failure}")
-            await asyncio.shield(self._start_flush())
+        await self._flusher.wait_durable(commit_log_end)
 
     @property
     def durable_offset(self) -> int:
         """The commit-log position up to which everything is known to be fsynced."""
-        return self._durable
-
-    def _start_flush(self) -> asyncio.Task[None]:
-        task = self._flush_task
-        if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(self._flush_once())
-            # A waiter may be cancelled; retrieve the outcome so it is never reported as lost.
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            self._flush_task = task
-        return task
-
-    async def _flush_once(self, *, force_checkpoint: bool = False) -> None:
-        # Everything below runs synchronously on the loop until the await, so ``target`` and
-        # the dirty set describe the same instant: every entry before ``target`` is in them.
-        target = self._log.end
-        job = SyncJob()
-        try:
-            self._log.take_dirty(job)
-            self._files.take_dirty(job)
-        except BaseException:
-            job.discard()
-            raise
-        payload: bytes | None = None
-        now = time.monotonic()
-        if force_checkpoint or (
-            target != self._cp_offset and now - self._cp_time >= _CHECKPOINT_INTERVAL
-        ):
-            payload = self._checkpoint_payload(target)
-        try:
-            await asyncio.to_thread(self._sync, job, payload)
-        except OSError as exc:
-            self._failure = exc
-            _log.error("message store: fsync failed, refusing further writes: %s", exc)
-            raise
-        self._flushes += 1
-        if target > self._durable:
-            self._durable = target
-        if payload is not None:
-            self._cp_offset = target
-            self._cp_time = now
-
-    def _sync(self, job: SyncJob, checkpoint: bytes | None) -> None:
-        job.run()
-        if checkpoint is not None:
-            self._write_checkpoint(checkpoint)
-
-    def _checkpoint_payload(self, offset: int) -> bytes:
-        queues: dict[str, dict[str, int]] = {}
-        for (topic, qid), q in self._queues.items():
-            if q.max_offset:
-                queues.setdefault(topic, {})[str(qid)] = q.max_offset
-        return json.dumps({"version": 1, "commit_log": offset, "queues": queues}).encode()
-
-    def _write_checkpoint(self, payload: bytes) -> None:
-        # StoreCheckpoint: temp file + fsync + rename + fsync of the directory, so the file
-        # is always either the old or the new complete checkpoint.
-        final = self._data_dir / "checkpoint"
-        tmp = self._data_dir / "checkpoint.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        dfd = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-    def _read_checkpoint(self) -> _Checkpoint | None:
-        path = self._data_dir / "checkpoint"
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            doc: Any = json.loads(raw)
-            offset = doc["commit_log"]
-            if not isinstance(offset, int) or offset < 0:
-                raise ValueError("bad offset")
-            queues: dict[tuple[str, int], int] = {}
-            for topic, ids in doc["queues"].items():
-                for qid, mx in ids.items():
-                    if not isinstance(mx, int):
-                        raise ValueError("bad queue max")
-                    queues[(str(topic), int(qid))] = mx
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            _log.warning("message store: ignoring unreadable checkpoint (%s); full scan", exc)
-            return None
-        return _Checkpoint(offset, queues)
+        return self._flusher.durable
 
     async def _background(self) -> None:
-        interval = self._flush_interval if self._flush_mode == "async" else _CHECKPOINT_INTERVAL
+        interval = self._flush_interval if self._flush_mode == "async" else CHECKPOINT_INTERVAL
         next_clean = time.monotonic() + _CLEAN_INTERVAL
+        flusher = self._flusher
         while True:
             await asyncio.sleep(interval)
             try:
-                stale = self._durable != self._cp_offset and (
-                    time.monotonic() - self._cp_time >= _CHECKPOINT_INTERVAL
-                )
-                if self._failure is None and (self._log.end > self._durable or stale):
-                    await asyncio.shield(self._start_flush())
+                if flusher.due():
+                    await asyncio.shield(flusher.start())
                 if time.monotonic() >= next_clean:
                     next_clean = time.monotonic() + _CLEAN_INTERVAL
                     self.clean_expired()
@@ -631,7 +491,7 @@ class MessageStore:
     ) -> GetResult:
         """Read up to ``max_msgs`` messages of a queue from ``offset`` (``getMessage``).
 
-        Statuses and ``next_begin_offset`` follow REMOTING.md §3.3. At least one message is
+        Statuses and ``next_begin_offset`` follow docs/protocol.md §3.3. At least one message is
         returned if any matches; the scan stops before the message that would exceed
         ``max_msgs`` or ``max_bytes`` (the first one always fits). ``matches`` gets each
         entry's tags code; with a filter at most ``max(800, max_msgs)`` entries are examined
@@ -667,7 +527,7 @@ class MessageStore:
         codes: list[int] = []
         offsets: list[int] = []
         faults: list[tuple[int, int, int]] = []
-        scanned, outcome = _collect(
+        scanned, outcome = read_plan.collect(
             raw,
             offset,
             max_msgs,
@@ -682,7 +542,7 @@ class MessageStore:
             faults,
         )
         for what, a, b in faults:
-            if what == _UNREADABLE:
+            if what == read_plan.UNREADABLE:
                 _log.error("message store: log span %d+%d is unreadable", a, b)
             else:
                 _log.error(
@@ -690,9 +550,9 @@ class MessageStore:
                     a,
                     b,
                 )
-        if outcome == _PLANNED:
+        if outcome == read_plan.PLANNED:
             status = GetStatus.FOUND if messages else GetStatus.MESSAGE_WAS_REMOVING
-        elif outcome == _REMOVING:
+        elif outcome == read_plan.REMOVING:
             status = GetStatus.MESSAGE_WAS_REMOVING
         else:
             status = GetStatus.NO_MATCHED_MESSAGE
@@ -747,7 +607,7 @@ class MessageStore:
         return queue.min_offset
 
     def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The offset whose store time is closest to ``timestamp_ms`` (REMOTING.md §6.5).
+        """The offset whose store time is closest to ``timestamp_ms`` (docs/protocol.md §6.5).
 
         Before the first message: the first offset; after the last: the last message's
         offset; 0 for an empty or unknown queue.
@@ -850,18 +710,18 @@ class MessageStore:
             bytes_put=self._put_bytes,
             commit_log_min_offset=log.min_offset,
             commit_log_max_offset=log.end,
-            durable_offset=self._durable,
-            flushes=self._flushes,
-            checkpoint_offset=max(self._cp_offset, 0),
+            durable_offset=self._flusher.durable,
+            flushes=self._flusher.flushes,
+            checkpoint_offset=max(self._flusher.checkpoint_offset, 0),
             commit_log_bytes=log.total_bytes,
             commit_log_segments=len(log.segments()),
             queues=len(self._queues),
             consume_queue_segments=sum(q.segment_count for q in self._queues.values()),
             open_files=len(self._files) + log.open_files,
             segments_deleted=self._segments_deleted,
-            recovered_truncated_bytes=self._rec_truncated,
-            recovered_reindexed=self._rec_reindexed,
-            recovered_rebuilt_queues=self._rec_rebuilt,
+            recovered_truncated_bytes=self._recovered.truncated_bytes,
+            recovered_reindexed=self._recovered.reindexed,
+            recovered_rebuilt_queues=self._recovered.rebuilt_queues,
             recovery_seconds=self._rec_seconds,
         )
 
@@ -893,20 +753,8 @@ class MessageStore:
     # -- recovery ----------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """Bring the log and the indexes back to a consistent state (worker thread).
-
-        1. Load the log segments; find the checkpoint position C (0 without checkpoint).
-        2. Load every index; an index whose files are inconsistent, or that is shorter than
-           the checkpoint says it was, is "damaged" and will be rebuilt from scratch.
-        3. Scan the log from C (from the oldest segment if anything is damaged), checking
-           each entry's size, magic, stored offset, trailer CRC and full decode; stop at the
-           first bad one and truncate the log there.
-        4. Each valid record's entry is (re)written at its own queue offset if missing or
-           different; each queue seen is truncated after its last scanned record, others
-           lose trailing entries pointing at or past min(C, valid end).
-        5. Queue minima are recomputed from the log's oldest offset; everything is fsynced
-           and a new checkpoint at the log end is written.
-        """
+        # Worker thread: lock the directory, repair the log and indexes, then fsync all and
+        # write a checkpoint at the log end.
         root = self._data_dir
         root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -915,60 +763,17 @@ class MessageStore:
         except BlockingIOError:
             raise ConfigurationError(f"{root} is in use by another message store") from None
         self._cq_root.mkdir(exist_ok=True)
+        report = recover(
+            root,
+            self._log,
+            self._queues,
+            cq_root=self._cq_root,
+            make_queue=self._make_queue,
+            tags_code_of=self._tags_code_of,
+        )
+        self._recovered = report
+        self._flusher.sync_now()
         log = self._log
-        self._rec_truncated += log.load()
-        checkpoint = self._read_checkpoint()
-        if checkpoint is not None and not log.segments():
-            # Every segment is gone: at least keep new offsets from reusing old positions.
-            log.start_at(checkpoint.offset)
-        start = log.min_offset
-        if checkpoint is not None:
-            start = min(max(checkpoint.offset, log.min_offset), log.end)
-
-        damaged = self._load_queues()
-        if checkpoint is not None:
-            for (topic, qid), mx in checkpoint.queues.items():
-                queue = self._queues.get((topic, qid))
-                if queue is None:
-                    if not _TOPIC_RE.fullmatch(topic) or not 0 <= qid <= _MAX_QUEUE_ID:
-                        continue
-                    queue = self._queues[(topic, qid)] = self._make_queue(topic, qid)
-                if queue.max_offset < mx:
-                    _log.warning(
-                        "message store: index %s/%d holds %d entries, checkpoint says %d; "
-                        "rebuilding",
-                        topic,
-                        qid,
-                        queue.max_offset,
-                        mx,
-                    )
-                    damaged.add((topic, qid))
-
-        floors = {} if checkpoint is None else checkpoint.queues
-        gaps = self._reindex(start, damaged, floors)
-        if gaps:
-            damaged |= gaps
-            self._reindex(start, damaged, floors)
-        self._rec_rebuilt = len(damaged)
-        if checkpoint is not None:
-            # A rebuilt queue whose old messages all expired keeps its offsets from going
-            # backwards: a hole entry at max - 1 pins max_offset (nothing below min is read).
-            for key in damaged:
-                queue = self._queues[key]
-                mx = checkpoint.queues.get(key, 0)
-                if queue.max_offset < mx:
-                    queue.write_at(mx - 1, 0, 0, 0, 0)
-        log_min = log.min_offset
-        for queue in self._queues.values():
-            queue.advance_min(log_min)
-
-        job = SyncJob()
-        log.take_dirty(job)
-        self._files.take_dirty(job)
-        job.run()
-        self._durable = log.end
-        self._write_checkpoint(self._checkpoint_payload(log.end))
-        self._cp_offset = log.end
         _log.info(
             "message store: recovered %s: log [%d, %d), %d queues, %d bytes cut, "
             "%d entries re-indexed, %d queues rebuilt",
@@ -976,253 +781,7 @@ class MessageStore:
             log.min_offset,
             log.end,
             len(self._queues),
-            self._rec_truncated,
-            self._rec_reindexed,
-            self._rec_rebuilt,
+            report.truncated_bytes,
+            report.reindexed,
+            report.rebuilt_queues,
         )
-
-    def _load_queues(self) -> set[tuple[str, int]]:
-        damaged: set[tuple[str, int]] = set()
-        with os.scandir(self._cq_root) as topics:
-            for topic_entry in topics:
-                topic = topic_entry.name
-                if not topic_entry.is_dir(follow_symlinks=False) or not _TOPIC_RE.fullmatch(topic):
-                    continue
-                with os.scandir(topic_entry.path) as ids:
-                    for id_entry in ids:
-                        name = id_entry.name
-                        if not (name.isascii() and name.isdigit() and len(name) <= 10):
-                            continue
-                        qid = int(name)
-                        if qid > _MAX_QUEUE_ID or not id_entry.is_dir(follow_symlinks=False):
-                            continue
-                        queue = self._make_queue(topic, qid)
-                        self._queues[(topic, qid)] = queue
-                        if not queue.load():
-                            damaged.add((topic, qid))
-        return damaged
-
-    def _reindex(
-        self,
-        start: int,
-        damaged: set[tuple[str, int]],
-        floors: dict[tuple[str, int], int],
-    ) -> set[tuple[str, int]]:
-        """Scan the log and re-index; return queues found to have a gap before ``start``.
-
-        ``floors`` are the checkpoint's queue maxima: entries below them were durable.
-        """
-        log = self._log
-        for key in damaged:
-            self._queues[key].destroy()
-        scan_from = log.min_offset if damaged else start
-        last_seen: dict[tuple[str, int], int] = {}
-        gaps: set[tuple[str, int]] = set()
-        stop_reason: str | None = None
-        scanner = log.scan(scan_from)
-        for clo, data in scanner:
-            try:
-                record, _ = decode_message(data, decompress=False)
-            except RemoteProtocolError as exc:
-                stop_reason = str(exc)
-                break
-            key = (record.topic, record.queue_id)
-            rebuild = key in damaged
-            if clo < start and not rebuild:
-                continue
-            queue = self._queues.get(key)
-            if queue is None:
-                try:
-                    queue = self._make_queue(record.topic, record.queue_id)
-                except (InvalidNameError, ConfigurationError) as exc:
-                    stop_reason = str(exc)
-                    break
-                self._queues[key] = queue
-            qo = record.queue_offset
-            if not rebuild and key not in last_seen and qo > queue.max_offset:
-                # The index lost entries the checkpoint did not know about.
-                gaps.add(key)
-                continue
-            if key in gaps:
-                continue
-            size = len(data)
-            existing = queue.entry(qo) if qo < queue.max_offset else None
-            if (
-                existing is None
-                or existing.commit_log_offset != clo
-                or existing.size != size
-                or existing.store_timestamp != record.store_timestamp
-            ):
-                queue.write_at(qo, clo, size, self._tags_code_of(record), record.store_timestamp)
-                self._rec_reindexed += 1
-            last_seen[key] = qo
-        # On an early break the scanner is parked at the bad record: scan_end is its start.
-        scanner.close()
-        end = log.scan_end
-        if stop_reason is None and log.scan_error is not None:
-            stop_reason = log.scan_error
-        if stop_reason is not None:
-            cut = log.truncate(end)
-            self._rec_truncated += cut
-            _log.warning(
-                "message store: commit log cut at %d (%d bytes removed): %s",
-                end,
-                cut,
-                stop_reason,
-            )
-        cutoff = min(start, end)
-        for key, queue in self._queues.items():
-            if key in gaps:
-                continue
-            if key in last_seen:
-                dropped = queue.truncate(last_seen[key] + 1)
-            else:
-                # Entries below the checkpoint's maximum were fsynced with it: keep them,
-                # unless the log itself lost data before the checkpoint.
-                floor = floors.get(key, 0) if end >= start else 0
-                dropped = queue.trim_tail(cutoff, floor)
-            if dropped:
-                _log.warning(
-                    "message store: index %s/%d: dropped %d entries past the valid log",
-                    key[0],
-                    key[1],
-                    dropped,
-                )
-        return gaps
-
-
-# What _collect reports: nothing matched / the first candidate was removed / records were
-# planned (and read, unless they failed validation); and the faults it met.
-_NO_MATCH: Final = 0
-_REMOVING: Final = 1
-_PLANNED: Final = 2
-_UNREADABLE: Final = 0
-_INVALID: Final = 1
-
-
-def _collect_py(
-    raw: bytes,
-    offset: int,
-    max_msgs: int,
-    max_bytes: int,
-    log_min: int,
-    matches: Callable[[int], bool] | None,
-    queue_id: int,
-    read_span: Callable[[int, int], bytes | None],
-    messages: list[bytes],
-    codes: list[int],
-    offsets: list[int],
-    faults: list[tuple[int, int, int]],
-) -> tuple[int, int]:
-    """The body of :meth:`MessageStore.get` after the index read: pick the entries of ``raw``
-    (consume-queue entries from queue offset ``offset``) to return, read their records from
-    the log and append the valid ones to ``messages``/``codes``/``offsets``.
-
-    Returns ``(entries scanned, outcome)``, outcome being ``_NO_MATCH``, ``_REMOVING`` or
-    ``_PLANNED``. Unreadable spans (``(_UNREADABLE, start, length)``) and records failing
-    validation (``(_INVALID, commit-log offset, queue offset)``) go to ``faults``.
-    ``_store_speedups.collect`` is the compiled twin: same results, same faults.
-    """
-    outcome = _NO_MATCH
-    scanned = count = total = 0
-    plan: list[tuple[int, int, int, int]] = []
-    for clo, size, code, _ts in ENTRY.iter_unpack(raw):
-        # DefaultMessageStore.isTheBatchFull runs before the filter, as here.
-        if count and (count >= max_msgs or total + size > max_bytes):
-            break
-        scanned += 1
-        if matches is not None and not matches(code):
-            if not count:
-                outcome = _NO_MATCH
-            continue
-        if size <= 0 or clo < log_min:
-            if not count:
-                outcome = _REMOVING
-            continue
-        plan.append((clo, size, code, offset + scanned - 1))
-        count += 1
-        total += size
-    if not plan:
-        return scanned, outcome
-    # Entries written in a burst sit back to back in the log, and a queue fed round-robin
-    # has its records a few others apart: read each such run with one pread (a pread costs
-    # about as much as copying 16 KiB), then validate every record (size, magic, its own
-    # offsets, trailer CRC).
-    head = RECORD_HEAD.unpack_from
-    trailer = TRAILER.unpack_from
-    crc32 = zlib.crc32
-    magics = _MAGICS
-    n = len(plan)
-    i = 0
-    while i < n:
-        start = plan[i][0]
-        end = start + plan[i][1] + TRAILER_SIZE
-        j = i + 1
-        while j < n:
-            clo = plan[j][0]
-            nxt = clo + plan[j][1] + TRAILER_SIZE
-            if clo < end or clo - end > _MAX_READ_GAP or nxt - start > _MAX_READ_SPAN:
-                break
-            end = nxt
-            j += 1
-        buf = read_span(start, end - start)
-        if buf is None:
-            faults.append((_UNREADABLE, start, end - start))
-            i = j
-            continue
-        for k in range(i, j):
-            clo, size, code, qo = plan[k]
-            p = clo - start
-            rsize, magic, _crc, rqid, _flag, rqo, rclo = head(buf, p)
-            record = buf[p : p + size]
-            if (
-                rsize != size
-                or rclo != clo
-                or rqo != qo
-                or rqid != queue_id
-                or magic not in magics
-                or crc32(record) != trailer(buf, p + size)[0]
-            ):
-                faults.append((_INVALID, clo, qo))
-                continue
-            messages.append(record)
-            codes.append(code)
-            offsets.append(qo)
-        i = j
-    return scanned, _PLANNED
-
-
-_collect = _collect_py
-
-
-def use_compiled(compiled: bool) -> None:
-    """Read pulls with the compiled ``_store_speedups.collect`` or with :func:`_collect_py`.
-
-    For tests and benchmarks that compare the two; the choice made at import follows the
-    codec's (``AIOROCKET_NO_EXTENSIONS``).
-
-    Raises:
-        RuntimeError: ``compiled`` is asked for and the extension is not built.
-    """
-    global _collect
-    if not compiled:
-        _collect = _collect_py
-        return
-    try:
-        from aiorocket.embedded import _store_speedups
-    except ImportError as exc:
-        raise RuntimeError(f"aiorocket: compiled store helpers not built ({exc})") from None
-    _store_speedups.configure(
-        ENTRY.size,
-        RECORD_HEAD.size,
-        TRAILER_SIZE,
-        MAGIC_V1,
-        MAGIC_V2,
-        _MAX_READ_GAP,
-        _MAX_READ_SPAN,
-    )
-    _collect = _store_speedups.collect
-
-
-with contextlib.suppress(RuntimeError):
-    use_compiled(accel.ACTIVE)

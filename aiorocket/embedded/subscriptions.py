@@ -18,8 +18,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from aiorocket._protocol.admin import DataVersion, SubscriptionGroupConfig
-from aiorocket.embedded.offsets import read_json, write_json_atomically
+from aiorocket._protocol.admin_bodies import DataVersion, SubscriptionGroupConfig
+from aiorocket.embedded.files import PersistedTable, write_json_atomically
 from aiorocket.embedded.topics import is_valid_name
 
 __all__ = ["KVConfig", "SubscriptionGroups"]
@@ -27,13 +27,15 @@ __all__ = ["KVConfig", "SubscriptionGroups"]
 log = logging.getLogger("aiorocket.embedded")
 
 
-class SubscriptionGroups:
+class SubscriptionGroups(PersistedTable):
     """Explicitly configured subscription groups, persisted to ``path``.
 
     Args:
         path: ``subscriptionGroup.json``; ``None`` keeps them in memory only.
         now_ms: returns wall-clock milliseconds (the data version's timestamp).
     """
+
+    _table_key = "subscriptionGroupTable"
 
     def __init__(self, path: Path | None, *, now_ms: int = 0) -> None:
         self._path = path
@@ -45,22 +47,8 @@ class SubscriptionGroups:
         """Bumped by every change."""
         return self._version
 
-    def load(self) -> None:
-        """Read the groups configured by earlier runs.
-
-        Raises:
-            OSError: the file cannot be read.
-            ValueError: the file is malformed.
-        """
-        if self._path is None:
-            return
-        data = read_json(self._path)
-        if data is None:
-            return
-        table = data.get("subscriptionGroupTable") if isinstance(data, dict) else None
-        if not isinstance(table, dict):
-            raise ValueError(f"{self._path}: no subscriptionGroupTable")
-        for name, raw in table.items():
+    def _decode(self, data: dict[str, Any]) -> None:
+        for name, raw in data["subscriptionGroupTable"].items():
             cfg = SubscriptionGroupConfig.from_dict(raw, f"{self._path}[{name}]")
             if not is_valid_name(cfg.group_name):
                 raise ValueError(f"{self._path}: malformed group {name!r}")
@@ -129,31 +117,22 @@ class SubscriptionGroups:
         return True
 
 
-class KVConfig:
+class KVConfig(PersistedTable):
     """The name server's namespaced key-value table, persisted to ``path``.
 
     Args:
         path: ``kvConfig.json``; ``None`` keeps it in memory only.
     """
 
+    _table_key = "configTable"
+
     def __init__(self, path: Path | None) -> None:
         self._path = path
         self._table: dict[str, dict[str, str]] = {}
 
-    def load(self) -> None:
-        """Read the table written by earlier runs.
-
-        Raises:
-            OSError: the file cannot be read.
-            ValueError: the file is malformed.
-        """
-        if self._path is None:
-            return
-        data = read_json(self._path)
-        if data is None:
-            return
-        table = data.get("configTable") if isinstance(data, dict) else None
-        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+    def _decode(self, data: dict[str, Any]) -> None:
+        table: dict[str, Any] = data["configTable"]
+        if not all(isinstance(v, dict) for v in table.values()):
             raise ValueError(f"{self._path}: no configTable")
         self._table = {str(ns): {str(k): str(v) for k, v in kv.items()} for ns, kv in table.items()}
 

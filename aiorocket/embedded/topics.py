@@ -3,25 +3,35 @@
 Names are checked against ``^[%|a-zA-Z0-9_-]{1,127}$`` (``TopicValidator``) before anything
 reaches the disk. Topics created at run time are written to ``topics.json`` atomically before
 the request that created them is answered; system topics are rebuilt from the configuration at
-start (REMOTING.md §6.1).
+start (docs/protocol.md §6.1).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
+from aiorocket._names import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    SCHEDULE_TOPIC,
+    dlq_topic,
+    is_valid_name,
+    retry_topic,
+)
 from aiorocket._protocol.codes import Perm
 from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.offsets import read_json, write_json_atomically
+from aiorocket.embedded.files import PersistedTable, write_json_atomically
 
 __all__ = [
+    "CHECK_MAX_TOPIC",
     "DLQ_PREFIX",
+    "HALF_TOPIC",
     "NOT_ALLOWED_SEND_TOPICS",
     "OFFSET_MOVED_EVENT",
+    "OP_TOPIC",
     "RETRY_PREFIX",
     "SCHEDULE_TOPIC",
     "SELF_TEST_TOPIC",
@@ -35,24 +45,24 @@ __all__ = [
 
 #: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``: the template of auto-created topics.
 TEMPLATE_TOPIC: Final = "TBW102"
-#: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue = level - 1.
-SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 #: ``TopicValidator.RMQ_SYS_SELF_TEST_TOPIC``.
 SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
 #: ``TopicValidator.RMQ_SYS_OFFSET_MOVED_EVENT``.
 OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
-#: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``.
-RETRY_PREFIX: Final = "%RETRY%"
-#: ``MixAll.DLQ_GROUP_TOPIC_PREFIX``.
-DLQ_PREFIX: Final = "%DLQ%"
+#: ``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``: pending half messages, one queue.
+HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+#: ``TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC``: one op message per resolved half.
+OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+#: ``TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``: halves checked too often.
+CHECK_MAX_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 #: ``TopicValidator.isNotAllowedSendTopic``: sending to these answers NO_PERMISSION (16).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     {
         SCHEDULE_TOPIC,
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
+        HALF_TOPIC,
+        OP_TOPIC,
+        CHECK_MAX_TOPIC,
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
     }
@@ -60,26 +70,7 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
 
 log = logging.getLogger("aiorocket.embedded")
 
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 _RW = int(Perm.READ | Perm.WRITE)
-
-
-def is_valid_name(name: str) -> bool:
-    """Whether ``name`` is a legal topic or group name: ``[%|a-zA-Z0-9_-]``, 1 to 127 chars.
-
-    Never raises.
-    """
-    return _NAME.fullmatch(name) is not None
-
-
-def retry_topic(group: str) -> str:
-    """``MixAll.getRetryTopic``: the retry topic of a consumer group."""
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    """``MixAll.getDLQTopic``: the dead-letter topic of a consumer group."""
-    return DLQ_PREFIX + group
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,13 +101,15 @@ class TopicConfig:
         return bool(self.perm & Perm.WRITE)
 
 
-class TopicTable:
+class TopicTable(PersistedTable):
     """The topics this broker hosts.
 
     Args:
         path: ``topics.json``; ``None`` keeps created topics in memory only.
         config: supplies the auto-create switch, queue counts and the delay-level count.
     """
+
+    _table_key = "topicConfigTable"
 
     def __init__(self, path: Path | None, *, config: BrokerConfig) -> None:
         self._path = path
@@ -130,7 +123,7 @@ class TopicTable:
 
     @staticmethod
     def _system_topics(config: BrokerConfig) -> list[TopicConfig]:
-        # BrokerController/TopicConfigManager create these at start (REMOTING.md §6.1).
+        # BrokerController/TopicConfigManager create these at start (docs/protocol.md §6.1).
         out = [
             TopicConfig(name=SELF_TEST_TOPIC, read_queue_nums=1, write_queue_nums=1),
             TopicConfig(name=OFFSET_MOVED_EVENT, read_queue_nums=1, write_queue_nums=1),
@@ -152,22 +145,8 @@ class TopicTable:
             )
         return out
 
-    def load(self) -> None:
-        """Read the topics created by earlier runs.
-
-        Raises:
-            OSError: the file cannot be read.
-            ValueError: the file is malformed.
-        """
-        if self._path is None:
-            return
-        data = read_json(self._path)
-        if data is None:
-            return
-        table = data.get("topicConfigTable") if isinstance(data, dict) else None
-        if not isinstance(table, dict):
-            raise ValueError(f"{self._path}: no topicConfigTable")
-        for name, raw in table.items():
+    def _decode(self, data: dict[str, Any]) -> None:
+        for name, raw in data["topicConfigTable"].items():
             if not isinstance(raw, dict) or not is_valid_name(name):
                 raise ValueError(f"{self._path}: malformed topic {name!r}")
             cfg = TopicConfig(
@@ -318,7 +297,7 @@ class TopicTable:
         return None
 
     def create_on_lookup(self, name: str) -> TopicConfig | None:
-        """The embedded name server's shortcut (REMOTING.md §7.5): with auto-creation on, an
+        """The embedded name server's shortcut (docs/protocol.md §7.5): with auto-creation on, an
         unknown valid topic is created with ``default_queues`` queues when a client asks for
         its route, so consumers that start before any producer find it too.
 

@@ -25,11 +25,10 @@ import contextlib
 import dataclasses
 import logging
 import random
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
+from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import MessageSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -40,40 +39,21 @@ from aiorocket._protocol.headers import (
 from aiorocket._protocol.message import MessageRecord, decode_message, encode_message
 from aiorocket._protocol.msgid import make_offset_msg_id
 from aiorocket._remoting import Connection
-from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.groups import ClientGroups
-from aiorocket.embedded.offsets import ConsumerOffsets
+from aiorocket.embedded.context import BrokerContext, Processor, handles
 from aiorocket.embedded.store import GetStatus, PutResult
-from aiorocket.embedded.topics import TopicTable, is_valid_name
+from aiorocket.embedded.topics import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, is_valid_name
+from aiorocket.embedded.writer import copy_record, reset_transaction_value
 from aiorocket.errors import ClientClosedError, ConnectionClosedError, RemoteProtocolError
 
-if TYPE_CHECKING:
-    from aiorocket.embedded.send import MessageWriter
-
-__all__ = [
-    "CHECK_MAX_TOPIC",
-    "HALF_TOPIC",
-    "OP_TOPIC",
-    "SYSTEM_GROUP",
-    "TransactionService",
-    "reset_transaction_value",
-    "to_half",
-]
+__all__ = ["SYSTEM_GROUP", "TransactionService"]
 
 log = logging.getLogger("aiorocket.embedded")
 
-#: ``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``: pending half messages, one queue.
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-#: ``TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC``: one op message per resolved half.
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-#: ``TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``: halves checked too often.
-CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: ``MixAll.CID_SYS_RMQ_TRANS``: the group whose offsets record the check's progress.
 SYSTEM_GROUP = "CID_RMQ_SYS_TRANS"
 #: ``TransactionalMessageUtil.REMOVETAG``: the tag of op messages.
 REMOVE_TAG = "d"
 
-_TYPE_MASK = int(MessageSysFlag.TRANSACTION_ROLLBACK)  # 0xC: both transaction bits
 _COMMIT = int(MessageSysFlag.TRANSACTION_COMMIT)
 _ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK)
 _BATCH = 32
@@ -81,57 +61,21 @@ _BATCH = 32
 _ENDED_MAX = 100_000
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def reset_transaction_value(sys_flag: int, tran_type: int) -> int:
-    """``MessageSysFlag.resetTransactionValue``: replace the two transaction bits."""
-    return (sys_flag & ~_TYPE_MASK) | tran_type
-
-
-def to_half(rec: MessageRecord) -> None:
-    """Turn a received transactional message into its half message, in place
-    (``TransactionalMessageBridge.parseHalfMessageInner``)."""
-    rec.properties[mp.REAL_TOPIC] = rec.topic
-    rec.properties[mp.REAL_QID] = str(rec.queue_id)
-    # Not-type: the store indexes it (a prepared message would not be) in the half topic.
-    rec.sys_flag = reset_transaction_value(rec.sys_flag, 0)
-    rec.topic = HALF_TOPIC
-    rec.queue_id = 0
-
-
-class TransactionService:
+class TransactionService(Processor):
     """END_TRANSACTION and the periodic check-back.
 
     Args:
-        writer: stores finals, ops, put-back halves and discarded halves.
-        topics: real topics are created if missing; the check-max topic on first discard.
-        groups: producer channels to send check-backs to.
-        offsets: the consumer-offset table holding the check's progress.
-        config: ``transaction_*`` settings.
-        store_address: the broker's current ``(ip, port)``.
-        spawn: runs a check-back send as a broker task.
+        ctx: the broker's writer (finals, ops, put-back and discarded halves), topic table
+            (real topics are created if missing, the check-max topic on first discard),
+            producer channels (check-backs go to them), offset table (the check's progress),
+            ``transaction_*`` settings, advertised address, and task spawner (each
+            check-back is sent as a broker task).
     """
 
-    def __init__(
-        self,
-        *,
-        writer: MessageWriter,
-        topics: TopicTable,
-        groups: ClientGroups,
-        offsets: ConsumerOffsets,
-        config: BrokerConfig,
-        store_address: Callable[[], tuple[str, int]],
-        spawn: Callable[[Coroutine[Any, Any, None], str], None],
-    ) -> None:
-        self._writer = writer
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
-        self._config = config
-        self._store_address = store_address
-        self._spawn = spawn
+    def __init__(self, ctx: BrokerContext) -> None:
+        super().__init__(ctx)
+        self._writer = ctx.writer
+        self._store_address = ctx.store_address
         # Transactions ended since start, by UNIQ_KEY (bounded): a second commit of the same
         # transaction — a check-back answered after the producer's own late END, or two
         # check-backs of one half both answered — only records its op, so a message is not
@@ -144,6 +88,7 @@ class TransactionService:
 
     # -- END_TRANSACTION ----------------------------------------------------------------------
 
+    @handles(RequestCode.END_TRANSACTION)
     async def end_transaction(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
@@ -242,7 +187,7 @@ class TransactionService:
             queue_offset=0,
             commit_log_offset=0,
             sys_flag=0,
-            born_timestamp=_now_ms(),
+            born_timestamp=now_ms(),
             born_host=host,
             born_port=port,
             store_timestamp=0,
@@ -298,7 +243,7 @@ class TransactionService:
                 removed[half_qo] = op_qo
         config = self._config
         timeout_ms = int(config.transaction_timeout * 1000)
-        now = _now_ms()
+        now = now_ms()
         sent = 0
         next_half = half_start
         # Only the halves present when the pass starts: put-back copies wait for the next.
@@ -376,25 +321,8 @@ class TransactionService:
     ) -> MessageRecord:
         """A new record of ``half`` for ``topic``/``queue_id``, stored by this broker (with
         ``half``'s properties copied unless others are given)."""
-        host, port = self._store_address()
-        return MessageRecord(
-            topic=topic,
-            body=half.body,
-            queue_id=queue_id,
-            flag=half.flag,
-            queue_offset=0,
-            commit_log_offset=0,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=half.born_host,
-            born_port=half.born_port,
-            store_timestamp=0,
-            store_host=host,
-            store_port=port,
-            reconsume_times=half.reconsume_times,
-            prepared_transaction_offset=0,
-            properties=dict(half.properties) if properties is None else properties,
-        )
+        props = dict(half.properties) if properties is None else properties
+        return copy_record(half, topic, queue_id, self._store_address(), properties=props)
 
     def _put_back(self, half: MessageRecord) -> MessageRecord:
         # putBackHalfMsgQueue / renewHalfMessageInner: the same half at the queue's end; the
@@ -455,7 +383,7 @@ class TransactionService:
         )
         self.checks_sent += 1
         log.info("checking transaction %s with producer %s of group %s", uniq, conn.peer, group)
-        self._spawn(_send_oneway(conn, cmd), "aiorocket-transaction-check")
+        self._ctx.spawn(_send_oneway(conn, cmd), "aiorocket-transaction-check")
 
 
 async def _send_oneway(conn: Connection, cmd: RemotingCommand) -> None:

@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from aiorocket.integrations._extras import missing_extra
+
 try:
     from fastapi import APIRouter
     from fastapi.responses import JSONResponse, Response
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        'aiorocket.integrations.fastapi needs FastAPI: pip install "aiorocket[fastapi]"'
-    ) from exc
+    raise missing_extra(__name__, "FastAPI", "fastapi") from exc
 
 from aiorocket import Producer
 from aiorocket.app import App

@@ -20,21 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Iterable
+
+from aiorocket.integrations._extras import missing_extra
 
 try:
     from opentelemetry import metrics
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "aiorocket.integrations.opentelemetry needs opentelemetry-api: "
-        'pip install "aiorocket[opentelemetry]"'
-    ) from exc
+    raise missing_extra(__name__, "opentelemetry-api", "opentelemetry") from exc
 
+from aiorocket._concurrency import Service
 from aiorocket.app import App
 from aiorocket.app.metrics import METRICS, MetricSample, MetricSpec, collect
 
 __all__ = ["AppInstrumentation", "instrument"]
+
+log = logging.getLogger("aiorocket.opentelemetry")
 
 
 class AppInstrumentation:
@@ -53,7 +56,7 @@ class AppInstrumentation:
         self._app = app
         self._interval = interval
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._lifecycle: Service | None = None
         self._snapshot: dict[str, list[MetricSample]] = {}
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("aiorocket")
         for spec in METRICS:
@@ -77,16 +80,20 @@ class AppInstrumentation:
         """Start refreshing the snapshot every ``interval`` seconds on the running loop."""
         self._loop = asyncio.get_running_loop()
         self.refresh()
-        if self._task is None:
-            self._task = self._loop.create_task(self._run(), name="aiorocket-otel-snapshot")
+        if self._lifecycle is None:
+            # The snapshot task is owned by its own supervisor, not by the caller's task.
+            async def startup() -> None:
+                lifecycle.spawn(self._run(), name="aiorocket-otel-snapshot")
+
+            lifecycle = Service("aiorocket-otel", startup=startup, logger=log)
+            self._lifecycle = lifecycle
+            lifecycle.start_soon()
 
     async def stop(self) -> None:
         """Stop the snapshot task."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        lifecycle, self._lifecycle = self._lifecycle, None
+        if lifecycle is not None:
+            await lifecycle.close()
 
     async def _run(self) -> None:
         while True:

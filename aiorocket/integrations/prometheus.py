@@ -25,15 +25,14 @@ from collections.abc import Iterator
 
 import anyio
 
+from aiorocket.integrations._extras import missing_extra
+
 try:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "aiorocket.integrations.prometheus needs prometheus-client: "
-        'pip install "aiorocket[prometheus]"'
-    ) from exc
+    raise missing_extra(__name__, "prometheus-client", "prometheus") from exc
 
 from aiorocket.app import App
 from aiorocket.app.health import readiness_report

@@ -32,8 +32,9 @@ import logging
 import socket
 import struct
 from collections import deque
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
+
+from aiorocket._concurrency import AsyncResource
 
 __all__ = ["ChaosProxy", "Direction"]
 
@@ -56,7 +57,7 @@ def _split_address(address: str) -> tuple[str, int]:
 
 class _FrameCursor:
     """Where the bytes written so far stand in the stream of length-prefixed frames
-    (4-byte big-endian length, then that many bytes: REMOTING.md §1.1)."""
+    (4-byte big-endian length, then that many bytes: docs/protocol.md §1.1)."""
 
     __slots__ = ("_header", "pos", "size")
 
@@ -225,7 +226,7 @@ class _Link:
         self.proxy._links.discard(self)
 
 
-class ChaosProxy:
+class ChaosProxy(AsyncResource):
     """A TCP proxy in front of ``upstream`` that injects network faults on demand.
 
     ::
@@ -297,18 +298,6 @@ class ChaosProxy:
             await asyncio.wait(tasks, timeout=10)
         if server is not None:
             await server.wait_closed()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # -- addresses ---------------------------------------------------------------------------
 

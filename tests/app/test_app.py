@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -12,6 +10,7 @@ from pydantic import BaseModel
 from aiorocket import App, DeadLetter, ReceivedMessage, ReconsumeLater, RetryPolicy
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ClientClosedError, ConfigurationError
+from tests._harness.wait import wait_for
 
 # Short timers so tests do not wait for production intervals.
 FAST = {
@@ -29,18 +28,8 @@ class Order(BaseModel):
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(delay_levels=(0.1, 0.2, 0.3, 0.4, 0.5))
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data", config=config) as b:
-        yield b
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(delay_levels=(0.1, 0.2, 0.3, 0.4, 0.5))
 
 
 def make_app(broker: EmbeddedBroker) -> App:
@@ -72,7 +61,7 @@ async def test_typed_bodies_and_the_raw_message(broker: EmbeddedBroker) -> None:
         await app.publish("typed", "héllo", tags="text")
         await app.publish("typed", {"a": 1}, tags="json")
         await app.publish("typed", b"\x00\x01", tags="bytes")
-        await wait_for(lambda: all(got.values()))
+        await wait_for(lambda: all(got.values()), timeout=10.0, what="all(got.values())")
     assert got["model"] == [(Order(id=1, item="book"), "model", 0)]
     assert got["text"] == ["héllo"]
     assert got["json"] == [{"a": 1}]
@@ -95,7 +84,9 @@ async def test_invalid_body_goes_to_the_dlq_without_burning_retries(broker: Embe
     async with app:
         await app.publish("orders-q", b'{"id": "not a number"}', tags="x")
         await app.publish("orders-q", Order(id=2, item="pen"))
-        await wait_for(lambda: bool(dlq) and bool(calls))
+        await wait_for(
+            lambda: bool(dlq) and bool(calls), timeout=10.0, what="bool(dlq) and bool(calls)"
+        )
         stats = app.statistics()
     assert calls == [Order(id=2, item="pen")]
     (dead,) = dlq
@@ -137,7 +128,11 @@ async def test_retry_policy_by_exception_class_and_reconsume_later(broker: Embed
     async with app:
         for body in ("ok", "flaky", "fatal", "always", "give-up"):
             await app.publish("jobs", body)
-        await wait_for(lambda: len(dlq) == 3 and len(attempts.get("flaky", [])) == 2, timeout=20)
+        await wait_for(
+            lambda: len(dlq) == 3 and len(attempts.get("flaky", [])) == 2,
+            timeout=20,
+            what="len(dlq) == 3 and len(attempts.get('flaky', [])) == 2",
+        )
     assert attempts["ok"] == [0]
     assert attempts["flaky"] == [0, 1]  # redelivered through %RETRY%workers
     assert attempts["fatal"] == [0]  # dead-lettered at once by exception class
@@ -162,7 +157,11 @@ async def test_batch_handler(broker: EmbeddedBroker) -> None:
                 for i in range(100)
             ]
         )
-        await wait_for(lambda: sum(len(b) for b in batches) >= 100)
+        await wait_for(
+            lambda: sum(len(b) for b in batches) >= 100,
+            timeout=10.0,
+            what="sum((len(b) for b in batches)) >= 100",
+        )
     assert sorted(o.id for b in batches for o in b) == list(range(100))
     assert max(len(b) for b in batches) > 1
     assert all(len(b) <= 16 for b in batches)
@@ -185,7 +184,7 @@ async def test_subscribers_sharing_a_group_share_one_consumer(broker: EmbeddedBr
         await app.publish("shared", "1", tags="a")
         await app.publish("shared", "2", tags="b")
         await app.publish("shared", "3", tags="c")  # nobody subscribed to c
-        await wait_for(lambda: len(seen) == 2)
+        await wait_for(lambda: len(seen) == 2, timeout=10.0, what="len(seen) == 2")
         await asyncio.sleep(0.3)
     assert sorted(seen) == ["a:1", "b:2"]
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -14,19 +12,13 @@ from pydantic import BaseModel
 from aiorocket import App, ReceivedMessage, ReconsumeLater
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
-from tests.app.test_app import wait_for
+from tests._harness.wait import wait_for
 from tests.app.test_app_orderly import ORDERLY
 
 
 class Step(BaseModel):
     account: str
     seq: int
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as b:
-        yield b
 
 
 async def test_keys_sharing_a_queue_run_concurrently_each_in_order(broker: EmbeddedBroker) -> None:
@@ -58,7 +50,11 @@ async def test_keys_sharing_a_queue_run_concurrently_each_in_order(broker: Embed
         for seq in range(10):
             for acc in accounts:
                 await app.publish("accounts", Step(account=acc, seq=seq), sharding_key=acc)
-        await wait_for(lambda: sum(map(len, seen.values())) == 240, timeout=30)
+        await wait_for(
+            lambda: sum(map(len, seen.values())) == 240,
+            timeout=30,
+            what="sum(map(len, seen.values())) == 240",
+        )
     assert all(seen[a] == list(range(10)) for a in accounts)
     assert peak_key == 1
     assert peak_queue > 1  # accounts of one queue side by side

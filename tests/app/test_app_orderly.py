@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
 from pydantic import BaseModel
 
 from aiorocket import App, DeadLetter, ReceivedMessage, ReconsumeLater, RetryPolicy
 from aiorocket.embedded import EmbeddedBroker
-from tests.app.test_app import FAST, wait_for
+from tests._harness.wait import wait_for
+from tests.app.test_app import FAST
 
 ORDERLY = {
     **FAST,
@@ -26,12 +24,6 @@ ORDERLY = {
 class Event(BaseModel):
     order: int
     seq: int
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as b:
-        yield b
 
 
 async def test_orderly_subscriber_keeps_order_through_retries_and_dead_letters(
@@ -67,7 +59,11 @@ async def test_orderly_subscriber_keeps_order_through_retries_and_dead_letters(
                 else:
                     body = Event(order=order, seq=seq)
                 await app.publish("order-events", body, sharding_key=f"order-{order}")
-        await wait_for(lambda: sum(len(v) for v in seen.values()) >= 33 and len(dlq) == 3)
+        await wait_for(
+            lambda: sum(len(v) for v in seen.values()) >= 33 and len(dlq) == 3,
+            timeout=10.0,
+            what="sum((len(v) for v in seen.values())) >= 33 and len(dlq) == 3",
+        )
         stats = app.statistics()
 
     seqs = seen.__getitem__
@@ -103,5 +99,5 @@ async def test_orderly_reconsume_later_delay_level_sets_the_suspend_time(
 
     async with app:
         await app.publish("ord-delay", "x", sharding_key="k")
-        await wait_for(lambda: len(times) == 2, timeout=10)
+        await wait_for(lambda: len(times) == 2, timeout=10, what="len(times) == 2")
     assert times[1] - times[0] >= 0.99  # delay level 1: one second, not the 0.1 s default

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from aiorocket.embedded import EmbeddedBroker
 from aiorocket.integrations.fastapi import health_router, metrics_router
 from aiorocket.integrations.opentelemetry import instrument
 from aiorocket.integrations.prometheus import serve
+from tests._harness.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSUMER: dict[str, Any] = {
@@ -38,25 +38,17 @@ QUEUES = 2
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "data") as b:
-        async with Admin(namesrv=b.address) as admin:
-            await admin.create_topic(TOPIC, queues=QUEUES)
-        yield b
+async def broker(broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The suite's broker, with ``TOPIC`` created."""
+    async with Admin(namesrv=broker.address) as admin:
+        await admin.create_topic(TOPIC, queues=QUEUES)
+    return broker
 
 
 async def produce(addr: str, bodies: list[str]) -> None:
     async with Producer(namesrv=addr, group="opsP") as p:
         for b in bodies:
             await p.send(Message(TOPIC, b))
-
-
-async def wait_for(cond: Any, what: str, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def scrape(port: int, path: str) -> tuple[int, str]:
@@ -107,7 +99,7 @@ async def test_lag_metrics_and_readiness_under_a_blocked_handler(broker: Embedde
         server = await serve(app, host="127.0.0.1", port=0)
         port = server.sockets[0].getsockname()[1]
         try:
-            await wait_for(lambda: len(seen) == 10, "the first 10 messages")
+            await wait_for(lambda: len(seen) == 10, timeout=20.0, what="the first 10 messages")
             status, _ = await scrape(port, "/readyz")
             assert status == 200
             # a handler blocks one queue; 6 more messages go to the same... any queues
@@ -119,7 +111,7 @@ async def test_lag_metrics_and_readiness_under_a_blocked_handler(broker: Embedde
                     app.stuck_queues()
                 )
 
-            await wait_for(lag_seen, "the blocked queue to count as stuck")
+            await wait_for(lag_seen, timeout=20.0, what="the blocked queue to count as stuck")
             stats = consumer.statistics()
             blocked = [q for q in stats.queues.values() if q.in_flight]
             assert len(blocked) == 1
@@ -156,10 +148,14 @@ async def test_lag_metrics_and_readiness_under_a_blocked_handler(broker: Embedde
             assert value(text, "aiorocket_consumer_pulled_messages_total", topic=TOPIC) >= 16
             assert value(text, "aiorocket_consumer_rebalances_total", group=GROUP) >= 1
             release.set()
-            await wait_for(lambda: len(seen) == 17, "all 17 messages")
-            await wait_for(lambda: not app.stuck_queues(), "the queue to recover")
+            await wait_for(lambda: len(seen) == 17, timeout=20.0, what="all 17 messages")
             await wait_for(
-                lambda: consumer.statistics().topics[TOPIC].lag == 0, "the lag to reach 0"
+                lambda: not app.stuck_queues(), timeout=20.0, what="the queue to recover"
+            )
+            await wait_for(
+                lambda: consumer.statistics().topics[TOPIC].lag == 0,
+                timeout=20.0,
+                what="the lag to reach 0",
             )
             status, text = await scrape(port, "/metrics")
             assert value(text, "aiorocket_consumer_lag_messages", topic=TOPIC) == 0
@@ -182,9 +178,13 @@ async def test_failed_and_ok_counts_and_opentelemetry(broker: EmbeddedBroker) ->
     async with app:
         inst = instrument(app, meter_provider=provider, interval=0.2)
         try:
-            await wait_for(lambda: len(seen) == 3, "three good messages")
+            await wait_for(lambda: len(seen) == 3, timeout=20.0, what="three good messages")
             stats = app.statistics()
-            await wait_for(lambda: next(iter(app.statistics().values())).failed >= 1, "the failure")
+            await wait_for(
+                lambda: next(iter(app.statistics().values())).failed >= 1,
+                timeout=20.0,
+                what="the failure",
+            )
             data = reader.get_metrics_data()  # collected on the loop: live values
             points: dict[str, list[Any]] = {}
             assert data is not None
@@ -232,7 +232,7 @@ async def test_fastapi_metrics_and_readiness_routes(broker: EmbeddedBroker) -> N
         api.router.lifespan_context(api),
     ):
         await produce(broker.address, ["x", "block"])
-        await wait_for(lambda: bool(app.stuck_queues()), "a stuck queue")
+        await wait_for(lambda: bool(app.stuck_queues()), timeout=20.0, what="a stuck queue")
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         body = ready.json()
@@ -244,7 +244,7 @@ async def test_fastapi_metrics_and_readiness_routes(broker: EmbeddedBroker) -> N
         assert metrics.headers["content-type"].startswith("text/plain")
         assert value(metrics.text, "aiorocket_consumer_queue_stuck", topic=TOPIC) == 1
         release.set()
-        await wait_for(lambda: not app.stuck_queues(), "recovery")
+        await wait_for(lambda: not app.stuck_queues(), timeout=20.0, what="recovery")
         assert (await client.get("/readyz")).status_code == 200
 
 
@@ -291,7 +291,9 @@ async def test_worker_cli_serves_metrics(broker: EmbeddedBroker, tmp_path: Path)
         def handled() -> int:
             return len(log.read_text().splitlines()) if log.exists() else 0
 
-        await wait_for(lambda: handled() == 25, "25 messages handled by the worker")
+        await wait_for(
+            lambda: handled() == 25, timeout=20.0, what="25 messages handled by the worker"
+        )
         text = ""
         for _ in range(100):
             _status, text = await scrape(port, "/metrics")

@@ -9,7 +9,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,6 @@ FAST: dict[str, Any] = {
     "pull_suspend_timeout": 1.0,
     "shutdown_grace": 2.0,
 }
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "data") as b:
-        yield b
 
 
 async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -21,45 +21,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
-import signal
 import sys
 import time
-from typing import Any, TextIO
 
 import aiorocket as rmq
+from tests._harness.child import member_consumer, member_parser, stop_on_signals, until_stopped
 
 
 async def main(args: argparse.Namespace) -> int:
-    out: TextIO = open(args.out, "a", encoding="utf-8")  # noqa: SIM115
-    consumer = rmq.PushConsumer(
-        group=args.group,
-        namesrv=args.namesrv,
+    out, consumer = member_consumer(
+        args,
         orderly=True,
         consume_from="first",
-        rebalance_interval=args.rebalance_interval,
-        offset_persist_interval=args.persist_interval,
         heartbeat_interval=args.heartbeat_interval,
         lock_renew_interval=args.lock_renew_interval,
         lock_expiry=args.lock_expiry,
         unlock_delay=args.unlock_delay,
         pull_suspend_timeout=1.0,
-        shutdown_grace=5.0,
         order_by=args.order_by,
         concurrency=args.concurrency,
     )
-    consumer.subscribe(args.topic)
-
-    def write(obj: dict[str, Any]) -> None:
-        out.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        out.flush()
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
         q = ctx.queue
         lock = consumer.statistics().queues.get(q)
-        write(
+        out.write(
             {
                 "k": "s",
                 "c": args.name,
@@ -73,36 +60,28 @@ async def main(args: argparse.Namespace) -> int:
         )
         if args.sleep:
             await asyncio.sleep(args.sleep * len(msgs))
-        write({"k": "e", "c": args.name, "q": q.queue_id, "y": ctx.key, "t": time.time()})
+        out.write({"k": "e", "c": args.name, "q": q.queue_id, "y": ctx.key, "t": time.time()})
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    def snapshot() -> None:
+        queues = consumer.statistics().queues
+        locks = {
+            mq.queue_id: q.last_lock_time
+            for mq, q in queues.items()
+            if mq.topic == args.topic and q.locked
+        }
+        out.write({"k": "a", "c": args.name, "t": time.time(), "locks": locks})
+
+    stop = stop_on_signals()
     async with consumer:
         print("READY", flush=True)
-        while not stop.is_set():
-            queues = consumer.statistics().queues
-            locks = {
-                mq.queue_id: q.last_lock_time
-                for mq, q in queues.items()
-                if mq.topic == args.topic and q.locked
-            }
-            write({"k": "a", "c": args.name, "t": time.time(), "locks": locks})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.1)
-    write({"k": "a", "c": args.name, "t": time.time(), "locks": {}, "closed": True})
+        await until_stopped(stop, snapshot)
+    out.write({"k": "a", "c": args.name, "t": time.time(), "locks": {}, "closed": True})
     out.close()
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--namesrv", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--name", required=True)
+    parser = member_parser()
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds per message")
     parser.add_argument("--rebalance-interval", type=float, default=0.5)
     parser.add_argument("--persist-interval", type=float, default=0.5)

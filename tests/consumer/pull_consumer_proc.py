@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import resource
-import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
 
 import aiorocket as rmq
+from tests._harness.child import JsonLines, member_parser, stop_on_signals, until_stopped
 
 
 def _rss_kb() -> int:
@@ -44,7 +41,7 @@ def _rss_kb() -> int:
 
 
 async def main(args: argparse.Namespace) -> int:
-    out: TextIO = open(args.out, "a", encoding="utf-8")  # noqa: SIM115
+    out = JsonLines(args.out, args.name)
     consumer = rmq.PullConsumer(
         group=args.group,
         namesrv=args.namesrv,
@@ -55,71 +52,43 @@ async def main(args: argparse.Namespace) -> int:
     )
     consumer.subscribe(args.topic)
 
-    def write(obj: dict[str, Any]) -> None:
-        out.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        out.flush()
-
     def record(msgs: list[rmq.ReceivedMessage]) -> None:
-        now = time.time()
-        out.write(
-            "".join(
-                json.dumps(
-                    {
-                        "k": "d",
-                        "c": args.name,
-                        "q": m.queue_id,
-                        "o": m.queue_offset,
-                        "id": m.body.decode(errors="replace")[:40],
-                        "r": m.reconsume_times,
-                        "t": now,
-                    },
-                    separators=(",", ":"),
-                )
-                + "\n"
-                for m in msgs
-            )
-        )
-        out.flush()
+        out.deliveries(msgs, lambda body: body.decode(errors="replace")[:40])
 
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     closing: list[asyncio.Task[None]] = []
 
     def on_signal() -> None:
-        stop.set()
         if args.mode == "iter" and not closing:
             # Ends `async for` (a reader waiting for a message has processed the previous one).
             closing.append(loop.create_task(consumer.close()))
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    stop = stop_on_signals(on_signal)
+    next_memory = 0.0
 
-    async def snapshots() -> None:
-        next_memory = 0.0
-        while not stop.is_set():
-            now = time.time()
-            held = sorted(mq.queue_id for mq in consumer.assignment() if mq.topic == args.topic)
-            write({"k": "a", "c": args.name, "t": now, "queues": held})
-            if args.memory and now >= next_memory:
-                next_memory = now + 0.2
-                owned = list(consumer._owned.values())
-                write(
-                    {
-                        "k": "m",
-                        "c": args.name,
-                        "t": now,
-                        "rss_kb": _rss_kb(),
-                        "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                        "cached": max((o.pq.cached_count for o in owned), default=0),
-                        "buffered": sum(o.pq.cached_count for o in owned),
-                    }
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.1)
+    def snapshot() -> None:
+        nonlocal next_memory
+        now = time.time()
+        held = sorted(mq.queue_id for mq in consumer.assignment() if mq.topic == args.topic)
+        out.write({"k": "a", "c": args.name, "t": now, "queues": held})
+        if args.memory and now >= next_memory:
+            next_memory = now + 0.2
+            owned = list(consumer._queues.entries.values())
+            out.write(
+                {
+                    "k": "m",
+                    "c": args.name,
+                    "t": now,
+                    "rss_kb": _rss_kb(),
+                    "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                    "cached": max((o.pq.cached_count for o in owned), default=0),
+                    "buffered": sum(o.pq.cached_count for o in owned),
+                }
+            )
 
     async with consumer:
         print("READY", flush=True)
-        watcher = asyncio.create_task(snapshots())
+        watcher = asyncio.create_task(until_stopped(stop, snapshot))
         if args.mode == "poll":
             while not stop.is_set():
                 batch = await consumer.poll(max_messages=args.batch, timeout=0.1)
@@ -135,18 +104,13 @@ async def main(args: argparse.Namespace) -> int:
                     break
         stop.set()
         await watcher
-    write({"k": "a", "c": args.name, "t": time.time(), "queues": [], "closed": True})
+    out.write({"k": "a", "c": args.name, "t": time.time(), "queues": [], "closed": True})
     out.close()
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--namesrv", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--name", required=True)
+    parser = member_parser()
     parser.add_argument("--mode", choices=("poll", "iter"), default="poll")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--sleep", type=float, default=0.0)

@@ -1,4 +1,4 @@
-"""Allocation strategies against the Java algorithms (REMOTING.md §6.7)."""
+"""Allocation strategies against the Java algorithms (docs/protocol.md §6.7)."""
 
 from __future__ import annotations
 

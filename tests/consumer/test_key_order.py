@@ -4,8 +4,6 @@ against a reference model, the key functions, and the producer's ``__SHARDINGKEY
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +13,7 @@ import aiorocket as rmq
 from aiorocket._consumer.key_order import KeyLanes, key_function, safe_key
 from aiorocket._producer.producer import Producer
 from aiorocket._protocol.properties import SHARDING_KEY
+from aiorocket.embedded import BrokerConfig
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message
@@ -180,9 +179,8 @@ def test_a_failing_key_function_is_logged_and_the_message_keyless(
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "broker") as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig()
 
 
 async def test_the_producer_records_the_sharding_key(broker: EmbeddedBroker) -> None:

@@ -1,5 +1,5 @@
 """Three consumer processes join and leave (cleanly and by SIGKILL) while 20k messages flow
-(RELIABILITY.md R1, R2, R6).
+(docs/reliability.md R1, R2, R6).
 
 Each process (``consumer_proc.py``) writes every delivery and its held queues as JSON lines;
 the checks read those files.
@@ -8,131 +8,36 @@ the checks read those files.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import sys
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.models import Message
+from tests._harness.child import (
+    Child,
+    delivered_ids,
+    member_options,
+    produce_at_rate,
+    start_script,
+    stop_child,
+    wait_delivered,
+    wait_one_owner_each,
+)
+from tests._harness.deliveries import check_clean_restart, check_none_lost, stray_duplicates
 
 SCRIPT = Path(__file__).with_name("consumer_proc.py")
-ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "Flow"
 GROUP = "flow-group"
 PERSIST = 1.0  # offset persistence interval of the processes (P of R1)
 
 
-@dataclass
-class Proc:
-    name: str
-    proc: asyncio.subprocess.Process
-    out: Path
-    killed_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _read(out_dir: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for path in out_dir.glob("*.jsonl"):
-        # A line cut by SIGKILL mid-write is incomplete; skip it.
-        rows.extend(json.loads(x) for x in path.read_text().splitlines() if x.endswith("}"))
-    return rows
-
-
-async def _spawn(name: str, broker: EmbeddedBroker, out_dir: Path, sleep: float = 0.0) -> Proc:
+async def _spawn(name: str, broker: EmbeddedBroker, out_dir: Path, sleep: float = 0.0) -> Child:
     out = out_dir / f"{name}.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SCRIPT),
-        "--namesrv",
-        broker.address,
-        "--group",
-        GROUP,
-        "--topic",
-        TOPIC,
-        "--out",
-        str(out),
-        "--name",
-        name,
-        "--sleep",
-        str(sleep),
-        "--persist-interval",
-        str(PERSIST),
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    assert line.strip() == b"READY", line
-    return Proc(name, proc, out)
-
-
-async def _stop(p: Proc, sig: int) -> None:
-    if sig == signal.SIGKILL:
-        p.killed_at = time.time()
-    p.proc.send_signal(sig)
-    code = await asyncio.wait_for(p.proc.wait(), 30)
-    assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
-
-
-def _latest_assignments(out_dir: Path, live: list[Proc]) -> dict[str, list[int]]:
-    latest: dict[str, tuple[float, list[int]]] = {}
-    names = {p.name for p in live}
-    for row in _read(out_dir):
-        newer = row["c"] not in latest or row["t"] >= latest[row["c"]][0]
-        if row["k"] == "a" and row["c"] in names and newer:
-            latest[row["c"]] = (row["t"], row["queues"])
-    return {c: q for c, (_, q) in latest.items()}
-
-
-async def _wait_one_owner_each(out_dir: Path, live: list[Proc], timeout: float = 8.0) -> float:
-    """Wait until the live processes hold the 8 queues exactly once between them."""
-    start = time.monotonic()
-    while True:
-        held = _latest_assignments(out_dir, live)
-        owners: Counter[int] = Counter(q for qs in held.values() for q in qs)
-        complete = len(held) == len(live) and sorted(owners) == list(range(8))
-        if complete and all(n == 1 for n in owners.values()):
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"queues not settled: {held}")
-        await asyncio.sleep(0.1)
-
-
-async def _produce(broker: EmbeddedBroker, ids: list[str], rate: float) -> None:
-    batch = 50
-    async with Producer(namesrv=broker.address, group="flow-producer") as p:
-        start = time.monotonic()
-        for i in range(0, len(ids), batch):
-            await p.send_batch([Message(TOPIC, x.encode()) for x in ids[i : i + batch]])
-            ahead = start + (i + batch) / rate - time.monotonic()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
-
-
-async def _wait_delivered(out_dir: Path, ids: list[str], timeout: float) -> None:
-    wanted = set(ids)
-    deadline = time.monotonic() + timeout
-    while True:
-        got = {r["id"] for r in _read(out_dir) if r["k"] == "d"}
-        missing = wanted - got
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"{len(missing)} messages never delivered, e.g. {sorted(missing)[:5]}"
-            )
-        await asyncio.sleep(0.2)
+    options = member_options(broker.address, GROUP, TOPIC, out, name)
+    extra = ("--sleep", str(sleep), "--persist-interval", str(PERSIST))
+    return Child(name, await start_script(SCRIPT, *options, *extra, ready_timeout=30), out)
 
 
 @pytest.mark.slow
@@ -143,62 +48,55 @@ async def test_processes_join_and_leave_while_messages_flow(
     out1.mkdir()
     procs = await asyncio.gather(*(_spawn(n, broker, out1) for n in ("a", "b", "c")))
     live = list(procs)
-    await _wait_one_owner_each(out1, live)
+    await wait_one_owner_each(out1, live, timeout=8.0)
 
     ids = [f"m{i}" for i in range(20_000)]
-    production = asyncio.create_task(_produce(broker, ids, rate=2000))
+    production = asyncio.create_task(
+        produce_at_rate(broker.address, TOPIC, "flow-producer", ids, rate=2000)
+    )
     settle_times = []
     changes: list[float] = []  # membership changes (joins and clean leaves)
+
+    async def replace(old: Child, sig: int, new: str) -> None:
+        """``old`` leaves (SIGTERM) or is killed (SIGKILL), then ``new`` joins."""
+        live.remove(old)
+        if sig == signal.SIGTERM:
+            changes.append(time.time())
+        await stop_child(old, sig, timeout=30)
+        settle_times.append(await wait_one_owner_each(out1, live, timeout=8.0))
+        changes.append(time.time())
+        live.append(await _spawn(new, broker, out1))
+        settle_times.append(await wait_one_owner_each(out1, live, timeout=8.0))
+
     try:
         await asyncio.sleep(2)
         # SIGKILL b, then b2 joins.
-        b = live.pop(1)
-        await _stop(b, signal.SIGKILL)
-        settle_times.append(await _wait_one_owner_each(out1, live))
-        changes.append(time.time())
-        live.append(await _spawn("b2", broker, out1))
-        settle_times.append(await _wait_one_owner_each(out1, live))
+        b = live[1]
+        await replace(b, signal.SIGKILL, "b2")
         await asyncio.sleep(1)
         # c leaves cleanly, c2 joins.
-        c = next(p for p in live if p.name == "c")
-        live.remove(c)
-        changes.append(time.time())
-        await _stop(c, signal.SIGTERM)
-        settle_times.append(await _wait_one_owner_each(out1, live))
-        changes.append(time.time())
-        live.append(await _spawn("c2", broker, out1))
-        settle_times.append(await _wait_one_owner_each(out1, live))
+        await replace(next(p for p in live if p.name == "c"), signal.SIGTERM, "c2")
         await asyncio.sleep(1)
         # SIGKILL a; a2 joins.
         a = next(p for p in live if p.name == "a")
-        live.remove(a)
-        await _stop(a, signal.SIGKILL)
-        settle_times.append(await _wait_one_owner_each(out1, live))
-        changes.append(time.time())
-        live.append(await _spawn("a2", broker, out1))
-        settle_times.append(await _wait_one_owner_each(out1, live))
+        await replace(a, signal.SIGKILL, "a2")
         await production
-        await _wait_delivered(out1, ids, timeout=60)
-        await _wait_one_owner_each(out1, live)
+        await wait_delivered(lambda: delivered_ids(out1), ids, timeout=60, interval=0.2)
+        await wait_one_owner_each(out1, live, timeout=8.0)
         # Everyone leaves cleanly; each leave moves queues between the members still there.
         for p in live:
             changes.append(time.time())
-            await _stop(p, signal.SIGTERM)
+            await stop_child(p, signal.SIGTERM, timeout=30)
     finally:
         production.cancel()
         for p in live:
             if p.proc.returncode is None:
-                await _stop(p, signal.SIGTERM)
+                await stop_child(p, signal.SIGTERM, timeout=30)
 
-    rows = [r for r in _read(out1) if r["k"] == "d"]
-    counts = Counter(r["id"] for r in rows)
-    assert set(counts) == set(ids)  # lost = 0
+    rows, counts, first = check_none_lost(out1, ids)
     # R1: duplicates come from the last persistence interval of each killed process (plus what
     # finished above its lowest unfinished offset), or from the brief overlap while a joining
     # member takes queues over (rebalance, as in Java).
-    first: dict[str, dict[str, Any]] = {}
-    for r in sorted(rows, key=lambda r: r["t"]):
-        first.setdefault(r["id"], r)
     killed = {p.name: p.killed_at for p in (a, b) if p.killed_at is not None}
     dup_ids = [i for i, n in counts.items() if n > 1]
     by_kill = [
@@ -220,12 +118,7 @@ async def test_processes_join_and_leave_while_messages_flow(
     # change: the old owner's progress since its last commit, replayed by the new owner when
     # a queue moves between live members (as with the Java client).
     others = [i for i in dup_ids if i not in set(by_kill)]
-    stray = [
-        i for i in others if not any(t - PERSIST - 1.0 <= first[i]["t"] <= t + 3.0 for t in changes)
-    ]
-    detail = {
-        i: sorted((r["t"], r["c"], r["q"], r["o"]) for r in rows if r["id"] == i) for i in stray[:5]
-    }
+    stray, detail = stray_duplicates(rows, first, others, changes, PERSIST)
     assert stray == [], (detail, changes, killed)
     assert max(counts.values()) <= 3
 
@@ -234,27 +127,17 @@ async def test_processes_join_and_leave_while_messages_flow(
     out2.mkdir()
     ids2 = [f"n{i}" for i in range(4000)]
     d = await _spawn("d", broker, out2, sleep=0.002)
-    production = asyncio.create_task(_produce(broker, ids2, rate=2000))
+    production = asyncio.create_task(
+        produce_at_rate(broker.address, TOPIC, "flow-producer", ids2, rate=2000)
+    )
     try:
         await asyncio.sleep(1.0)
-        await _stop(d, signal.SIGTERM)
+        await stop_child(d, signal.SIGTERM, timeout=30)
         d2 = await _spawn("d2", broker, out2)
         await production
-        await _wait_delivered(out2, ids2, timeout=30)
+        await wait_delivered(lambda: delivered_ids(out2), ids2, timeout=30, interval=0.2)
         await asyncio.sleep(0.5)
-        await _stop(d2, signal.SIGTERM)
+        await stop_child(d2, signal.SIGTERM, timeout=30)
     finally:
         production.cancel()
-    rows2 = [r for r in _read(out2) if r["k"] == "d"]
-    counts2 = Counter(r["id"] for r in rows2)
-    before = {r["id"] for r in rows2 if r["c"] == "d"}
-    print(f"phase 2: {len(before)} delivered before the clean shutdown, {len(rows2)} in all")
-    assert 0 < len(before) < len(ids2)
-    assert set(counts2) == set(ids2)
-    assert max(counts2.values()) == 1  # duplicates = 0
-    # The restarted member went on exactly where the first one stopped, queue by queue.
-    per_queue: dict[int, list[int]] = defaultdict(list)
-    for r in rows2:
-        per_queue[r["q"]].append(r["o"])
-    for offsets in per_queue.values():
-        assert sorted(offsets) == list(range(min(offsets), min(offsets) + len(offsets)))
+    check_clean_restart(out2, ids2, "d", "delivered before the clean shutdown")

@@ -82,7 +82,7 @@ async def test_remote_store_against_the_embedded_broker() -> None:
             await client.fetch_route("RemoteT")
             mq = MessageQueue("RemoteT", "broker-a", 0)
             store = RemoteOffsetStore(client, "remote-group")
-            # A young broker answers 0 for a new group (REMOTING.md §6.5).
+            # A young broker answers 0 for a new group (docs/protocol.md §6.5).
             assert await store.read_stored(mq) in (None, 0)
             store.update(mq, 17)
             await store.persist(mq, sync=True)

@@ -22,7 +22,10 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
 from aiorocket.settings import ClientSettings
-from tests.consumer.conftest import FAST, FAST_DELAYS, consume_directly, wait_for
+from tests._harness.broker import FAST_DELAYS
+from tests._harness.send import fill_queue
+from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST, consume_directly
 
 #: orderly consumers in these tests: quick rebalances, renewals and releases
 ORDERLY: dict[str, Any] = {
@@ -88,7 +91,9 @@ async def test_each_queue_is_consumed_in_order_one_call_at_a_time(
         running[ctx.queue.queue_id] -= 1
 
     async with consumer:
-        await wait_for(lambda: sum(map(len, seqs.values())) >= 360, what="all messages")
+        await wait_for(
+            lambda: sum(map(len, seqs.values())) >= 360, timeout=10.0, what="all messages"
+        )
         stats = consumer.statistics()
     assert overlaps == 0
     assert all(seq == list(range(30)) for seq in seqs.values()), seqs
@@ -99,9 +104,7 @@ async def test_each_queue_is_consumed_in_order_one_call_at_a_time(
 async def test_suspend_redelivers_the_message_after_the_suspend_time_and_nothing_after_it(
     broker: EmbeddedBroker, producer: Producer
 ) -> None:
-    queue = rmq.MessageQueue("Susp", "broker-a", 0)
-    for i in range(6):
-        await producer.send(Message("Susp", b"%d" % i), queue=queue)
+    queue = await fill_queue(producer, "Susp", [b"%d" % i for i in range(6)])
     seen: list[tuple[int, int, float]] = []
     consumer = rmq.PushConsumer(group="susp", namesrv=broker.address, orderly=True, **ORDERLY)
     consumer.subscribe("Susp")
@@ -122,7 +125,7 @@ async def test_suspend_redelivers_the_message_after_the_suspend_time_and_nothing
         return None
 
     async with consumer:
-        await wait_for(lambda: len(seen) == 9, what="9 deliveries")
+        await wait_for(lambda: len(seen) == 9, timeout=10.0, what="9 deliveries")
         await asyncio.sleep(0.3)
         stats = consumer.statistics()
     assert [(n, r) for n, r, _ in seen] == [
@@ -140,9 +143,7 @@ async def test_rollback_and_commit_without_auto_commit(
     """Seed 002: with auto-commit off, SUCCESS leaves messages uncommitted, COMMIT commits
     everything consumed so far, ROLLBACK puts all of it back; with auto-commit on, COMMIT and
     ROLLBACK count as SUCCESS."""
-    queue = rmq.MessageQueue("Manual", "broker-a", 0)
-    for i in range(6):
-        await producer.send(Message("Manual", b"%d" % i), queue=queue)
+    queue = await fill_queue(producer, "Manual", [b"%d" % i for i in range(6)])
     seen: list[int] = []
     rolled: set[int] = set()
     plan = {2: rmq.OrderlyStatus.COMMIT, 4: rmq.OrderlyStatus.COMMIT}
@@ -163,7 +164,7 @@ async def test_rollback_and_commit_without_auto_commit(
         return plan.get(n, rmq.OrderlyStatus.SUCCESS)
 
     async with consumer:
-        await wait_for(lambda: len(seen) == 11, what="11 deliveries")
+        await wait_for(lambda: len(seen) == 11, timeout=10.0, what="11 deliveries")
         await asyncio.sleep(0.3)
         committed = consumer.statistics().queues[queue].committed_offset
     # 0 1 2(rollback) -> 0 1 2(commit) 3 4(rollback) -> 3 4(commit) 5(success, uncommitted)
@@ -183,7 +184,7 @@ async def test_rollback_and_commit_without_auto_commit(
 
     async with auto:
         await producer.send(Message("Manual", b"6"), queue=queue)
-        await wait_for(lambda: len(again) == 2, what="two deliveries")
+        await wait_for(lambda: len(again) == 2, timeout=10.0, what="two deliveries")
         await asyncio.sleep(0.3)
         assert auto.statistics().queues[queue].committed_offset == 7
     assert again == [5, 6]
@@ -192,9 +193,9 @@ async def test_rollback_and_commit_without_auto_commit(
 async def test_a_message_past_max_reconsume_times_goes_to_the_dlq_and_the_queue_moves_on(
     broker: EmbeddedBroker, producer: Producer
 ) -> None:
-    queue = rmq.MessageQueue("OrdPoison", "broker-a", 0)
-    for i in range(5):
-        await producer.send(Message("OrdPoison", b"poison" if i == 2 else b"%d" % i), queue=queue)
+    queue = await fill_queue(
+        producer, "OrdPoison", [b"poison" if i == 2 else b"%d" % i for i in range(5)]
+    )
     seen: list[tuple[bytes, int]] = []
     consumer = rmq.PushConsumer(
         group="ord-poison",
@@ -221,14 +222,14 @@ async def test_a_message_past_max_reconsume_times_goes_to_the_dlq_and_the_queue_
         dlq.extend(msgs)
 
     async with consumer:
-        await wait_for(lambda: len(seen) == 7, what="7 deliveries")
+        await wait_for(lambda: len(seen) == 7, timeout=10.0, what="7 deliveries")
         await asyncio.sleep(0.3)
         assert consumer.statistics().queues[queue].committed_offset == 5
     assert seen == [
         (b"0", 0), (b"1", 0), (b"poison", 0), (b"poison", 1), (b"poison", 2), (b"3", 0), (b"4", 0)
     ]  # fmt: skip
     async with reader:
-        await wait_for(lambda: len(dlq) == 1, what="the DLQ message")
+        await wait_for(lambda: len(dlq) == 1, timeout=10.0, what="the DLQ message")
     assert dlq[0].body == b"poison"
 
 
@@ -250,7 +251,7 @@ async def test_locks_are_held_renewed_past_the_lease_and_released_at_shutdown(
 
     mq = rmq.MessageQueue("Locked", "broker-a", 1)
     async with consumer:
-        await wait_for(lambda: got == [b"x"], what="the message")
+        await wait_for(lambda: got == [b"x"], timeout=10.0, what="the message")
         assert not await other_client_can_lock(broker, "locked", mq)
         await asyncio.sleep(3.5)  # past the broker's 3 s lease: renewals keep it
         assert not await other_client_can_lock(broker, "locked", mq)
@@ -261,7 +262,7 @@ async def test_locks_are_held_renewed_past_the_lease_and_released_at_shutdown(
 async def test_rebalance_waits_for_the_running_handler_before_another_member_gets_the_queue(
     broker: EmbeddedBroker, producer: Producer
 ) -> None:
-    """The consume lock (seed 003 §6.2): a queue moved by rebalance is unlocked only after the
+    """The consume lock (Java ``ProcessQueue.consumeLock``): a queue moved by rebalance is unlocked only after the
     handler running on it returned, so the new owner never overlaps with it."""
     calls: list[tuple[str, int, float, float]] = []
     started = asyncio.Event()
@@ -294,7 +295,11 @@ async def test_rebalance_waits_for_the_running_handler_before_another_member_get
                 await producer.send(
                     Message("Handover", b"after"), queue=rmq.MessageQueue("Handover", "broker-a", q)
                 )
-            await wait_for(lambda: any(n == "b" and q == 7 for n, q, _, _ in calls), what="b on 7")
+            await wait_for(
+                lambda: any(n == "b" and q == 7 for n, q, _, _ in calls),
+                timeout=10.0,
+                what="b on 7",
+            )
     a7 = [c for c in calls if c[0] == "a" and c[1] == 7]
     b7 = [c for c in calls if c[0] == "b" and c[1] == 7]
     assert a7
@@ -332,7 +337,9 @@ async def test_broadcasting_orderly_consumers_each_get_everything_in_order(
         c.register_listener(handle)
         consumers.append(c)
     async with consumers[0], consumers[1]:
-        await wait_for(lambda: sum(map(len, seqs.values())) >= 120, what="everything twice")
+        await wait_for(
+            lambda: sum(map(len, seqs.values())) >= 120, timeout=10.0, what="everything twice"
+        )
         assert not any(q.locked for q in consumers[0].statistics().queues.values())
     assert all(seq == list(range(20)) for seq in seqs.values())
     assert len(seqs) == 6
@@ -440,7 +447,7 @@ async def test_an_expired_lock_pauses_the_queue_until_renewed_then_it_is_reseate
     caplog.set_level(logging.INFO, logger="aiorocket.consumer")
     async with consumer:
         await send(0, 50)
-        await wait_for(lambda: len(starts) >= 50, what="the first 50")
+        await wait_for(lambda: len(starts) >= 50, timeout=10.0, what="the first 50")
         outage = True
         cut = time.monotonic()
         sender = asyncio.create_task(send(50, 100))
@@ -451,7 +458,9 @@ async def test_an_expired_lock_pauses_the_queue_until_renewed_then_it_is_reseate
         assert len(starts) == paused_at  # nothing consumed on an untrusted lock
         outage = False
         await sender
-        await wait_for(lambda: {n for n, _ in starts} == set(range(150)), what="all 150")
+        await wait_for(
+            lambda: {n for n, _ in starts} == set(range(150)), timeout=10.0, what="all 150"
+        )
         assert consumer.statistics().queues[mq].locked
     assert f"{mq} locked again after its lock had expired" in caplog.text
     assert "first pull after locking starts at" in caplog.text  # re-seated (lockedFirst)
@@ -473,7 +482,7 @@ async def test_running_info_and_consume_directly_report_orderly(
     from aiorocket._protocol.bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
     from aiorocket._protocol.codes import RequestCode
     from aiorocket._protocol.command import RemotingCommand
-    from tests.consumer.test_push_consumer_more import _consumer_channel
+    from tests.consumer.test_push_consumer_broker_requests import _consumer_channel
 
     queue = rmq.MessageQueue("OrdAdmin", "broker-a", 0)
     await producer.send(Message("OrdAdmin", b"first"), queue=queue)
@@ -497,7 +506,7 @@ async def test_running_info_and_consume_directly_report_orderly(
         return answers.get(msgs[0].body)
 
     async with consumer:
-        await wait_for(lambda: got == [b"first"], what="the first message")
+        await wait_for(lambda: got == [b"first"], timeout=10.0, what="the first message")
         conn = _consumer_channel(broker, "ord-admin")
         resp = await conn.request(
             RemotingCommand.request(
@@ -547,7 +556,7 @@ async def test_a_busy_queue_yields_its_slot_after_the_continuous_consume_time(
         await asyncio.sleep(0.01)
 
     async with consumer:
-        await wait_for(lambda: len(order) == 60, what="60 deliveries")
+        await wait_for(lambda: len(order) == 60, timeout=10.0, what="60 deliveries")
     switches = sum(a != b for a, b in itertools.pairwise(order))
     assert switches >= 4, order  # a slice holds about 10 calls of 10 ms
     # Each slice is a run of one queue (concurrency 1: no interleaving inside a slice).

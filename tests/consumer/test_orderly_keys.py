@@ -19,7 +19,7 @@ from aiorocket._protocol.properties import SHARDING_KEY
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message
-from tests.consumer.conftest import wait_for
+from tests._harness.wait import wait_for
 from tests.consumer.test_orderly import ORDERLY
 
 
@@ -89,6 +89,7 @@ async def test_keys_of_one_queue_run_concurrently_each_in_order(
         await wait_for(lambda: t.delivered >= total, timeout=60, what="every message")
         await wait_for(
             lambda: consumer.statistics().queues[q0].committed_offset == total,
+            timeout=10.0,
             what="the final commit",
         )
     assert t.delivered == total
@@ -145,9 +146,11 @@ async def test_a_failing_message_delays_only_its_key(
 
     async with consumer:
         await asyncio.wait_for(others_done.wait(), 30)
-        await wait_for(lambda: len(t.seqs["k0"]) == 20, what="k0 to finish")
+        await wait_for(lambda: len(t.seqs["k0"]) == 20, timeout=10.0, what="k0 to finish")
         await wait_for(
-            lambda: consumer.statistics().queues[q0].committed_offset == 100, what="final commit"
+            lambda: consumer.statistics().queues[q0].committed_offset == 100,
+            timeout=10.0,
+            what="final commit",
         )
     assert all(t.seqs[k] == list(range(20)) for k in keys)
     retries = [r for n, r in k0 if n == 5]
@@ -189,7 +192,7 @@ async def test_keyless_messages_keep_queue_order_among_themselves(
 
     caplog.set_level(logging.ERROR, logger="aiorocket.consumer")
     async with consumer:
-        await wait_for(lambda: t.delivered == len(bodies), what="every message")
+        await wait_for(lambda: t.delivered == len(bodies), timeout=10.0, what="every message")
     assert t.max_per_key == 1  # the keyless ones (None) included
     assert t.max_now > 1
     assert all(t.seqs[k] == list(range(30)) for k in ("a", "b", "c", "-", "bad"))
@@ -222,9 +225,13 @@ async def test_batches_hold_one_key_and_auto_commit_false_is_refused(
         return rmq.OrderlyStatus.COMMIT  # counts as SUCCESS with auto-commit
 
     async with consumer:
-        await wait_for(lambda: sum(len(b) for _, b in calls) == 24, what="every message")
         await wait_for(
-            lambda: consumer.statistics().queues[q0].committed_offset == 24, what="the commit"
+            lambda: sum(len(b) for _, b in calls) == 24, timeout=10.0, what="every message"
+        )
+        await wait_for(
+            lambda: consumer.statistics().queues[q0].committed_offset == 24,
+            timeout=10.0,
+            what="the commit",
         )
     for key, batch in calls:
         assert {b.split(":")[0] for b in batch} == {key}
@@ -279,6 +286,7 @@ async def test_shutdown_waits_for_running_keys_and_commits_the_smallest_unfinish
     async with second:
         await wait_for(
             lambda: set(ended) | set(again) == {f"{k}:{n}" for k in keys for n in range(10)},
+            timeout=10.0,
             what="the rest",
         )
     for k in keys:
@@ -294,7 +302,7 @@ async def test_members_joining_and_leaving_hand_keys_over_in_order(
     broker: EmbeddedBroker, producer: Producer
 ) -> None:
     """Member b joins while a runs slow calls of several keys, then leaves while its own slow
-    calls run. The queue lock (the consume lock of seed 003) covers every call of a queue: a
+    calls run. The queue lock (Java's consume lock) covers every call of a queue: a
     member starts on a moved queue only after the other's last call there ended, and every
     key stays in order across both hand-overs (a replay is an in-order suffix)."""
     keys = [f"k{i:02d}" for i in range(16)]
@@ -327,7 +335,7 @@ async def test_members_joining_and_leaving_hand_keys_over_in_order(
     a, b = member("a"), member("b")
     wanted = {f"{k}:{n}" for k in keys for n in range(per_key)}
     async with a:
-        await wait_for(lambda: len(slow["a"]) == 8, what="slow calls on every queue")
+        await wait_for(lambda: len(slow["a"]) == 8, timeout=10.0, what="slow calls on every queue")
         async with b:  # b takes half of the queues, where a's slow calls still run
             await wait_for(lambda: bool(slow["b"]), timeout=20, what="b's slow calls")
         left = time.monotonic()  # b left while its slow calls ran: a takes its queues back

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 
 from aiorocket.embedded.broker import EmbeddedBroker
+from tests._harness.child import Child
 from tests.consumer.test_orderly_multiprocess import (
-    Proc,
-    Records,
-    broker,  # noqa: F401  (the fixture: 8 queues, a 3 s lock lease)
-    check_no_overlap,
-    check_order,
+    broker_config,  # noqa: F401  (the fixture: 8 queues, a 3 s lock lease)
+    check_run,
+    new_run,
     produce,
     spawn,
     stop,
+    stop_live,
     wait_delivered,
 )
 
@@ -73,7 +73,7 @@ def peak_per_queue(calls: list[dict[str, Any]]) -> int:
 
 
 async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
-    broker: EmbeddedBroker,  # noqa: F811
+    broker: EmbeddedBroker,
     tmp_path: Path,
 ) -> None:
     """20 keys x 100 messages; the only member is killed mid-stream and a new one started: each
@@ -81,12 +81,9 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
     lost or skipped."""
     keys = [f"key{i:02d}" for i in range(20)]
     per_key = 100
-    wanted = {f"{k}:{n}" for k in keys for n in range(per_key)}
-    out = tmp_path / "out"
-    out.mkdir()
-    records = Records(out)
+    wanted, out, records = new_run(tmp_path, keys, per_key)
     a = await spawn("a", broker, out, *KEYED)
-    live: list[Proc] = [a]
+    live: list[Child] = [a]
     production = asyncio.create_task(produce(broker, keys, per_key, seconds=4.0))
     try:
         # kill it mid-stream: once it is consuming (a loaded machine may take seconds to start it)
@@ -100,21 +97,17 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
         await wait_delivered(records, wanted, timeout=60)
     finally:
         production.cancel()
-        for p in live:
-            if p.proc.returncode is None:
-                await stop(p, signal.SIGTERM)
+        await stop_live(live)
     rows = records.refresh()
     all_calls = keyed_calls(rows, {"a": a.killed_at or 0.0})
-    assert records.delivered() == wanted
-    check_no_overlap(all_calls)
-    replays = check_order(all_calls, len(keys), per_key)
+    replays = check_run(records, all_calls, wanted, len(keys), per_key)
     assert replays > 0  # the killed calls (and any uncommitted tail) came again
     assert {c["c"] for c in all_calls} == {"a", "a2"}
     assert peak_per_queue(all_calls) > 1  # keys of one queue ran side by side
 
 
 async def test_two_members_and_one_leaving_keep_each_key_in_order(
-    broker: EmbeddedBroker,  # noqa: F811
+    broker: EmbeddedBroker,
     tmp_path: Path,
 ) -> None:
     """Members a and b share the queues; b leaves (SIGTERM: running calls drain, offsets are
@@ -122,10 +115,7 @@ async def test_two_members_and_one_leaving_keep_each_key_in_order(
     across the hand-over and the two never run calls of one queue at the same time."""
     keys = [f"key{i:02d}" for i in range(20)]
     per_key = 100
-    wanted = {f"{k}:{n}" for k in keys for n in range(per_key)}
-    out = tmp_path / "out"
-    out.mkdir()
-    records = Records(out)
+    wanted, out, records = new_run(tmp_path, keys, per_key)
     a, b = await asyncio.gather(spawn("a", broker, out, *KEYED), spawn("b", broker, out, *KEYED))
     production = asyncio.create_task(produce(broker, keys, per_key, seconds=4.0))
     try:
@@ -135,14 +125,10 @@ async def test_two_members_and_one_leaving_keep_each_key_in_order(
         await wait_delivered(records, wanted, timeout=60)
     finally:
         production.cancel()
-        for p in (a, b):
-            if p.proc.returncode is None:
-                await stop(p, signal.SIGTERM)
+        await stop_live([a, b])
     rows = records.refresh()
     all_calls = keyed_calls(rows, {})
-    assert records.delivered() == wanted
-    check_no_overlap(all_calls)
-    check_order(all_calls, len(keys), per_key)
+    check_run(records, all_calls, wanted, len(keys), per_key)
     b_queues = {c["q"] for c in all_calls if c["c"] == "b"}
     b_left = max(c["e"] for c in all_calls if c["c"] == "b")
     assert b_queues

@@ -1,4 +1,4 @@
-"""Orderly consumer processes against one embedded broker (RELIABILITY.md
+"""Orderly consumer processes against one embedded broker (docs/reliability.md
 R6, R7).
 
 Each process (``orderly_proc.py``) records the start and end of every handler call and its
@@ -17,15 +17,10 @@ killed or stopped owner's queues move on within seconds.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import os
 import signal
-import sys
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,71 +30,49 @@ from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
+from tests._harness.child import Child, member_options, start_script, stop_child
+from tests._harness.child import wait_delivered as wait_for_ids
+from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
 
 SCRIPT = Path(__file__).with_name("orderly_proc.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
 
-@dataclass
-class Proc:
-    name: str
-    proc: asyncio.subprocess.Process
-    out: Path
-    killed_at: float | None = None
-
-
-@dataclass
-class Records:
-    """Every record of every process, read incrementally (the broker shares this loop, so
-    re-reading whole files while waiting would stall it)."""
-
-    out_dir: Path
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    _pos: dict[Path, int] = field(default_factory=dict)
-
-    def refresh(self) -> list[dict[str, Any]]:
-        for path in sorted(self.out_dir.glob("*.jsonl")):
-            with path.open("rb") as f:
-                f.seek(self._pos.get(path, 0))
-                data = f.read()
-            end = data.rfind(b"\n") + 1  # a line cut by SIGKILL stays unread
-            self._pos[path] = self._pos.get(path, 0) + end
-            for line in data[:end].splitlines():
-                try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # torn by SIGKILL mid-write
-        return self.rows
-
-    def delivered(self) -> set[str]:
-        return {i for r in self.rows if r["k"] == "s" for i in r["ids"]}
-
-
-async def spawn(name: str, broker: EmbeddedBroker, out_dir: Path, *extra: str) -> Proc:
+async def spawn(name: str, broker: EmbeddedBroker, out_dir: Path, *extra: str) -> Child:
     out = out_dir / f"{name}.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SCRIPT),
-        *("--namesrv", broker.address, "--group", "ord-mp", "--topic", "OrdMP"),
-        *("--out", str(out), "--name", name, *extra),
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    assert line.strip() == b"READY", line
-    return Proc(name, proc, out)
+    options = member_options(broker.address, "ord-mp", "OrdMP", out, name)
+    return Child(name, await start_script(SCRIPT, *options, *extra, ready_timeout=30), out)
 
 
-async def stop(p: Proc, sig: int) -> None:
-    if sig == signal.SIGKILL:
-        p.killed_at = time.time()
-    p.proc.send_signal(sig)
-    code = await asyncio.wait_for(p.proc.wait(), 30)
-    assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
+async def stop(p: Child, sig: int) -> None:
+    await stop_child(p, sig, timeout=30)
+
+
+async def stop_live(members: list[Child]) -> None:
+    """SIGTERM every member still running (the tests' ``finally``)."""
+    for p in members:
+        if p.proc.returncode is None:
+            await stop(p, signal.SIGTERM)
+
+
+def new_run(tmp_path: Path, keys: list[str], per_key: int) -> tuple[set[str], Path, Records]:
+    """The bodies a run must deliver (``"<key>:<n>"``), the members' output folder and its
+    records."""
+    wanted = {f"{k}:{n}" for k in keys for n in range(per_key)}
+    out = tmp_path / "out"
+    out.mkdir()
+    return wanted, out, Records(out)
+
+
+def check_run(
+    records: Records, all_calls: list[dict[str, Any]], wanted: set[str], keys: int, per_key: int
+) -> int:
+    """Everything was delivered, in per-key order, without two members on one queue at once;
+    the number of replays."""
+    assert records.delivered() == wanted
+    check_no_overlap(all_calls)
+    return check_key_order(all_calls, keys, per_key, firsts_in_order=True)
 
 
 def process_state(pid: int) -> str:
@@ -107,86 +80,16 @@ def process_state(pid: int) -> str:
 
 
 async def wait_delivered(records: Records, wanted: set[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def delivered() -> set[str]:
         records.refresh()
-        missing = wanted - records.delivered()
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{len(missing)} never delivered, e.g. {sorted(missing)[:5]}")
-        await asyncio.sleep(0.25)
+        return records.delivered()
 
-
-def calls(rows: list[dict[str, Any]], ends: dict[str, float]) -> list[dict[str, Any]]:
-    """Handler calls as ``{c, q, s, e, lk, ids}``; a call cut short by SIGKILL ends at the
-    kill (``ends``: process -> kill time)."""
-    open_: dict[tuple[str, int], dict[str, Any]] = {}
-    out = []
-    for r in sorted((r for r in rows if r["k"] in "se"), key=lambda r: r["t"]):
-        key = (r["c"], r["q"])
-        if r["k"] == "s":
-            assert key not in open_, f"{key}: two calls at once in one process"
-            open_[key] = {"c": r["c"], "q": r["q"], "s": r["t"], "lk": r["lk"], "ids": r["ids"]}
-        else:
-            call = open_.pop(key)
-            call["e"] = r["t"]
-            out.append(call)
-    for (c, _), call in open_.items():
-        call["e"] = ends.get(c, float("inf"))
-        out.append(call)
-    return out
-
-
-def check_order(all_calls: list[dict[str, Any]], keys: int, per_key: int) -> int:
-    """Per key: numbers start at 0, never skip, and go back only to replay a suffix. Returns
-    the number of re-deliveries."""
-    seqs: dict[str, list[int]] = defaultdict(list)
-    for call in sorted(all_calls, key=lambda c: c["s"]):
-        for body in call["ids"]:
-            k, n = body.split(":")
-            seqs[k].append(int(n))
-    assert len(seqs) == keys
-    replays = 0
-    for k, seq in seqs.items():
-        assert seq[0] == 0, (k, seq[:5])
-        top = 0
-        for prev, n in itertools.pairwise(seq):
-            assert n <= top + 1, f"key {k} skipped from {top} to {n}"
-            assert n == prev + 1 or n <= prev, f"key {k}: {prev} then {n}"
-            replays += n <= top
-            top = max(top, n)
-        assert top == per_key - 1
-        firsts: list[int] = []
-        for n in seq:
-            if n not in firsts:
-                firsts.append(n)
-        assert firsts == list(range(per_key)), f"key {k}: first deliveries out of order"
-    return replays
-
-
-def check_no_overlap(all_calls: list[dict[str, Any]]) -> None:
-    """Calls of different processes on one queue never overlap in time."""
-    by_queue: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for call in all_calls:
-        by_queue[call["q"]].append(call)
-    for q, cs in by_queue.items():
-        cs.sort(key=lambda c: c["s"])
-        latest: dict[str, float] = {}  # per process, the latest end so far
-        for c in cs:
-            others = [end for name, end in latest.items() if name != c["c"]]
-            assert not others or max(others) <= c["s"], (
-                f"queue {q}: {c['c']} started at {c['s']} while another member ran until "
-                f"{max(others)}"
-            )
-            latest[c["c"]] = max(latest.get(c["c"], 0.0), c["e"])
+    await wait_for_ids(delivered, wanted, timeout=timeout, interval=0.25)
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(default_queues=8, lock_lease=3.0)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(default_queues=8, lock_lease=3.0)
 
 
 #: R7: the broker lease, and a channel expiry short enough that the other member wants the
@@ -226,13 +129,10 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
     """50 keys x 200 messages; three members join and leave (cleanly and by SIGKILL)."""
     keys = [f"key{i:02d}" for i in range(50)]
     per_key = 200
-    wanted = {f"{k}:{n}" for k in keys for n in range(per_key)}
-    out = tmp_path / "out"
-    out.mkdir()
-    records = Records(out)
+    wanted, out, records = new_run(tmp_path, keys, per_key)
     sleep = ("--sleep", "0.002")
     live = list(await asyncio.gather(*(spawn(n, broker, out, *sleep) for n in ("a", "b", "c"))))
-    killed: list[Proc] = []
+    killed: list[Child] = []
     production = asyncio.create_task(produce(broker, keys, per_key, seconds=8.0))
     try:
         await asyncio.sleep(1.5)
@@ -259,14 +159,10 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
         await wait_delivered(records, wanted, timeout=30)
     finally:
         production.cancel()
-        for p in live:
-            if p.proc.returncode is None:
-                await stop(p, signal.SIGTERM)
+        await stop_live(live)
     rows = records.refresh()
-    all_calls = calls(rows, {p.name: p.killed_at or 0.0 for p in killed})
-    assert records.delivered() == wanted
-    check_no_overlap(all_calls)
-    replays = check_order(all_calls, len(keys), per_key)
+    all_calls = handler_calls(rows, {p.name: p.killed_at or 0.0 for p in killed})
+    replays = check_run(records, all_calls, wanted, len(keys), per_key)
     # Replays come only from hand-overs (uncommitted work of killed members, or the last
     # call of a dropped queue): a small share of the 10,000 messages.
     assert replays < 2000, replays
@@ -285,10 +181,7 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
     lease = LEASE
     keys = [f"k{i}" for i in range(16)]
     per_key = 100
-    wanted = {f"{k}:{n}" for k in keys for n in range(per_key)}
-    out = tmp_path / "out"
-    out.mkdir()
-    records = Records(out)
+    wanted, out, records = new_run(tmp_path, keys, per_key)
     opts = ("--sleep", "0.01", "--heartbeat-interval", "0.4")
     a = await spawn("a", broker, out, *opts)
     bee = await spawn("b", broker, out, *opts)
@@ -312,7 +205,7 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
                 os.kill(p.proc.pid, signal.SIGCONT)
                 await stop(p, signal.SIGTERM)
     rows = records.refresh()
-    all_calls = calls(rows, {})
+    all_calls = handler_calls(rows, {})
     # a's last view of its locks before the stop: the latest snapshot and call records.
     a_locks: dict[int, float] = {}
     for r in rows:
@@ -341,4 +234,4 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
         assert c["s"] > t_cont
         assert c["lk"] > t_cont, f"a delivered on queue {c['q']} before re-locking it"
     check_no_overlap([c for c in all_calls if c not in in_flight])
-    check_order(all_calls, len(keys), per_key)
+    check_key_order(all_calls, len(keys), per_key, firsts_in_order=True)

@@ -1,4 +1,4 @@
-"""Process queue: offset semantics of seed 003 (scenarios 1-3) and flow control."""
+"""Process queue: Java's offset semantics and flow control."""
 
 from __future__ import annotations
 

@@ -25,8 +25,9 @@ from aiorocket.errors import (
     SubscriptionConflictError,
 )
 from aiorocket.models import Message, MessageQueue, ReceivedMessage
+from tests._harness.wait import wait_for
 
-from .conftest import FAST, wait_for
+from .conftest import FAST
 
 #: pull consumer settings that keep tests quick
 PULL: dict[str, Any] = {"rebalance_interval": 1.0, "consume_from": "first"}
@@ -112,7 +113,7 @@ async def test_an_idle_consumer_parks_one_long_poll_per_queue(broker: EmbeddedBr
     consumer.subscribe("PullIdle")
     async with consumer:
         await asyncio.sleep(0.5)
-        owned = consumer._owned.values()
+        owned = consumer._queues.entries.values()
         before = {o.mq: o.pq.last_pull_time for o in owned}
         assert await consumer.poll(timeout=1.0) == []
         after = {o.mq: o.pq.last_pull_time for o in owned}
@@ -156,12 +157,14 @@ async def test_push_and_pull_members_of_one_group_share_the_queues(
             b = {mq.queue_id for mq in pull.assignment() if mq.topic == "PullMixed"}
             return a, b
 
-        await wait_for(lambda: len(split()[0]) == 4 and len(split()[1]) == 4, what="4 + 4")
+        await wait_for(
+            lambda: len(split()[0]) == 4 and len(split()[1]) == 4, timeout=10.0, what="4 + 4"
+        )
         a, b = split()
         assert a | b == set(range(8))
         bodies = await fill(producer, "PullMixed", 25)
         pulled = await drain(pull, 100)
-        await wait_for(lambda: len(pushed) == 100, what="100 pushed")
+        await wait_for(lambda: len(pushed) == 100, timeout=10.0, what="100 pushed")
         assert await pull.poll(timeout=0.3) == []
     assert sorted(m.body for m in pushed + pulled) == sorted(bodies)
     assert {m.queue_id for m in pulled} == b
@@ -269,7 +272,7 @@ async def test_manual_commits_are_the_only_commits(
         await consumer.poll(max_messages=10)
         await consumer.poll(max_messages=10)
         await asyncio.sleep(0.4)
-        # Nothing committed (a young broker answers 0 for a new group, REMOTING.md §6.5).
+        # Nothing committed (a young broker answers 0 for a new group, docs/protocol.md §6.5).
         assert await broker_offset(broker, "pmanual", mq) in (None, 0)
         await consumer.commit({mq: 5})
         assert await broker_offset(broker, "pmanual", mq) == 5
@@ -377,7 +380,8 @@ async def test_pause_stops_a_queues_deliveries_and_pulls_until_resumed(
     consumer.assign([q0, q1])
     async with consumer:
         await wait_for(
-            lambda: all(o.pq.cached_count == 40 for o in consumer._owned.values()),
+            lambda: all(o.pq.cached_count == 40 for o in consumer._queues.entries.values()),
+            timeout=10.0,
             what="both queues prefetched",
         )
         before = await consumer.poll(max_messages=5)
@@ -387,13 +391,13 @@ async def test_pause_stops_a_queues_deliveries_and_pulls_until_resumed(
         after = await drain(consumer, 40 - from_q1)
         assert {m.queue_id for m in after} == {1}  # nothing of q0 once paused
         assert await consumer.poll(timeout=0.3) == []  # q0's buffered messages wait
-        cached = consumer._owned[q0].pq.cached_count
+        cached = consumer._queues.entries[q0].pq.cached_count
         await fill(producer, "PullPause", 20, queues=[0], tag="-late")
         assert await consumer.poll(timeout=0.5) == []
-        assert consumer._owned[q0].pq.cached_count == cached  # and it was not pulled:
-        pulled_at = consumer._owned[q0].pq.last_pull_time
+        assert consumer._queues.entries[q0].pq.cached_count == cached  # and it was not pulled:
+        pulled_at = consumer._queues.entries[q0].pq.last_pull_time
         assert await consumer.poll(timeout=0.5) == []
-        assert consumer._owned[q0].pq.last_pull_time == pulled_at  # no pull sent at all
+        assert consumer._queues.entries[q0].pq.last_pull_time == pulled_at  # no pull sent at all
         consumer.resume(q0)
         assert consumer.paused() == set()
         seen = [m.queue_offset for m in before if m.queue_id == 0]
@@ -418,6 +422,7 @@ async def test_a_pause_survives_a_rebalance_that_keeps_the_queue(
 
             await wait_for(
                 lambda: len(topic_queues(a)) == 4 and len(topic_queues(b)) == 4,
+                timeout=10.0,
                 what="4 + 4 queues",
             )
             kept = topic_queues(a)
@@ -472,11 +477,14 @@ async def test_listeners_see_the_changes_and_revoked_queues_are_committed_first(
         assert await a.poll(timeout=0.1) == []  # back for more: all 160 are processed
         more = await fill(producer, "PullListen", 5, tag="-more")
         await wait_for(
-            lambda: sum(o.pq.cached_count for o in a._owned.values()) == 40,
+            lambda: sum(o.pq.cached_count for o in a._queues.entries.values()) == 40,
+            timeout=10.0,
             what="the next 40 buffered",
         )
         async with b:
-            await wait_for(lambda: len(events) >= 3, what="a's revocation and b's assignment")
+            await wait_for(
+                lambda: len(events) >= 3, timeout=10.0, what="a's revocation and b's assignment"
+            )
             revoked = next(e for e in events if e[:2] == ("a", "revoked"))
             assigned_b = next(e for e in events if e[:2] == ("b", "assigned"))
             lost = [mq for mq in revoked[2] if mq.topic == "PullListen"]
@@ -580,7 +588,7 @@ async def test_a_slow_reader_holds_each_queue_at_the_pull_threshold(
         for _ in range(40):
             read += len(await consumer.poll(max_messages=5))
             await asyncio.sleep(0.01)
-            peak = max(peak, *(o.pq.cached_count for o in consumer._owned.values()))
+            peak = max(peak, *(o.pq.cached_count for o in consumer._queues.entries.values()))
     assert read == 200
     # Pulls pause above 40 cached messages, so one more batch of 16 is the most.
     assert 40 <= peak <= 40 + 16

@@ -13,8 +13,9 @@ from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message, MessageQueue, ReceivedMessage
+from tests._harness.wait import wait_for
 
-from .conftest import FAST, wait_for
+from .conftest import FAST
 
 
 def q(topic: str, queue_id: int) -> MessageQueue:
@@ -50,20 +51,22 @@ async def test_pause_and_resume_by_topic_by_queue_and_everything(
     async with consumer:
         await one_each(producer, "PauseA", "1")
         await one_each(producer, "PauseB", "1")
-        await wait_for(lambda: len(got) == 8, what="PauseA's messages")
+        await wait_for(lambda: len(got) == 8, timeout=10.0, what="PauseA's messages")
         await asyncio.sleep(0.5)
         assert {m.topic for m in got} == {"PauseA"}
         consumer.resume("PauseB")
-        await wait_for(lambda: len(got) == 16, what="PauseB's messages after the resume")
+        await wait_for(
+            lambda: len(got) == 16, timeout=10.0, what="PauseB's messages after the resume"
+        )
 
         got.clear()
         consumer.pause(q("PauseA", 3))
         await one_each(producer, "PauseA", "2")
-        await wait_for(lambda: len(got) == 7, what="7 of PauseA's queues")
+        await wait_for(lambda: len(got) == 7, timeout=10.0, what="7 of PauseA's queues")
         await asyncio.sleep(0.5)
         assert 3 not in {m.queue_id for m in got}
         consumer.resume(q("PauseA", 3))
-        await wait_for(lambda: len(got) == 8, what="the paused queue's message")
+        await wait_for(lambda: len(got) == 8, timeout=10.0, what="the paused queue's message")
         assert got[-1].queue_id == 3
 
         got.clear()
@@ -79,7 +82,7 @@ async def test_pause_and_resume_by_topic_by_queue_and_everything(
         for mq, stats in later.items():  # no pull sent at all (epoch times, float noise)
             assert abs(stats.last_pull_time - queues[mq].last_pull_time) < 0.05, mq
         consumer.resume()
-        await wait_for(lambda: len(got) == 16, what="everything after resume()")
+        await wait_for(lambda: len(got) == 16, timeout=10.0, what="everything after resume()")
 
 
 async def test_a_paused_topic_stays_paused_for_queues_gained_in_a_rebalance(
@@ -98,16 +101,18 @@ async def test_a_paused_topic_stays_paused_for_queues_gained_in_a_rebalance(
     async with a:
         a.pause("PauseKeep")
         async with b:
-            await wait_for(lambda: len(held(a)) == 4 and len(held(b)) == 4, what="4 + 4")
+            await wait_for(
+                lambda: len(held(a)) == 4 and len(held(b)) == 4, timeout=10.0, what="4 + 4"
+            )
             await one_each(producer, "PauseKeep", "1")
-            await wait_for(lambda: len(got_b) == 4, what="b's share")
+            await wait_for(lambda: len(got_b) == 4, timeout=10.0, what="b's share")
         # b left: a holds all eight again, the four it gained as new queues; all paused.
-        await wait_for(lambda: len(held(a)) == 8, what="a holding every queue")
+        await wait_for(lambda: len(held(a)) == 8, timeout=10.0, what="a holding every queue")
         await one_each(producer, "PauseKeep", "2")
         await asyncio.sleep(0.5)
         assert got_a == []
         a.resume("PauseKeep")
-        await wait_for(lambda: len(got_a) == 12, what="a's backlog after the resume")
+        await wait_for(lambda: len(got_a) == 12, timeout=10.0, what="a's backlog after the resume")
     assert sorted(m.body for m in got_a + got_b) == sorted(
         f"PauseKeep-{i}-{t}".encode() for i in range(8) for t in ("1", "2")
     )

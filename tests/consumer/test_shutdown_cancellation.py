@@ -23,7 +23,7 @@ from aiorocket._producer.producer import Producer
 from aiorocket.embedded import BrokerConfig
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.models import Message
-from tests.consumer.conftest import wait_for
+from tests._harness.wait import wait_for
 from tests.reliability.helpers import broker_behind_proxy
 
 QUEUES = 8
@@ -123,7 +123,9 @@ async def test_sigterm_while_handlers_run_drains_flushes_and_unlocks_within_the_
     a = recording_member(broker.address, group, topic, done, started, instance_name="a")
     with anyio.CancelScope() as scope, sigterm_cancels(scope):
         async with a:
-            await wait_for(lambda: len(started) == QUEUES, what="a slow handler on every queue")
+            await wait_for(
+                lambda: len(started) == QUEUES, timeout=10.0, what="a slow handler on every queue"
+            )
             t0 = sigterm()
             await anyio.sleep_forever()
     elapsed = time.monotonic() - t0
@@ -154,7 +156,7 @@ async def test_sigterm_during_a_stuck_rebalance_still_flushes_and_unlocks(
 
     with anyio.CancelScope() as scope, sigterm_cancels(scope):
         async with a:
-            await wait_for(lambda: len(done) == QUEUES, what="every queue consumed")
+            await wait_for(lambda: len(done) == QUEUES, timeout=10.0, what="every queue consumed")
             monkeypatch.setattr(a._rebalancer, "run_once", stuck)
             a._rebalance_timer.wake()  # as NOTIFY_CONSUMER_IDS_CHANGED does
             await asyncio.wait_for(entered.wait(), 5)
@@ -185,7 +187,9 @@ async def test_sigterm_during_a_broker_outage_flushes_once_it_is_back_and_unlock
         loop = asyncio.get_running_loop()
         with anyio.CancelScope() as scope, sigterm_cancels(scope):
             async with a:
-                await wait_for(lambda: len(started) == QUEUES, what="a slow handler everywhere")
+                await wait_for(
+                    lambda: len(started) == QUEUES, timeout=10.0, what="a slow handler everywhere"
+                )
                 proxy.stall()
                 # Healed after the handlers finished: the flush is under way by then.
                 loop.call_later(HANDLER + 0.5, proxy.heal)

@@ -16,17 +16,18 @@ from aiorocket._consumer.pull_consumer import PullConsumer
 from aiorocket._producer.producer import Producer
 from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
 from aiorocket.app import App
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import BrokerSystemError, ConfigurationError, InvalidSelectorError
 from aiorocket.models import Message, MessageQueue
+from tests._harness.protocol import pull_header
+from tests._harness.wait import wait_for
 from tests.embedded.test_broker_cli import _start as start_cli
 from tests.embedded.test_broker_kit import RawClient
 
-from .conftest import FAST, wait_for
+from .conftest import FAST
 
 QUEUES = 4
 EXPRESSION = "region = 'eu' AND amount > 100"
@@ -95,7 +96,7 @@ async def test_push_consumer_gets_exactly_the_matching_messages_and_commits_past
 
     want = matching(40)
     async with consumer:
-        await wait_for(lambda: len(got) >= len(want), what="the matching messages")
+        await wait_for(lambda: len(got) >= len(want), timeout=10.0, what="the matching messages")
         top = await max_offsets(sql_broker, "SqlPush")
 
         async def all_committed() -> bool:
@@ -153,7 +154,9 @@ async def test_new_messages_arriving_during_a_held_pull_are_filtered(
     async with consumer:
         await produce(sql_broker, "SqlLive", 20)
         want = {b"m%d" % i for i in range(20) if 50 <= 10 * i <= 150}
-        await wait_for(lambda: len(got) >= len(want), what="the matching live messages")
+        await wait_for(
+            lambda: len(got) >= len(want), timeout=10.0, what="the matching live messages"
+        )
         await asyncio.sleep(0.2)
     assert sorted(got) == sorted(want)
 
@@ -169,7 +172,7 @@ async def test_app_subscriber_with_sql(sql_broker: EmbeddedBroker) -> None:
     await produce(sql_broker, "SqlApp", 30)
     want = {f"m{i}" for i in range(30) if props(i).get("region") == "us" and 10 * i >= 200}
     async with app:
-        await wait_for(lambda: len(got) >= len(want), what="the matching messages")
+        await wait_for(lambda: len(got) >= len(want), timeout=10.0, what="the matching messages")
     assert sorted(got) == sorted(want)
 
 
@@ -200,18 +203,12 @@ async def pull_raw(
     broker: EmbeddedBroker, subscription: str
 ) -> tuple[RemotingCommand, list[bytes]]:
     """PULL_MESSAGE of queue 0 from offset 0 carrying an SQL92 subscription."""
-    header = PullMessageRequestHeader(
+    header = pull_header(
         consumer_group="raw",
         topic="SqlRaw",
-        queue_id=0,
-        queue_offset=0,
-        max_msg_nums=32,
         sys_flag=int(PullSysFlag.SUBSCRIPTION),
-        commit_offset=0,
-        suspend_timeout_millis=0,
         subscription=subscription,
         expression_type="SQL92",
-        sub_version=0,
     )
     async with RawClient(broker.address) as c:
         resp = await c.request(RequestCode.PULL_MESSAGE, header.to_ext())
@@ -264,18 +261,12 @@ def test_bad_expressions_are_refused_at_subscribe_with_their_position() -> None:
 async def test_cli_flag_enables_property_filtering(tmp_path: Path) -> None:
     proc, address = await start_cli(tmp_path, "--enable-property-filter")
     try:
-        header = PullMessageRequestHeader(
+        header = pull_header(
             consumer_group="cli",
             topic="SqlCli",
-            queue_id=0,
-            queue_offset=0,
-            max_msg_nums=32,
             sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
             subscription="a = 1",
             expression_type="SQL92",
-            sub_version=0,
         )
         async with RawClient(address) as c:
             assert (await c.send("SqlCli", b"x")).code == 0

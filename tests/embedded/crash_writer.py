@@ -17,6 +17,7 @@ from pathlib import Path
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._protocol.tags import tags_code
 from aiorocket.embedded.store import MessageStore
+from tests._harness.protocol import message_record
 
 CRASH_TOPICS = ("CrashA", "CrashB")
 CRASH_QUEUES = 3
@@ -31,22 +32,16 @@ def make_record(
     properties: dict[str, str] | None = None,
 ) -> MessageRecord:
     """A record as a broker builds it before :meth:`MessageStore.put` fills the offsets."""
-    return MessageRecord(
+    return message_record(
         topic=topic,
         body=body,
         queue_id=queue_id,
-        flag=0,
         queue_offset=-1,
         commit_log_offset=-1,
-        sys_flag=0,
         born_timestamp=1_700_000_000_000,
         born_host="10.0.0.7",
         born_port=40001,
-        store_timestamp=0,
-        store_host="127.0.0.1",
         store_port=10911,
-        reconsume_times=0,
-        prepared_transaction_offset=0,
         properties={} if properties is None else properties,
     )
 

@@ -6,7 +6,6 @@ against the same requests is ``tests/interop/apache/test_mqadmin_embedded.py``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -18,7 +17,7 @@ import pytest
 import aiorocket as rmq
 from aiorocket import MessageQueue
 from aiorocket._protocol import fastjson
-from aiorocket._protocol.admin import (
+from aiorocket._protocol.admin_bodies import (
     ConsumerConnection,
     ConsumeStats,
     GroupList,
@@ -32,8 +31,9 @@ from aiorocket._protocol.admin import (
 from aiorocket._protocol.bodies import ConsumerRunningInfo
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConsumerNotOnlineError, QueryNotFoundError
+from tests._harness.wait import wait_for
 
 FAST: dict[str, Any] = {
     "rebalance_interval": 0.5,
@@ -41,12 +41,6 @@ FAST: dict[str, Any] = {
     "pull_suspend_timeout": 1.0,
     "shutdown_grace": 2.0,
 }
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "data", config=BrokerConfig()) as b:
-        yield b
 
 
 @pytest.fixture
@@ -69,14 +63,6 @@ async def produce(addr: str, topic: str, n: int, prefix: str = "m") -> list[rmq.
         ]
 
 
-async def wait_for(cond: Any, what: str, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await cond():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def consume_all(addr: str, topic: str, group: str, n: int) -> None:
     """Consume ``n`` messages with a push consumer, then close it (offsets flushed)."""
     got: list[bytes] = []
@@ -92,7 +78,7 @@ async def consume_all(addr: str, topic: str, group: str, n: int) -> None:
         async def done() -> bool:
             return len(got) >= n
 
-        await wait_for(done, f"{n} messages")
+        await wait_for(done, timeout=20.0, what=f"{n} messages", interval=0.05)
 
 
 async def test_lag_per_queue_is_produced_minus_consumed(
@@ -182,7 +168,7 @@ async def test_connections_running_info_and_online_reset(
         async def ten() -> bool:
             return len(seen) >= 10
 
-        await wait_for(ten, "the first delivery")
+        await wait_for(ten, timeout=20.0, what="the first delivery", interval=0.05)
         resp = await call(
             admin,
             broker.address,
@@ -226,7 +212,7 @@ async def test_connections_running_info_and_online_reset(
                 return False
             return lag.by_topic().get("liveT") == 0 and len(lag.queues) >= 2
 
-        await wait_for(committed_ten, "offsets committed")
+        await wait_for(committed_ten, timeout=20.0, what="offsets committed", interval=0.05)
         # reset to the start: the broker tells the live member, which consumes again
         offsets = await admin.reset_offset("liveG", "liveT", "earliest")
         assert offsets == {MessageQueue("liveT", "broker-a", q): 0 for q in range(2)}
@@ -234,7 +220,7 @@ async def test_connections_running_info_and_online_reset(
         async def twenty() -> bool:
             return len(seen) >= 20
 
-        await wait_for(twenty, "redelivery after the reset")
+        await wait_for(twenty, timeout=20.0, what="redelivery after the reset", interval=0.05)
         assert sorted(seen[10:]) == sorted(seen[:10])
 
 

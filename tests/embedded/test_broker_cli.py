@@ -1,5 +1,5 @@
 """``aiorocket broker`` as a subprocess: start-up, clean SIGTERM shutdown, and crash
-consistency under SIGKILL with sync flush (RELIABILITY.md R16)."""
+consistency under SIGKILL with sync flush (docs/reliability.md R16)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import importlib.util
 import random
 import re
 import signal
-import sys
 import zlib
 from pathlib import Path
 
@@ -18,25 +17,14 @@ import pytest
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import MessageRecord
 from aiorocket.errors import RocketError
+from tests._harness.child import broker_cli
 from tests.embedded.test_broker_kit import RawClient, running_broker
 
 _LISTENING = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+:\d+)")
 
 
 async def _start(data_dir: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aiorocket",
-        "broker",
-        "--port",
-        "0",
-        "--data-dir",
-        str(data_dir),
-        *extra,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await broker_cli(data_dir, *extra)
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 20)
     m = _LISTENING.search(line)
@@ -81,18 +69,7 @@ async def test_cli_serves_and_exits_0_on_sigterm_with_data_flushed(
 
 async def test_cli_refuses_a_data_dir_in_use(tmp_path: Path) -> None:
     async with running_broker(tmp_path):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "aiorocket",
-            "broker",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await broker_cli(tmp_path)
         _, err = await asyncio.wait_for(proc.communicate(), 20)
         assert proc.returncode == 1
         assert b"in use" in err

@@ -1,5 +1,5 @@
 """Heartbeats, consumer lists, NOTIFY_CONSUMER_IDS_CHANGED, expiry, unregister, and the
-orderly queue locks (REMOTING.md §6.7, §6.8)."""
+orderly queue locks (docs/protocol.md §6.7, §6.8)."""
 
 from __future__ import annotations
 

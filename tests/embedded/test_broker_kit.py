@@ -23,11 +23,12 @@ from aiorocket._protocol.bodies import (
 )
 from aiorocket._protocol.codes import PullSysFlag, RequestCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
+from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import BatchItem, MessageRecord, decode_messages, encode_batch_body
 from aiorocket._protocol.tags import parse_tag_expression
 from aiorocket._remoting import Connection, ConnectionPool
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from tests._harness.protocol import pull_header
 
 __all__ = ["RawClient", "fast_config", "running_broker"]
 
@@ -183,7 +184,7 @@ class RawClient:
             flag |= PullSysFlag.SUSPEND
         if commit_offset is not None:
             flag |= PullSysFlag.COMMIT_OFFSET
-        header = PullMessageRequestHeader(
+        header = pull_header(
             consumer_group=group,
             topic=topic,
             queue_id=queue_id,
@@ -193,7 +194,6 @@ class RawClient:
             commit_offset=commit_offset or 0,
             suspend_timeout_millis=suspend_ms,
             subscription=subscription,
-            sub_version=0,
         )
         resp = await self.request(RequestCode.PULL_MESSAGE, header.to_ext(), timeout=timeout)
         records = decode_messages(resp.body) if resp.code == 0 else []

@@ -1,5 +1,5 @@
 """Held pulls: woken by a matching arrival within a few ms, answered 19 on timeout,
-discarded when the client disconnects (REMOTING.md §6.4)."""
+discarded when the client disconnects (docs/protocol.md §6.4)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ import asyncio
 import time
 
 from aiorocket._protocol.codes import ResponseCode
+from tests._harness.wait import wait_for
 from tests.embedded.test_broker_kit import RawClient, running_broker
-
-
-async def _until(predicate: object, timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 async def test_held_pull_wakes_on_arrival_quickly() -> None:
@@ -25,7 +19,7 @@ async def test_held_pull_wakes_on_arrival_quickly() -> None:
     ):
         await consumer.route("LP")
         pull = asyncio.create_task(consumer.pull("G", "LP", 0, 0, suspend_ms=15000, timeout=20))
-        await _until(lambda: broker.held_pulls == 1)
+        await wait_for(lambda: broker.held_pulls == 1, timeout=2.0, what="broker.held_pulls == 1")
         t0 = time.perf_counter()
         assert (await producer.send("LP", b"wake")).code == 0
         resp, recs = await pull
@@ -60,7 +54,7 @@ async def test_non_matching_arrival_does_not_wake_a_tag_pull() -> None:
         pull = asyncio.create_task(
             consumer.pull("G", "Tg", 0, 1, subscription="A", suspend_ms=10000, timeout=15)
         )
-        await _until(lambda: broker.held_pulls == 1)
+        await wait_for(lambda: broker.held_pulls == 1, timeout=2.0, what="broker.held_pulls == 1")
         await producer.send("Tg", b"other", tags="B")
         await asyncio.sleep(0.1)
         assert not pull.done()
@@ -82,7 +76,7 @@ async def test_several_held_pulls_on_one_queue_all_wake() -> None:
             asyncio.create_task(cl.pull(g, "Fan", 0, 0, suspend_ms=10000, timeout=15))
             for cl, g in ((a, "G1"), (b, "G2"), (a, "G3"))
         ]
-        await _until(lambda: broker.held_pulls == 3)
+        await wait_for(lambda: broker.held_pulls == 3, timeout=2.0, what="broker.held_pulls == 3")
         await a.send("Fan", b"all")
         for resp, recs in await asyncio.wait_for(asyncio.gather(*pulls), 1.0):
             assert resp.code == 0
@@ -95,9 +89,9 @@ async def test_held_pull_is_discarded_when_the_client_disconnects() -> None:
         await c.__aenter__()
         await c.route("Gone")
         pull = asyncio.create_task(c.pull("G", "Gone", 0, 0, suspend_ms=10000, timeout=15))
-        await _until(lambda: broker.held_pulls == 1)
+        await wait_for(lambda: broker.held_pulls == 1, timeout=2.0, what="broker.held_pulls == 1")
         await c.close()
-        await _until(lambda: broker.held_pulls == 0)
+        await wait_for(lambda: broker.held_pulls == 0, timeout=2.0, what="broker.held_pulls == 0")
         assert pull.done()
         assert isinstance(pull.exception(), Exception)
         async with RawClient(broker.address) as other:

@@ -1,4 +1,4 @@
-"""The name-server half of the port: routes that point at the broker (REMOTING.md §7)."""
+"""The name-server half of the port: routes that point at the broker (docs/protocol.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consumer offsets (query, update, persistence) and the offset lookups (REMOTING.md §6.5)."""
+"""Consumer offsets (query, update, persistence) and the offset lookups (docs/protocol.md §6.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Send-back, delay levels, retry and DLQ topics (REMOTING.md §6.6), with a shortened table."""
+"""Send-back, delay levels, retry and DLQ topics (docs/protocol.md §6.6), with a shortened table."""
 
 from __future__ import annotations
 

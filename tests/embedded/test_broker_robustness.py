@@ -1,5 +1,5 @@
 """R15 on the broker side (bad input hurts only its own connection), name validation before
-the disk, and the optional ACL (REMOTING.md §1.7, §8; RELIABILITY.md R15)."""
+the disk, and the optional ACL (docs/protocol.md §1.7, §8; docs/reliability.md R15)."""
 
 from __future__ import annotations
 

@@ -7,12 +7,12 @@ import zlib
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import RequestCode, ResponseCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.msgid import make_offset_msg_id, parse_offset_msg_id
 from aiorocket._protocol.tags import java_hash
 from aiorocket.embedded.pull import pull_code
 from aiorocket.embedded.store import GetStatus
+from tests._harness.protocol import pull_header
 from tests.embedded.test_broker_kit import RawClient, running_broker
 
 UNIQ = "7F0000011F90000000000000000000{:02X}"
@@ -242,7 +242,7 @@ async def test_pull_status_table() -> None:
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
         resp, _ = await c.pull("G", "Full", 9, 0)
         assert resp.code == ResponseCode.SYSTEM_ERROR
-    # statuses the store produces only after retention, mapped per REMOTING.md §3.3
+    # statuses the store produces only after retention, mapped per docs/protocol.md §3.3
     assert pull_code(GetStatus.OFFSET_TOO_SMALL, 0, 0) == 21
     assert pull_code(GetStatus.MESSAGE_WAS_REMOVING, 0, 0) == 20
     assert pull_code(GetStatus.OFFSET_FOUND_NULL, 0, 0) == 19
@@ -271,15 +271,9 @@ async def test_pull_without_subscription_uses_the_heartbeat() -> None:
         assert (await c.heartbeat("cid", consumer_group="G", topics={"HB": "B"})).code == 0
         resp, recs = await c.pull("G", "HB", 0, 0, subscription=None)
         assert [r.body for r in recs] == [b"b"]
-        header = PullMessageRequestHeader(
+        header = pull_header(
             consumer_group="G",
             topic="HB",
-            queue_id=0,
-            queue_offset=0,
-            max_msg_nums=32,
-            sys_flag=0,
-            commit_offset=0,
-            suspend_timeout_millis=0,
             sub_version=2**62,
         )
         resp = await c.request(RequestCode.PULL_MESSAGE, header.to_ext())
@@ -289,18 +283,12 @@ async def test_pull_without_subscription_uses_the_heartbeat() -> None:
 async def test_sql92_and_bad_names_refused_on_pull() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
         await c.send("Sql", b"a")
-        header = PullMessageRequestHeader(
+        header = pull_header(
             consumer_group="G",
             topic="Sql",
-            queue_id=0,
-            queue_offset=0,
-            max_msg_nums=32,
             sys_flag=4,
-            commit_offset=0,
-            suspend_timeout_millis=0,
             subscription="a > 1",
             expression_type="SQL92",
-            sub_version=0,
         )
         resp = await c.request(RequestCode.PULL_MESSAGE, header.to_ext())
         assert resp.code == ResponseCode.SYSTEM_ERROR

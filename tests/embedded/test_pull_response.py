@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from aiorocket._protocol.codes import PullSysFlag, RequestCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import encode_command_parts
-from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
 from aiorocket.embedded.pull import FoundResponse, PullProcessor
 from aiorocket.embedded.store import GetResult, GetStatus
+from tests._harness.protocol import pull_header
 from tests.embedded.test_broker_kit import RawClient, running_broker
 
 _FOUND = FoundResponse()
@@ -41,17 +41,11 @@ async def test_found_pull_in_the_binary_dialect_is_answered_in_kind() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
         assert (await c.send("Bin", b"payload", queue_id=0)).code == 0
         json_resp, _ = await c.pull("G", "Bin", 0, 0)
-        header = PullMessageRequestHeader(
+        header = pull_header(
             consumer_group="G",
             topic="Bin",
-            queue_id=0,
-            queue_offset=0,
-            max_msg_nums=32,
             sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
             subscription="*",
-            sub_version=0,
         )
         cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext())
         cmd.serialize_type = SerializeType.ROCKETMQ

@@ -14,7 +14,7 @@ import pytest
 
 from aiorocket._protocol.message import MessageRecord, decode_messages
 from aiorocket._protocol.tags import tags_code
-from aiorocket.embedded import store as store_module
+from aiorocket.embedded import read_plan
 from aiorocket.embedded.store import (
     SCHEDULE_TOPIC,
     GetStatus,
@@ -55,15 +55,15 @@ def read_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Every store test runs on the pure-Python read path and on the compiled helper (skipped
     when it is not built)."""
     compiled = request.param == "compiled"
-    before = store_module._collect
+    before = read_plan.collect
     try:
-        store_module.use_compiled(compiled)
+        read_plan.use_compiled(compiled)
     except RuntimeError as exc:
         pytest.skip(str(exc))
     try:
         yield request.param
     finally:
-        store_module._collect = before
+        read_plan.collect = before
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ async def test_interleaved_queues_are_read_correctly(store: MessageStore) -> Non
         assert [r.queue_offset for r in records] == list(range(len(records)))
 
 
-# -- the pull status table (REMOTING.md §3.3) --------------------------------------------------
+# -- the pull status table (docs/protocol.md §3.3) --------------------------------------------------
 
 
 async def test_unknown_queue(store: MessageStore) -> None:

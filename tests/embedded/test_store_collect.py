@@ -1,5 +1,5 @@
 """The compiled store helper (``_store_speedups.collect``) against its pure-Python reference
-(``store._collect_py``): same records, codes, offsets, faults, scan counts and outcomes, on a
+(``read_plan.collect_py``): same records, codes, offsets, faults, scan counts and outcomes, on a
 log with interleaved queues, corrupt records, removed entries, filters and byte limits."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.tags import tags_code
-from aiorocket.embedded import store as store_module
+from aiorocket.embedded import read_plan
 from aiorocket.embedded.commit_log import RECORD_HEAD
 from aiorocket.embedded.store import GetStatus, MessageStore
 from tests.embedded.crash_writer import make_record
@@ -40,12 +40,12 @@ def impl(request: pytest.FixtureRequest) -> Iterator[str]:
     compiled = request.param == "compiled"
     if compiled and _store_speedups is None:
         pytest.skip("compiled store helpers not built")
-    before = store_module._collect
-    store_module.use_compiled(compiled)
+    before = read_plan.collect
+    read_plan.use_compiled(compiled)
     try:
         yield request.param
     finally:
-        store_module._collect = before
+        read_plan.collect = before
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ async def test_compiled_collect_matches_the_reference(
     ):
         log_min = 0 if log_min_at is None else clos[q][log_min_at]
         args = (s, q, offset, max_msgs, max_bytes, log_min, matches, span)
-        expected = _run(store_module._collect_py, *args)
+        expected = _run(read_plan.collect_py, *args)
         assert _run(_store_speedups.collect, *args) == expected, args
         cases += 1
     assert cases == 3 * 5 * 3 * 3 * 2 * 3 * 2

@@ -1,4 +1,4 @@
-"""Client scenarios run with ``serialize_type="rocketmq"`` (the binary header dialect, REMOTING.md
+"""Client scenarios run with ``serialize_type="rocketmq"`` (the binary header dialect, docs/protocol.md
 §1.5), against the embedded broker (``tests/remoting/test_binary_clients.py``) and against the
 Java broker (``tests/interop/apache/test_java_binary_dialect.py``).
 
@@ -33,6 +33,7 @@ from aiorocket._protocol.codes import RequestCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import RequestTemplate
 from aiorocket._remoting.connection import Connection, FrameTemplate
+from tests._harness.wait import wait_for
 
 __all__ = [
     "BINARY",
@@ -162,13 +163,6 @@ def check_watched(seen: Watched, answers: Answers) -> None:
     assert not odd, f"{other.name} responses to binary requests (code: count): {odd}"
 
 
-async def _until(cond: Any, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def message(topic: str, i: int) -> rmq.Message:
     """Message ``i`` of a scenario."""
     return rmq.Message(
@@ -267,7 +261,11 @@ async def push_scenario(namesrv: str, topic: str, answers: Answers, n: int = 40)
                     raise RuntimeError("first delivery of 7 fails")
 
         async with consumer:
-            await _until(lambda: len(got) == n and len(got[7]) == 2, f"{n} messages and a retry")
+            await wait_for(
+                lambda: len(got) == n and len(got[7]) == 2,
+                timeout=WAIT,
+                what=f"{n} messages and a retry",
+            )
             assert_binary(consumer, answers)
     assert got[7] == [0, 1]
     assert all(len(v) == 1 for i, v in got.items() if i != 7), got
@@ -293,7 +291,11 @@ async def orderly_scenario(namesrv: str, topic: str, answers: Answers, n: int = 
                 by_key[i % 4].append(i)
 
         async with consumer:
-            await _until(lambda: sum(map(len, by_key.values())) >= n, f"{n} orderly messages")
+            await wait_for(
+                lambda: sum(map(len, by_key.values())) >= n,
+                timeout=WAIT,
+                what=f"{n} orderly messages",
+            )
             assert_binary(consumer, answers)
     for key, seq in by_key.items():
         assert seq == list(range(key, n, 4)), (key, seq)

@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -42,13 +41,6 @@ QUEUES = 4
 @pytest.fixture(autouse=True)
 def _cpp_client() -> None:
     require_cpp_client()
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    """A fresh embedded broker on an ephemeral port."""
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as b:
-        yield b
 
 
 def produce_args(namesrv: str, topic: str, mode: str, run_id: str, *extra: str) -> list[str]:
@@ -149,7 +141,7 @@ async def test_cpp_producer_modes_to_concurrent_consumer(
             )
         )
         # Tag0 and Tag1 are half of the sync topic; the broker must filter by the tag string
-        # (the C++ heartbeat carries wrong tag codes, REMOTING.md §11.1).
+        # (the C++ heartbeat carries wrong tag codes, docs/protocol.md §11.1).
         filtered = await stack.enter_async_context(
             run_peer(
                 "filtered",

@@ -10,9 +10,7 @@ deliveries in order, and re-deliveries only as a replayed suffix.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
+from tests._harness.orderly import check_sequence
 from tests.interop.harness import require_cpp_client, run_peer, unique_name
 
 pytestmark = pytest.mark.interop
@@ -42,12 +41,6 @@ FAST: dict[str, Any] = {
 @pytest.fixture(autouse=True)
 def _cpp_client() -> None:
     require_cpp_client()
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as b:
-        yield b
 
 
 def orderly_consumer(
@@ -106,11 +99,6 @@ async def test_cpp_orderly_sends_keep_per_key_order_in_the_orderly_consumer(
         by_key[key].append(n)
     assert len(by_key) == KEYS
     for key, seq in by_key.items():
-        assert seq[0] == 0, (key, seq[:5])
-        top = 0
-        for prev, n in itertools.pairwise(seq):
-            assert n <= top + 1, f"{key}: skipped from {top} to {n}"
-            assert n == prev + 1 or n <= prev, f"{key}: {prev} then {n}"
-            top = max(top, n)
+        check_sequence(key, seq)
         firsts = list(dict.fromkeys(seq))
         assert firsts == list(range(COUNT // KEYS)), f"{key}: first deliveries out of order"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,8 @@ def _cpp_client() -> None:
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    """An embedded broker whose first delay levels are sub-second."""
-    config = BrokerConfig(delay_levels=parse_delay_levels(DELAYS))
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data", config=config) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(delay_levels=parse_delay_levels(DELAYS))
 
 
 def to_message(topic: str, spec: dict[str, Any], **extra: Any) -> Message:

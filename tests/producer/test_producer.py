@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._producer.producer import Producer
-from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import MessageRecord, decode_messages
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
@@ -26,12 +24,7 @@ from aiorocket.errors import (
 )
 from aiorocket.models import Message, MessageQueue, SendStatus
 from aiorocket.settings import ClientSettings
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as b:
-        yield b
+from tests._harness.protocol import pull_header
 
 
 async def pull_all(namesrv: str, topic: str, *, group: str = "reader") -> list[MessageRecord]:
@@ -46,17 +39,13 @@ async def pull_all(namesrv: str, topic: str, *, group: str = "reader") -> list[M
                 addr = await client.find_broker(mq.broker_name, topic, master=True)
                 offset = 0
                 while True:
-                    header = PullMessageRequestHeader(
+                    header = pull_header(
                         consumer_group=group,
                         topic=topic,
                         queue_id=mq.queue_id,
                         queue_offset=offset,
-                        max_msg_nums=32,
                         sys_flag=0x4,
-                        commit_offset=0,
-                        suspend_timeout_millis=0,
                         subscription="*",
-                        sub_version=0,
                     )
                     resp = await client.pull_message(addr, header, timeout=5)
                     if resp.code != 0:

@@ -21,7 +21,8 @@ from aiorocket._protocol.headers import EndTransactionRequestHeader
 from aiorocket._protocol.msgid import parse_offset_msg_id
 from aiorocket._remoting import ConnectionPool
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-from aiorocket.embedded.transaction import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from aiorocket.embedded.topics import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from tests._harness.wait import wait_for
 from tests.producer.test_producer import pull_all
 
 S = rmq.TransactionState
@@ -41,9 +42,8 @@ CONSUMER: dict[str, Any] = {
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=FAST_TX) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return FAST_TX
 
 
 @pytest.fixture
@@ -79,12 +79,6 @@ class Checks:
                 await self.changed.wait()
 
 
-async def wait_for(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not pred():
-            await asyncio.sleep(0.02)
-
-
 async def send_unknown(broker: EmbeddedBroker, group: str, msg: rmq.Message) -> None:
     async with rmq.TransactionProducer(
         namesrv=broker.address, group=group, execute_local=fixed(S.UNKNOWN), check=fixed(S.UNKNOWN)
@@ -106,7 +100,11 @@ async def test_commit_delivers_exactly_once(quiet_broker: EmbeddedBroker) -> Non
         assert result.state is S.COMMIT
         assert result.status is rmq.SendStatus.SEND_OK
         assert result.transaction_id == result.msg_id
-        await wait_for(lambda: broker.store.max_offset(OP_TOPIC, 0) == 1)
+        await wait_for(
+            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
+            timeout=5.0,
+            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
+        )
         got = await pull_all(broker.address, "tx_commit")
         # Later passes find the op message: no check-back, no second copy.
         await asyncio.sleep(0.35)  # older than transaction_timeout
@@ -133,7 +131,11 @@ async def test_rollback_never_delivers(quiet_broker: EmbeddedBroker) -> None:
     ) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_rb", b"cancelled"))
         assert result.state is S.ROLLBACK
-        await wait_for(lambda: broker.store.max_offset(OP_TOPIC, 0) == 1)
+        await wait_for(
+            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
+            timeout=5.0,
+            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
+        )
         await asyncio.sleep(0.35)
         for _ in range(3):
             assert broker.transactions.check() == 0  # resolved: never asked about
@@ -152,7 +154,11 @@ async def test_unknown_is_checked_back_then_committed(broker: EmbeddedBroker) ->
         assert result.state is S.UNKNOWN
         assert await delivered(broker, "tx_unk") == []
         await checks.wait(1)  # the broker's periodic check
-        await wait_for(lambda: broker.store.max_offset("tx_unk", result.queue.queue_id) == 1)
+        await wait_for(
+            lambda: broker.store.max_offset("tx_unk", result.queue.queue_id) == 1,
+            timeout=5.0,
+            what="broker.store.max_offset('tx_unk', result.queue.queue_id) == 1",
+        )
         seen = checks.seen[0]
         assert seen.topic == "tx_unk"
         assert seen.body == b"maybe"
@@ -177,7 +183,11 @@ async def test_exception_in_execute_local_counts_as_unknown(broker: EmbeddedBrok
         result = await producer.send_in_transaction(rmq.Message("tx_exc", b"x"), arg="order-1")
         assert result.state is S.UNKNOWN
         await checks.wait(1)
-        await wait_for(lambda: broker.store.max_offset("tx_exc", result.queue.queue_id) == 1)
+        await wait_for(
+            lambda: broker.store.max_offset("tx_exc", result.queue.queue_id) == 1,
+            timeout=5.0,
+            what="broker.store.max_offset('tx_exc', result.queue.queue_id) == 1",
+        )
     assert await delivered(broker, "tx_exc") == [b"x"]
 
 
@@ -191,7 +201,11 @@ async def test_check_max_counts_every_check_back(tmp_path: Path) -> None:
             namesrv=broker.address, group="tx-cm", execute_local=fixed(S.UNKNOWN), check=checks
         ) as producer:
             await producer.send_in_transaction(rmq.Message("tx_cm", b"never"))
-            await wait_for(lambda: broker.transactions.discarded == 1)
+            await wait_for(
+                lambda: broker.transactions.discarded == 1,
+                timeout=5.0,
+                what="broker.transactions.discarded == 1",
+            )
             await asyncio.sleep(0.3)
         assert [m.body for m in checks.seen] == [b"never"] * 3  # transactionCheckMax checks
         assert broker.transactions.discarded == 1
@@ -259,7 +273,11 @@ async def test_check_immunity_property_postpones_the_check(quiet_broker: Embedde
         await asyncio.sleep(0.35)  # both older than transaction_timeout
         assert broker.transactions.check() == 1  # the immune one is put back, not checked
         await checks.wait(1)
-        await wait_for(lambda: broker.store.max_offset(OP_TOPIC, 0) == 1)
+        await wait_for(
+            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
+            timeout=5.0,
+            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
+        )
         assert broker.transactions.check() == 0
     assert [m.body for m in checks.seen] == [b"now"]
     assert await delivered(broker, "tx_imm") == [b"now"]
@@ -315,7 +333,11 @@ async def test_pending_half_message_is_checked_after_a_restart(tmp_path: Path) -
             namesrv=broker.address, group="tx-restart", execute_local=fixed(S.COMMIT), check=checks
         ):
             await checks.wait(1)
-            await wait_for(lambda: broker.store.max_offset(OP_TOPIC, 0) == 1)
+            await wait_for(
+                lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
+                timeout=5.0,
+                what="broker.store.max_offset(OP_TOPIC, 0) == 1",
+            )
             await asyncio.sleep(0.3)
         assert await delivered(broker, "tx_restart") == [b"survives"]
     assert {m.body for m in checks.seen} == {b"survives"}
@@ -352,7 +374,11 @@ async def test_killed_producer_is_answered_for_by_another_of_its_group(
                 proc.send_signal(signal.SIGKILL)
             await proc.wait()
         await checks.wait(1)
-        await wait_for(lambda: broker.store.max_offset(OP_TOPIC, 0) == 1)
+        await wait_for(
+            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
+            timeout=5.0,
+            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
+        )
         await asyncio.sleep(0.5)
     assert {m.body for m in checks.seen} == {b"crash"}
     assert await delivered(broker, "tx_crash") == [b"crash"]
@@ -370,6 +396,10 @@ async def test_two_answered_check_backs_commit_once(quiet_broker: EmbeddedBroker
         assert broker.transactions.check() == 1
         assert broker.transactions.check() == 1
         await checks.wait(2)
-        await wait_for(lambda: broker.store.max_offset(OP_TOPIC, 0) == 2)
+        await wait_for(
+            lambda: broker.store.max_offset(OP_TOPIC, 0) == 2,
+            timeout=5.0,
+            what="broker.store.max_offset(OP_TOPIC, 0) == 2",
+        )
         assert broker.transactions.check() == 0
     assert await delivered(broker, "tx_twice") == [b"once"]

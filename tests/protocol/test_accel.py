@@ -85,7 +85,7 @@ def test_switch_selects_the_implementation() -> None:
 
 @needs_ext
 def test_golden_captures_decode_identically() -> None:
-    """Every captured frame and REMOTING.md vector, one by one and as one stream, decodes to
+    """Every captured frame and docs/protocol.md vector, one by one and as one stream, decodes to
     the same commands; the records in the pull-response vector too."""
     frames = _golden_frames()
     assert len(frames) >= 30

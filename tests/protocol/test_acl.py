@@ -1,4 +1,4 @@
-"""ACL request signatures: REMOTING.md §8 vectors and the C++ client's captured frames."""
+"""ACL request signatures: docs/protocol.md §8 vectors and the C++ client's captured frames."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JSON bodies against REMOTING.md §5 examples, test vector V1 and real client captures."""
+"""JSON bodies against docs/protocol.md §5 examples, test vector V1 and real client captures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fastjson dialect reader and the compact writer (REMOTING.md §5.1)."""
+"""The fastjson dialect reader and the compact writer (docs/protocol.md §5.1)."""
 
 from __future__ import annotations
 

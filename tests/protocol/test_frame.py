@@ -1,4 +1,4 @@
-"""Frame splitting and both header dialects, against real captures and the REMOTING.md vectors."""
+"""Frame splitting and both header dialects, against real captures and the docs/protocol.md vectors."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ CAPTURES = _captures()
 
 
 def _expected_ext(raw: dict[str, Any]) -> dict[str, str]:
-    # REMOTING.md §1.8: numbers to decimal text, booleans to "true"/"false".
+    # docs/protocol.md §1.8: numbers to decimal text, booleans to "true"/"false".
     out = {}
     for k, v in raw.items():
         if isinstance(v, bool):

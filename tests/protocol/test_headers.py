@@ -36,6 +36,7 @@ from aiorocket._protocol.headers import (
     wire,
 )
 from aiorocket.errors import LocalProtocolError, MissingHeaderFieldError
+from tests._harness.protocol import pull_header
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -308,7 +309,7 @@ def test_to_ext_refuses_ints_java_cannot_hold(value: int, kind: str) -> None:
 
 
 def _coerce(raw: dict[str, Any]) -> dict[str, str]:
-    # REMOTING.md §1.8: numbers to decimal text, booleans to "true"/"false".
+    # docs/protocol.md §1.8: numbers to decimal text, booleans to "true"/"false".
     out: dict[str, str] = {}
     for k, v in raw.items():
         if isinstance(v, bool):
@@ -605,16 +606,11 @@ def test_optional_fields_absent_or_empty_take_their_defaults() -> None:
     info = GetConsumerRunningInfoRequestHeader.from_ext({"consumerGroup": "g", "clientId": "c"})
     assert info.jstack_enable is False
     go_pull = {
-        **PullMessageRequestHeader(
+        **pull_header(
             consumer_group="g",
             topic="t",
-            queue_id=0,
-            queue_offset=0,
-            max_msg_nums=32,
             sys_flag=2,
-            commit_offset=0,
             suspend_timeout_millis=20000,
-            sub_version=0,
         ).to_ext(),
         "subscription": "",  # Go sends it empty when not posting the subscription
         "expressionType": "",

@@ -1,4 +1,4 @@
-"""Stored message records and batch bodies (REMOTING.md §4.1–§4.3, §4.6, §9 V2)."""
+"""Stored message records and batch bodies (docs/protocol.md §4.1–§4.3, §4.6, §9 V2)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from aiorocket._protocol.message import (
 )
 from aiorocket._protocol.msgid import make_offset_msg_id
 from aiorocket.errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
+from tests._harness.protocol import message_record
 
 # §9 V2: the stored message inside the PULL_MESSAGE response (frame offset 0xD7, 198 bytes).
 V2_MESSAGE = bytes.fromhex(
@@ -40,22 +41,15 @@ V2_MESSAGE = bytes.fromhex(
     "6c7573746572"
 )
 
-V2_RECORD = MessageRecord(
+V2_RECORD = message_record(
     topic="TopicTest",
     body=b"Hello RocketMQ",
     queue_id=1,
-    flag=0,
-    queue_offset=0,
     commit_log_offset=2048,
-    sys_flag=0,
     born_timestamp=1700000000000,
-    born_host="127.0.0.1",
     born_port=54321,
     store_timestamp=1700000000123,
-    store_host="127.0.0.1",
     store_port=10911,
-    reconsume_times=0,
-    prepared_transaction_offset=0,
     properties={
         "TAGS": "TagA",
         "KEYS": "key1",

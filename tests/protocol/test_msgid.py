@@ -1,4 +1,4 @@
-"""Offset message ids and client ids (UNIQ_KEY) (REMOTING.md §4.4, §9)."""
+"""Offset message ids and client ids (UNIQ_KEY) (docs/protocol.md §4.4, §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Message properties encoding (REMOTING.md §4.5)."""
+"""Message properties encoding (docs/protocol.md §4.5)."""
 
 from __future__ import annotations
 

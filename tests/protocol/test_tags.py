@@ -1,4 +1,4 @@
-"""Java tag hashing and tag expressions (REMOTING.md §0.2, §6.3, §9, §11.1)."""
+"""Java tag hashing and tag expressions (docs/protocol.md §0.2, §6.3, §9, §11.1)."""
 
 from __future__ import annotations
 

@@ -8,17 +8,14 @@ import contextlib
 import os
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from aiorocket import ConcurrentContext, PushConsumer, ReceivedMessage
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.testing import ChaosProxy
-
-#: every delay level at 100 ms: retried messages come back at once
-FAST_DELAYS = parse_delay_levels(" ".join(["100ms"] * 18))
 
 
 @contextlib.asynccontextmanager
@@ -34,20 +31,6 @@ async def broker_behind_proxy(
             proxy.upstream = broker.listen_address
             assert broker.address == proxy.address
             yield broker, proxy
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll ``cond`` every 10 ms; returns the seconds it took.
-
-    Raises:
-        AssertionError: not true within ``timeout``.
-    """
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
 
 
 def open_fds() -> int:
@@ -105,11 +88,16 @@ def check_body(body: bytes) -> bool:
     return tail == b"%08x" % (sum(payload) & 0xFFFFFFFF)
 
 
+def first_consumer(namesrv: str, group: str, **settings: Any) -> PushConsumer:
+    """A push consumer of ``group`` that starts a new group at the first stored message."""
+    return PushConsumer(group=group, namesrv=namesrv, consume_from="first", **settings)
+
+
 def recording_consumer(
     namesrv: str, group: str, topic: str, ledger: Ledger, **settings: Any
 ) -> PushConsumer:
     """A push consumer of ``topic`` that records every delivery in ``ledger``."""
-    consumer = PushConsumer(group=group, namesrv=namesrv, consume_from="first", **settings)
+    consumer = first_consumer(namesrv, group, **settings)
     consumer.subscribe(topic)
 
     @consumer.listener

@@ -1,4 +1,4 @@
-"""The soak harness with chaos (RELIABILITY.md R13), shared by the suite's short soak
+"""The soak harness with chaos (docs/reliability.md R13), shared by the suite's short soak
 (``test_soak.py``) and ``benchmarks/soak.py`` (30 minutes and more).
 
 One process, one event loop: an embedded broker behind a :class:`~aiorocket.testing.ChaosProxy`,

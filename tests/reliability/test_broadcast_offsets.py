@@ -20,8 +20,7 @@ from aiorocket import (
 )
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError
-
-from .helpers import wait_for
+from tests._harness.wait import wait_for
 
 TOPIC = "Bcast"
 
@@ -70,11 +69,11 @@ async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_pat
         await a.start()  # the first one takes DEFAULT, the second DEFAULT-2
         try:
             await b.start()
-            await wait_for(lambda: len(got["a"]) == len(got["b"]) == 20, 10, "both")
+            await wait_for(lambda: len(got["a"]) == len(got["b"]) == 20, timeout=10, what="both")
             await a.close()
             # a stopped at 20; b goes on to 30
             await send(producer, 20, 30)
-            await wait_for(lambda: len(got["b"]) == 30, 10, "b's next ten")
+            await wait_for(lambda: len(got["b"]) == 30, timeout=10, what="b's next ten")
         finally:
             await a.close()
             await b.close()
@@ -83,7 +82,7 @@ async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_pat
         got.clear()
         again = member(broker, store, got["a"])
         async with again:  # takes DEFAULT again: a's file, and a's progress
-            await wait_for(lambda: len(got["a"]) == 10, 10, "what a missed")
+            await wait_for(lambda: len(got["a"]) == 10, timeout=10, what="what a missed")
     assert sorted(got["a"]) == bodies(20, 30)
 
 
@@ -114,7 +113,7 @@ async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_use
         first_cluster = first.address
         await send(producer, 0, 7)
         async with member(first, store, got, "edge"):
-            await wait_for(lambda: len(got) == 7, 10, "the first cluster's messages")
+            await wait_for(lambda: len(got) == 7, timeout=10, what="the first cluster's messages")
     got.clear()
     # a fresh cluster: same cluster and broker names, its own messages from offset 0
     async with (
@@ -124,7 +123,9 @@ async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_use
         second_cluster = second.address
         await send(producer, 100, 115)
         async with member(second, store, got, "edge"):
-            await wait_for(lambda: len(got) == 15, 10, "every message of the new cluster")
+            await wait_for(
+                lambda: len(got) == 15, timeout=10, what="every message of the new cluster"
+            )
     assert sorted(got) == bodies(100, 115)
     [path] = list(store.rglob("offsets.json"))
     clusters = json.loads(path.read_text())["clusters"]

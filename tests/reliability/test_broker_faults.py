@@ -19,19 +19,18 @@ from aiorocket import (
 )
 from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.codes import RequestCode, ResponseCode
-from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, SystemBusyError
 from aiorocket.settings import ClientSettings
-
-from .helpers import FAST_DELAYS, wait_for
+from tests._harness.broker import FAST_DELAYS
+from tests._harness.protocol import pull_header
+from tests._harness.wait import wait_for
+from tests.reliability.helpers import first_consumer
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> EmbeddedBroker:  # type: ignore[misc]
-    config = BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS)
-    async with EmbeddedBroker(data_dir=tmp_path / "b", config=config) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS)
 
 
 async def test_fail_next_answers_the_code_and_the_producer_backs_off(
@@ -66,9 +65,7 @@ async def test_pulls_answered_system_busy_back_off_and_recover(tmp_path: Path) -
         Producer(namesrv=broker.address, group="pg") as producer,
     ):
         await producer.send(Message("BusyPull", b"first"))
-        consumer = PushConsumer(
-            group="busy", namesrv=broker.address, consume_from="first", rebalance_interval=1.0
-        )
+        consumer = first_consumer(broker.address, "busy", rebalance_interval=1.0)
         consumer.subscribe("BusyPull")
 
         @consumer.listener
@@ -77,10 +74,14 @@ async def test_pulls_answered_system_busy_back_off_and_recover(tmp_path: Path) -
 
         broker.fail_next(RequestCode.PULL_MESSAGE, ResponseCode.SYSTEM_BUSY, times=12)
         async with consumer:
-            await wait_for(lambda: not broker._require_faults().armed, 30, "busy answers")
+            await wait_for(
+                lambda: not broker._require_faults().armed, timeout=30, what="busy answers"
+            )
             for i in range(5):
                 await producer.send(Message("BusyPull", b"%d" % i))
-            await wait_for(lambda: len(got) == 6, 10, "every message after the busy spell")
+            await wait_for(
+                lambda: len(got) == 6, timeout=10, what="every message after the busy spell"
+            )
             busy = broker.injected_failures
             assert consumer.statistics().pull_errors >= 12
     spread = busy[-1].at - busy[0].at
@@ -102,7 +103,9 @@ async def test_notify_rebalance_makes_members_rebalance_at_once(broker: Embedded
     async with consumer:
         before = consumer.statistics().rebalances
         assert await broker.notify_rebalance("nr") == 1
-        await wait_for(lambda: consumer.statistics().rebalances > before, 5, "a rebalance")
+        await wait_for(
+            lambda: consumer.statistics().rebalances > before, timeout=5, what="a rebalance"
+        )
         assert await broker.notify_rebalance("nobody") == 0
 
 
@@ -117,10 +120,9 @@ async def test_redeliver_replays_one_queue_from_an_offset(broker: EmbeddedBroker
                 )
         # Long polls and no periodic persistence: the broker's offsets stay behind what was
         # consumed, so a queue dropped without cause would be replayed from 0.
-        consumer = PushConsumer(
-            group="replay",
-            namesrv=broker.address,
-            consume_from="first",
+        consumer = first_consumer(
+            broker.address,
+            "replay",
             offset_persist_interval=60.0,
             rebalance_interval=0.5,
         )
@@ -131,9 +133,9 @@ async def test_redeliver_replays_one_queue_from_an_offset(broker: EmbeddedBroker
             got.update((m.queue.queue_id, m.queue_offset) for m in msgs)
 
         async with consumer:
-            await wait_for(lambda: len(got) == 10, 10, "first delivery")
+            await wait_for(lambda: len(got) == 10, timeout=10, what="first delivery")
             assert await broker.redeliver("Replay", 0, 2) == ["replay"]
-            await wait_for(lambda: sum(got.values()) == 13, 10, "offsets 2..4 again")
+            await wait_for(lambda: sum(got.values()) == 13, timeout=10, what="offsets 2..4 again")
             await asyncio.sleep(1.0)  # rebalances come and go: nothing else is replayed
     assert got == Counter(
         {**{(q, i): 1 for q in (0, 1) for i in range(5)}, **{(0, i): 2 for i in (2, 3, 4)}}
@@ -157,22 +159,17 @@ async def test_drop_below_makes_old_offsets_out_of_range(broker: EmbeddedBroker)
         client.start(tg.create_task)
         try:
             await client.fetch_route("Dropped")
-            header = PullMessageRequestHeader(
+            header = pull_header(
                 consumer_group="reader",
                 topic="Dropped",
-                queue_id=0,
                 queue_offset=3,
-                max_msg_nums=32,
                 sys_flag=0x4,  # (the subscription travels with the pull)
-                commit_offset=0,
-                suspend_timeout_millis=0,
                 subscription="*",
-                sub_version=0,
             )
             addr = await client.find_broker("broker-a", header.topic, master=True)
             resp = await client.pull_message(addr, header, timeout=5)
         finally:
             await client.close()
-    assert resp.code == ResponseCode.PULL_OFFSET_MOVED
+    assert int(resp.code) == ResponseCode.PULL_OFFSET_MOVED
     assert resp.header.next_begin_offset == 10
     assert resp.header.min_offset == 10

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket import ConcurrentContext, Message, Producer, ReceivedMessage
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-
-from .helpers import FAST_DELAYS, wait_for
+from tests._harness.broker import FAST_DELAYS
+from tests._harness.wait import wait_for
+from tests.reliability.helpers import first_consumer
 
 TOPIC = "Slow"
 
@@ -49,10 +50,9 @@ async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool
         EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
         Producer(namesrv=broker.address, group="sp") as producer,
     ):
-        consumer = PushConsumer(
-            group="slow",
-            namesrv=broker.address,
-            consume_from="first",
+        consumer = first_consumer(
+            broker.address,
+            "slow",
             concurrency=1,
             consume_timeout=0.5,
             cancel_timed_out_handlers=cancel,
@@ -62,7 +62,9 @@ async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool
         consumer.listener(handler)
         await producer.send(Message(TOPIC, b"stuck"))
         async with consumer:
-            await wait_for(lambda: handler.delivered(b"stuck") == 1, 10, "the stuck call")
+            await wait_for(
+                lambda: handler.delivered(b"stuck") == 1, timeout=10, what="the stuck call"
+            )
             await producer.send(Message(TOPIC, b"next"))
             if fail_back:
                 # neither the send-back nor the client's own resend gets through (set before
@@ -72,15 +74,15 @@ async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool
                 broker.fail_next(RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_ERROR)
             if cancel:
                 # the one worker is free again within 1-2 timeouts: b"next" gets through
-                await wait_for(lambda: handler.delivered(b"next") == 1, 5, "b'next'")
+                await wait_for(lambda: handler.delivered(b"next") == 1, timeout=5, what="b'next'")
             else:
                 await asyncio.sleep(2.0)
                 assert handler.delivered(b"next") == 0  # the worker is still held
                 handler.release.set()
-                await wait_for(lambda: handler.delivered(b"next") == 1, 5, "b'next'")
+                await wait_for(lambda: handler.delivered(b"next") == 1, timeout=5, what="b'next'")
             # the timed-out message comes back once (retry topic, or locally after a failed
             # send-back) and succeeds
-            await wait_for(lambda: handler.delivered(b"stuck") == 2, 10, "the retry")
+            await wait_for(lambda: handler.delivered(b"stuck") == 2, timeout=10, what="the retry")
             await asyncio.sleep(0.5)
             cancelled = consumer.statistics().handlers_cancelled
         if fail_back:

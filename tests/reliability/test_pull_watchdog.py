@@ -13,8 +13,8 @@ import pytest
 
 from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-
-from .helpers import wait_for
+from tests._harness.wait import wait_for
+from tests.reliability.helpers import first_consumer
 
 TOPIC = "Watchdog"
 
@@ -29,10 +29,9 @@ async def test_a_silent_pull_task_is_restarted(
         Producer(namesrv=broker.address, group="wp") as producer,
     ):
         await producer.send(Message(TOPIC, b"before"))
-        consumer = PushConsumer(
-            group="watchdog",
-            namesrv=broker.address,
-            consume_from="first",
+        consumer = first_consumer(
+            broker.address,
+            "watchdog",
             pull_suspend_timeout=0.2,
             pull_timeout=0.5,  # silent for more than 1 s: restarted
             rebalance_interval=0.5,
@@ -44,7 +43,7 @@ async def test_a_silent_pull_task_is_restarted(
             got.extend(m.body for m in msgs)
 
         async with consumer:
-            await wait_for(lambda: got == [b"before"], 10, "the first message")
+            await wait_for(lambda: got == [b"before"], timeout=10, what="the first message")
             client = consumer._client
             real = client.pull_prepared
             lost: list[str] = []
@@ -60,9 +59,11 @@ async def test_a_silent_pull_task_is_restarted(
                 return await real(*args, **kwargs)
 
             client.pull_prepared = pull_prepared  # type: ignore[method-assign]
-            await wait_for(lambda: bool(lost), 5, "a pull lost")
+            await wait_for(lambda: bool(lost), timeout=5, what="a pull lost")
             await producer.send(Message(TOPIC, b"after"))
-            took = await wait_for(lambda: b"after" in got, 10, "delivery after the restart")
+            took = await wait_for(
+                lambda: b"after" in got, timeout=10, what="delivery after the restart"
+            )
             assert consumer.statistics().pull_restarts == 1
             await asyncio.sleep(1.5)  # healthy pull loops are never restarted
             assert consumer.statistics().pull_restarts == 1
@@ -82,10 +83,9 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
     ):
         for i in range(5):
             await producer.send(Message(TOPIC, b"%d" % i))
-        consumer = PushConsumer(
-            group="watchdog-fc",
-            namesrv=broker.address,
-            consume_from="first",
+        consumer = first_consumer(
+            broker.address,
+            "watchdog-fc",
             pull_suspend_timeout=0.2,
             pull_timeout=0.5,
             rebalance_interval=0.3,
@@ -105,7 +105,7 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
             release.set()
             await asyncio.sleep(1.5)  # paused, as long
             consumer.resume()
-            await wait_for(lambda: len(got) == 5, 10, "every message")
+            await wait_for(lambda: len(got) == 5, timeout=10, what="every message")
             assert consumer.statistics().pull_restarts == 0
 
 
@@ -131,7 +131,7 @@ async def test_a_pull_task_not_started_yet_is_not_silent(tmp_path: Path) -> None
         async with consumer:
             [mq] = [q for q in consumer.statistics().queues if q.topic == TOPIC]
             await asyncio.sleep(1.5)  # longer than 2 × pull_timeout since the consumer began
-            await consumer.stop_queue(mq)
-            consumer.start_queue(mq, 0)
-            consumer._restart_silent_pulls()  # at once, as the next round would
+            await consumer._queues.stop_queue(mq)
+            consumer._queues.start_queue(mq, 0)
+            consumer._queues.restart_silent_pulls()  # at once, as the next round would
             assert consumer.statistics().pull_restarts == 0

@@ -1,4 +1,4 @@
-"""R10 (RELIABILITY.md): two live instances forced to one client id (the same
+"""R10 (docs/reliability.md): two live instances forced to one client id (the same
 ``instance_name`` on one host). Java's allocation keeps the duplicate in the sorted id list:
 both instances take the first copy's share and the second copy's share has no owner.
 
@@ -18,18 +18,17 @@ import pytest
 
 from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-
-from .helpers import wait_for
+from tests._harness.wait import wait_for
+from tests.reliability.helpers import first_consumer
 
 TOPIC = "R10"
 QUEUES = 8
 
 
 def member(broker: EmbeddedBroker, got: Counter[bytes]) -> PushConsumer:
-    consumer = PushConsumer(
-        group="r10",
-        namesrv=broker.address,
-        consume_from="first",
+    consumer = first_consumer(
+        broker.address,
+        "r10",
         instance_name="same",
         rebalance_interval=0.5,
     )
@@ -72,8 +71,8 @@ async def test_r10_two_instances_with_one_client_id(
                 qa, qb = owned(a), owned(b)
                 return not qa & qb and len(qa | qb) == QUEUES and bool(qa) and bool(qb)
 
-            await wait_for(shared_out, 15, "every queue owned once")
-            await wait_for(lambda: len(got) == QUEUES * 10, 15, "every message")
+            await wait_for(shared_out, timeout=15, what="every queue owned once")
+            await wait_for(lambda: len(got) == QUEUES * 10, timeout=15, what="every message")
             assert a.client_id != b.client_id
             if start == "one after the other":
                 # the newcomer saw the id taken before joining: the running member (and the

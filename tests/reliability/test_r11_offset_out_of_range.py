@@ -1,4 +1,4 @@
-"""R11 (RELIABILITY.md): the broker dropped the segments below a group's committed offset
+"""R11 (docs/reliability.md): the broker dropped the segments below a group's committed offset
 (retention under a stopped or slow consumer), so the committed offset is out of range.
 
 Pass when: the configured policy (``offset_out_of_range``) applies once and is logged, the
@@ -13,27 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from aiorocket import (
-    ConcurrentContext,
-    Message,
-    MessageQueue,
-    Producer,
-    PushConsumer,
-    ReceivedMessage,
-)
+from aiorocket import Producer, PushConsumer
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-
-from .helpers import wait_for
+from aiorocket.models import ConcurrentContext, Message, MessageQueue, ReceivedMessage
+from tests._harness.wait import wait_for
+from tests.reliability.helpers import first_consumer
 
 TOPIC = "R11"
 Q0 = MessageQueue(TOPIC, "broker-a", 0)
 
 
 def consumer_of(broker: EmbeddedBroker, got: list[int], policy: str) -> PushConsumer:
-    consumer = PushConsumer(
-        group="r11",
-        namesrv=broker.address,
-        consume_from="first",
+    consumer = first_consumer(
+        broker.address,
+        "r11",
         offset_out_of_range=policy,
         offset_illegal_delay=0.2,
         rebalance_interval=0.5,
@@ -66,7 +59,7 @@ async def test_r11_committed_offset_below_the_minimum(
     ):
         await send(producer, 0, 10)
         async with consumer_of(broker, got, policy):
-            await wait_for(lambda: len(got) == 10, 10, "offsets 0..9")
+            await wait_for(lambda: len(got) == 10, timeout=10, what="offsets 0..9")
         # committed 10 (graceful close); 10 more arrive and retention takes 0..14
         await send(producer, 10, 20)
         assert broker.drop_below(TOPIC, 0, 15) == 15
@@ -79,11 +72,11 @@ async def test_r11_committed_offset_below_the_minimum(
                     consumer.statistics().queues.get(Q0) is not None
                     and consumer.statistics().queues[Q0].committed_offset >= restart
                 ),
-                10,
-                "the queue restarted",
+                timeout=10,
+                what="the queue restarted",
             )
             await send(producer, 20, 25)
-            await wait_for(lambda: bool(got) and got[-1] == 24, 10, "the new messages")
+            await wait_for(lambda: bool(got) and got[-1] == 24, timeout=10, what="the new messages")
         committed = broker._offsets.query("r11", TOPIC, 0) if broker._offsets else None
     assert got == list(range(restart, 25))  # nothing below the minimum, nothing twice
     assert committed == 25

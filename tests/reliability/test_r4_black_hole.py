@@ -1,4 +1,4 @@
-"""R4 (RELIABILITY.md): a network black hole of 30 s between the clients and the broker.
+"""R4 (docs/reliability.md): a network black hole of 30 s between the clients and the broker.
 
 A ChaosProxy in front of the embedded broker stalls all traffic for 30 s without closing any
 connection, while a producer sends and a consumer consumes. Pass when: every pending request
@@ -23,8 +23,10 @@ from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, Receiv
 from aiorocket._remoting import Connection
 from aiorocket.embedded import BrokerConfig
 from aiorocket.errors import RocketError
+from tests._harness.wait import wait_for
+from tests.reliability.helpers import first_consumer
 
-from .helpers import Ledger, broker_behind_proxy, make_body, open_fds, task_count, wait_for
+from .helpers import Ledger, broker_behind_proxy, make_body, open_fds, task_count
 
 STALL = 30.0
 SEND_TIMEOUT = 3.0
@@ -54,7 +56,7 @@ def overdue(conns: list[Connection], slack: float) -> list[tuple[float, float]]:
 
 
 async def quiet_counts(ledger: Ledger) -> tuple[int, int]:
-    await wait_for(lambda: not ledger.lost, 20, "every acknowledged message")
+    await wait_for(lambda: not ledger.lost, timeout=20, what="every acknowledged message")
     await asyncio.sleep(1.0)
     return task_count(), open_fds()
 
@@ -62,10 +64,9 @@ async def quiet_counts(ledger: Ledger) -> tuple[int, int]:
 async def test_r4_thirty_second_black_hole(tmp_path: Path) -> None:
     ledger = Ledger()
     async with broker_behind_proxy(tmp_path, BrokerConfig(default_queues=8)) as (broker, proxy):
-        consumer = PushConsumer(
-            group="r4",
-            namesrv=broker.address,
-            consume_from="first",
+        consumer = first_consumer(
+            broker.address,
+            "r4",
             pull_suspend_timeout=5.0,
             pull_timeout=10.0,
         )
@@ -124,11 +125,13 @@ async def test_r4_thirty_second_black_hole(tmp_path: Path) -> None:
                     sent_at[b] >= healed_at and b in ledger.first_seen for b in list(sent_at)
                 )
 
-            recovery = await wait_for(resumed, 5.0, "a message sent after the heal delivered")
+            recovery = await wait_for(
+                resumed, timeout=5.0, what="a message sent after the heal delivered"
+            )
             await asyncio.sleep(2.0)
             stop.set()
             await sending
-            await wait_for(lambda: not ledger.lost, 20, "every acknowledged message")
+            await wait_for(lambda: not ledger.lost, timeout=20, what="every acknowledged message")
 
             await asyncio.sleep(1.0)
             deadline = time.monotonic() + 20

@@ -1,4 +1,4 @@
-"""R5 (RELIABILITY.md): connections reset (TCP RST) and frames cut in half mid-stream.
+"""R5 (docs/reliability.md): connections reset (TCP RST) and frames cut in half mid-stream.
 
 Pass when: calls pending on a connection that dies fail with a connection error within 1 s
 (not at their timeout), nothing partial reaches a handler (every body carries a checksum),
@@ -14,8 +14,9 @@ from pathlib import Path
 from aiorocket import Message, Producer
 from aiorocket.embedded import BrokerConfig
 from aiorocket.errors import ConnectionClosedError, RocketError
+from tests._harness.wait import wait_for
 
-from .helpers import Ledger, broker_behind_proxy, make_body, recording_consumer, wait_for
+from .helpers import Ledger, broker_behind_proxy, make_body, recording_consumer
 
 TOPIC = "R5"
 
@@ -31,7 +32,7 @@ async def test_r5_reset_fails_pending_calls_at_once_and_clients_reconnect(tmp_pa
             for i in range(20):
                 await p.send(Message(TOPIC, make_body(i)))
                 ledger.acked.add(make_body(i))
-            await wait_for(lambda: not ledger.lost, 10, "warm-up deliveries")
+            await wait_for(lambda: not ledger.lost, timeout=10, what="warm-up deliveries")
             errors_before = consumer.statistics().pull_errors
 
             proxy.stall()  # so that calls are pending when the RST comes
@@ -47,13 +48,15 @@ async def test_r5_reset_fails_pending_calls_at_once_and_clients_reconnect(tmp_pa
             assert failed_after <= 1.0
             # the consumer's held pulls failed the same way, at once
             await wait_for(
-                lambda: consumer.statistics().pull_errors > errors_before, 1.0, "pull errors"
+                lambda: consumer.statistics().pull_errors > errors_before,
+                timeout=1.0,
+                what="pull errors",
             )
 
             for i in range(20, 40):  # reconnects
                 await p.send(Message(TOPIC, make_body(i)))
                 ledger.acked.add(make_body(i))
-            await wait_for(lambda: not ledger.lost, 10, "deliveries after the reset")
+            await wait_for(lambda: not ledger.lost, timeout=10, what="deliveries after the reset")
     assert not ledger.corrupt
 
 
@@ -82,7 +85,7 @@ async def test_r5_half_frames_never_reach_a_handler(tmp_path: Path) -> None:
                         ledger.acked.add(body)
 
             await send_some(50)
-            await wait_for(lambda: not ledger.lost, 10, "warm-up deliveries")
+            await wait_for(lambda: not ledger.lost, timeout=10, what="warm-up deliveries")
             pull_failures = 0
             for _round in range(3):
                 consumer.pause()  # a backlog, so that the next pull answers carry messages
@@ -91,8 +94,8 @@ async def test_r5_half_frames_never_reach_a_handler(tmp_path: Path) -> None:
                 errors = consumer.statistics().pull_errors
                 consumer.resume()
                 await send_some(20)
-                await wait_for(lambda t=target: proxy.truncated >= t, 10, "frames cut")  # type: ignore[misc]
-                await wait_for(lambda: not ledger.lost, 15, "deliveries after the cut")
+                await wait_for(lambda t=target: proxy.truncated >= t, timeout=10, what="frames cut")  # type: ignore[misc]
+                await wait_for(lambda: not ledger.lost, timeout=15, what="deliveries after the cut")
                 pull_failures += consumer.statistics().pull_errors > errors
             cut = proxy.truncated
     assert cut >= 6

@@ -1,4 +1,4 @@
-"""R13 (RELIABILITY.md), short: 40 s of steady traffic through a ChaosProxy with a fault every
+"""R13 (docs/reliability.md), short: 40 s of steady traffic through a ChaosProxy with a fault every
 4 s, each kind once (stall, reset, truncate, delay, SYSTEM_BUSY, rebalance, bandwidth, consumer
 restart, redelivery). ``benchmarks/soak.py`` runs the same harness for 30 minutes and more.
 

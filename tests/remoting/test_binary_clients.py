@@ -1,25 +1,19 @@
 """Every kind of client with ``serialize_type="rocketmq"`` against the embedded broker, which
-answers each request in its dialect (REMOTING.md §1.2), held pulls included: the scenarios of
+answers each request in its dialect (docs/protocol.md §1.2), held pulls included: the scenarios of
 ``tests/interop/binary_scenarios.py``, which the Java broker runs too."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from tests._harness.broker import FAST_DELAYS
 from tests.interop import binary_scenarios as sc
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(
-        default_queues=4, delay_levels=parse_delay_levels(" ".join(["100ms"] * 18))
-    )
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS)
 
 
 async def test_producer_and_queue_reader(broker: EmbeddedBroker) -> None:

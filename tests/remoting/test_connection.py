@@ -41,6 +41,18 @@ def _dispatcher() -> Dispatcher:
     return d
 
 
+async def _raw_peer(pool: ConnectionPool) -> tuple[socket.socket, socket.socket, Connection]:
+    """A listening socket on a free port, the peer socket it accepted and ``pool``'s
+    connection to it."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    lsock.setblocking(False)
+    get = asyncio.create_task(pool.get(f"127.0.0.1:{lsock.getsockname()[1]}"))
+    peer, _ = await asyncio.get_running_loop().sock_accept(lsock)
+    return lsock, peer, await get
+
+
 def _addr(server: Server) -> str:
     return f"{server.address[0]}:{server.address[1]}"
 
@@ -89,17 +101,11 @@ async def test_unknown_code_gets_code_3_and_connection_stays_open() -> None:
 
 async def test_peer_dying_mid_request_fails_every_pending_call_fast() -> None:
     accepted: list[socket.socket] = []
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen()
-    lsock.setblocking(False)
     loop = asyncio.get_running_loop()
     pool = ConnectionPool()
+    lsock, peer, conn = await _raw_peer(pool)
     port = lsock.getsockname()[1]
-    get = asyncio.create_task(pool.get(f"127.0.0.1:{port}"))
-    peer, _ = await loop.sock_accept(lsock)
     accepted.append(peer)
-    conn = await get
     calls = [
         asyncio.create_task(conn.request(RemotingCommand.request(34), timeout=30))
         for _ in range(50)
@@ -139,15 +145,9 @@ async def test_request_timeout() -> None:
 async def test_unknown_opaque_response_is_dropped_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen()
-    lsock.setblocking(False)
     loop = asyncio.get_running_loop()
     pool = ConnectionPool()
-    get = asyncio.create_task(pool.get(f"127.0.0.1:{lsock.getsockname()[1]}"))
-    peer, _ = await loop.sock_accept(lsock)
-    conn = await get
+    lsock, peer, conn = await _raw_peer(pool)
     call = asyncio.create_task(conn.request(RemotingCommand.request(34), timeout=5))
     data = await loop.sock_recv(peer, 4096)
     dec = FrameDecoder()

@@ -11,15 +11,16 @@ from hypothesis import strategies as st
 
 from aiorocket import Admin, Producer, PullConsumer, PushConsumer, QueueReader
 from aiorocket._client.binary import BinaryRequestTemplate
-from aiorocket._client.instance import ClientInstance, PreparedPull
+from aiorocket._client.instance import ClientInstance
+from aiorocket._client.pull import PreparedPull
 from aiorocket._protocol.codes import RequestCode, SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import RequestTemplate, decode_frame, encode_command
-from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._remoting import Connection, Dispatcher, memory_pipe
 from aiorocket.app.settings import load_app_settings
 from aiorocket.errors import ConfigurationError, LocalProtocolError
 from aiorocket.settings import ClientSettings, ConsumerSettings, build_settings
+from tests._harness.protocol import pull_header
 
 JSON, BINARY = SerializeType.JSON, SerializeType.ROCKETMQ
 
@@ -73,14 +74,11 @@ def test_binary_template_frames_decode_to_the_command(
 
 
 def test_binary_pull_template_of_a_prepared_pull() -> None:
-    header = PullMessageRequestHeader(
+    header = pull_header(
         consumer_group="g",
         topic="T",
         queue_id=1,
-        queue_offset=0,
-        max_msg_nums=32,
         sys_flag=6,
-        commit_offset=0,
         suspend_timeout_millis=15000,
         subscription="*",
         sub_version=1,

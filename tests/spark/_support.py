@@ -12,20 +12,30 @@ import os
 import shutil
 import sys
 import threading
-import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from aiorocket import Message, MessageQueue, Producer
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Every delay level at 100 ms, so redeliveries through %RETRY% come back fast.
-FAST_DELAYS = parse_delay_levels(" ".join(["100ms"] * 18))
 
 _T = TypeVar("_T")
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A local SparkSession with the ``rocketmq`` source (skipped without pyspark)."""
+    reason = spark_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    session = spark_session(request.module.__name__)
+    yield session
+    session.stop()
 
 
 def spark_missing() -> str | None:
@@ -153,16 +163,3 @@ def spark_session(app: str) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
-
-
-def wait_until(cond: Any, timeout: float = 60.0, what: str = "condition") -> None:
-    """Poll ``cond()`` every 50 ms.
-
-    Raises:
-        AssertionError: not true within ``timeout``.
-    """
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)

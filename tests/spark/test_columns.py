@@ -31,12 +31,12 @@ from aiorocket._protocol.message import (  # noqa: E402
 from aiorocket._reader import InlineReader, RawChunk  # noqa: E402
 from aiorocket.errors import ConnectionClosedError  # noqa: E402
 from aiorocket.integrations.spark import columns  # noqa: E402
+from aiorocket.integrations.spark.rows import record_batch as _record_batch  # noqa: E402
 from aiorocket.integrations.spark.source import (  # noqa: E402
     ARROW_SCHEMA,
     SCHEMA,
     QueueRange,
     RocketMQDataSource,
-    _record_batch,
 )
 from tests.spark._support import BrokerThread, produce  # noqa: E402
 
@@ -186,7 +186,7 @@ def _golden_pull_bodies() -> list[bytes]:
 
 @needs_ext
 def test_golden_captures_give_equal_tables() -> None:
-    """The pull bodies of the golden captures and REMOTING.md vectors."""
+    """The pull bodies of the golden captures and docs/protocol.md vectors."""
     bodies = _golden_pull_bodies()
     found = 0
     for body in bodies:

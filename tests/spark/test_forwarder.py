@@ -19,14 +19,8 @@ from typing import Any
 import pytest
 
 from aiorocket import MessageQueue, PushConsumer, QueueReader
-from tests.spark._support import (
-    ROOT,
-    BrokerThread,
-    aproduce,
-    produce,
-    spark_missing,
-    wait_until,
-)
+from tests._harness.wait import wait_for_blocking
+from tests.spark._support import ROOT, BrokerThread, aproduce, produce, spark_missing
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +165,7 @@ def test_killed_forwarder_loses_nothing_and_repeats_only_the_unacknowledged_batc
     # Run 1: each batch takes a second in fn; kill it inside the fourth batch.
     proc = _spawn(addr, topic, group, first, fn_sleep=1.0)
     try:
-        wait_until(
+        wait_for_blocking(
             lambda: any(r["k"] == "start" and r["b"] >= 3 for r in _records(first)),
             timeout=90,
             what="the fourth batch of run 1",
@@ -190,7 +184,7 @@ def test_killed_forwarder_loses_nothing_and_repeats_only_the_unacknowledged_batc
     # Run 2: the same group picks up from the broker's offsets.
     proc = _spawn(addr, topic, group, second, fn_sleep=0.0)
     try:
-        wait_until(
+        wait_for_blocking(
             lambda: (
                 set(seen1) | {i for r in _records(second) if r["k"] == "start" for i in r["ids"]}
                 >= ids

@@ -6,7 +6,7 @@ These need no Spark: the reader is the part of the Spark bridge that talks to br
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,11 +34,8 @@ TOPIC = "ReaderT"
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(
-        data_dir=tmp_path / "broker", config=BrokerConfig(default_queues=4)
-    ) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(default_queues=4)
 
 
 async def _fill(addr: str, topic: str, n: int, *, queue_id: int = 0, **settings: object) -> None:
@@ -171,7 +168,7 @@ async def test_consumer_group_offsets(broker: EmbeddedBroker) -> None:
     await _fill(broker.address, TOPIC, 10)
     async with QueueReader(namesrv=broker.address) as reader:
         mqs = await reader.queues(TOPIC)
-        # A young broker answers 0 for a group that never committed (REMOTING.md §6.5).
+        # A young broker answers 0 for a group that never committed (docs/protocol.md §6.5).
         assert await reader.committed_offset("reader-group", mqs[0]) == 0
         await reader.commit("reader-group", mqs[0], 7)
         assert await reader.committed_offset("reader-group", mqs[0]) == 7

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from aiorocket import MessageQueue, SyncQueueReader
-from tests.spark._support import BrokerThread, produce, spark_missing, wait_until
+from tests._harness.wait import wait_for_blocking
+from tests.spark._support import BrokerThread, produce, spark_missing
 
 pytestmark = pytest.mark.slow
 
@@ -64,8 +65,9 @@ def test_stream_restart_from_checkpoint_no_loss_no_duplicates(
         )
 
     query = start()
-    wait_until(
+    wait_for_blocking(
         lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 2,
+        timeout=60.0,
         what="two micro-batches",
     )
     query.stop()
@@ -168,7 +170,7 @@ def test_group_offsets_follow_committed_micro_batches(
             query.processAllAvailable()
             end = _offsets(query.lastProgress["sources"][0]["endOffset"])
             assert sum(end.values()) == 3_500
-            wait_until(
+            wait_for_blocking(
                 lambda: {mq: reader.committed_offset(group, mq) for mq in mqs} == end,
                 timeout=10,
                 what="group offsets at the last committed batch",
@@ -244,7 +246,11 @@ def test_starting_offsets_by_timestamp(
         newest = max(
             m.store_timestamp for mq in mqs for m in reader.read_range(mq, 0, reader.max_offset(mq))
         )
-    wait_until(lambda: __import__("time").time() * 1000 > newest + 5, what="the clock to move")
+    wait_for_blocking(
+        lambda: __import__("time").time() * 1000 > newest + 5,
+        timeout=60.0,
+        what="the clock to move",
+    )
     late = set(produce(addr, topic, 1_000, start=1_000))
     with SyncQueueReader(namesrv=addr) as reader:
         cut = min(

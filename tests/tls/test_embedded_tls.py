@@ -31,7 +31,8 @@ from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, ConnectError, ConnectionClosedError, RocketError
 from aiorocket.testing import ChaosProxy
 from aiorocket.tls import client_context
-from tests.consumer.conftest import FAST, wait_for
+from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST
 from tests.tls.pki import Pki, tls_config
 
 #: Fail fast: a refused client must not retry for the default 3 s per send.
@@ -276,4 +277,6 @@ async def test_silent_connections_are_dropped_after_the_handshake_timeout(
             await produce(b.address, "T", [b"x"], tls=True, tls_ca=pki.other_ca)
         server = b._server
         assert server is not None
-        await wait_for(lambda: not server.connections, 2.0, "refused connections to go")
+        await wait_for(
+            lambda: not server.connections, timeout=2.0, what="refused connections to go"
+        )

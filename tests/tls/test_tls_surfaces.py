@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from aiorocket import App, Message, Producer
 from aiorocket.cli import main
 from aiorocket.embedded import EmbeddedBroker
+from tests._harness.child import broker_cli
 from tests.tls.pki import Pki
 
 _LISTENING = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+:\d+).*TLS enforcing")
@@ -23,21 +23,8 @@ _LISTENING = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+:\d+).*TLS enforcing"
 @contextlib.asynccontextmanager
 async def cli_broker(pki: Pki, data: Path) -> AsyncIterator[str]:
     """``aiorocket broker --tls-cert ... --tls-key ...`` in a subprocess; its address."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aiorocket",
-        "broker",
-        "--port",
-        "0",
-        "--data-dir",
-        str(data),
-        "--tls-cert",
-        str(pki.server_cert),
-        "--tls-key",
-        str(pki.server_key),
-        stdout=asyncio.subprocess.PIPE,
-    )
+    tls = ("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key))
+    proc = await broker_cli(data, *tls, stderr=None)
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 20)
@@ -97,7 +84,7 @@ async def test_spark_source_options_tls(enforcing: EmbeddedBroker, pki: Pki) -> 
     """The Spark source's ``tls``/``tlsCa`` options (plain strings, picklable) give its
     readers TLS to the broker."""
     pytest.importorskip("pyspark")
-    from aiorocket.integrations.spark.source import _Options
+    from aiorocket.integrations.spark.options import SourceOptions as _Options
 
     enforcing_broker = enforcing.address
     async with Producer(namesrv=enforcing_broker, tls=True, tls_ca=pki.ca) as producer:

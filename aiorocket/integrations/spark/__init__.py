@@ -15,23 +15,17 @@
 Needs pyspark >= 4.0 (Python Data Source API) and pyarrow: ``pip install "aiorocket[spark]"``.
 """
 
+from aiorocket.integrations._extras import missing_extra
+
 try:
     import pyarrow  # noqa: F401
     import pyspark.sql.datasource  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "aiorocket.integrations.spark needs pyspark >= 4.0 and pyarrow: "
-        'pip install "aiorocket[spark]"'
-    ) from exc
+    raise missing_extra(__name__, "pyspark >= 4.0 and pyarrow", "spark") from exc
 
 from aiorocket.integrations.spark.forwarder import ForwarderStatistics, SparkForwarder
-from aiorocket.integrations.spark.source import (
-    ARROW_SCHEMA,
-    SCHEMA,
-    RocketMQDataSource,
-    arrow_table,
-    register,
-)
+from aiorocket.integrations.spark.rows import ARROW_SCHEMA, SCHEMA, arrow_table
+from aiorocket.integrations.spark.source import RocketMQDataSource, register
 
 __all__ = [
     "ARROW_SCHEMA",

@@ -2,8 +2,8 @@
 # cython: initializedcheck=False, embedsignature=False
 """Pull bodies straight into Arrow column buffers (optional; see ``columns.py``).
 
-:class:`ColumnBuilder` walks the stored records of a pull body (REMOTING.md §4.1) and appends
-each record's fields to growing C buffers laid out as Arrow wants them (offsets, data,
+:class:`ColumnBuilder` walks the stored records of a pull body (docs/protocol.md §4.1) and
+appends each record's fields to growing C buffers laid out as Arrow wants them (offsets, data,
 validity), so an executor builds no Python object per row. It checks each record exactly as
 ``message._decode_run`` does (same order of checks, same errors) and gives the same values
 as the reference path (records → ``ReceivedMessage`` → ``source._record_batch``), which

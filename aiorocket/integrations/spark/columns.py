@@ -4,7 +4,7 @@ The compiled :class:`~aiorocket.integrations.spark._columns.ColumnBuilder` walks
 records of each pull body and appends their fields to Arrow buffers (offsets, data,
 validity), which become arrays with ``pa.Array.from_buffers``: no Python object per row.
 Without the extension (no C compiler at install time, or ``AIOROCKET_NO_EXTENSIONS`` set)
-the source decodes messages and builds columns from them instead (``source._record_batch``),
+the source decodes messages and builds columns from them instead (``rows.record_batch``),
 the reference the compiled path is tested against.
 """
 

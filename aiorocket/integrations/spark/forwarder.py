@@ -39,14 +39,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio.to_thread
 
 from aiorocket import ConcurrentContext, ConsumeStatus, ReceivedMessage
+from aiorocket._concurrency import AsyncResource, Service
 from aiorocket.errors import ClientClosedError, ConfigurationError
-from aiorocket.integrations.spark.source import arrow_table
+from aiorocket.integrations.spark.rows import arrow_table
 
 __all__ = ["ForwarderStatistics", "SparkForwarder"]
 
@@ -84,7 +84,7 @@ class _Batch:
     timer: asyncio.TimerHandle | None = None
 
 
-class SparkForwarder:
+class SparkForwarder(AsyncResource):
     """Gathers consumer messages into Spark DataFrames; acknowledges after ``fn`` ran.
 
     Args:
@@ -126,6 +126,7 @@ class SparkForwarder:
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._closed = False
+        self._lifecycle = Service("spark forwarder", logger=log)
         self._batches = 0
         self._rows = 0
         self._failed = 0
@@ -144,6 +145,8 @@ class SparkForwarder:
             raise ClientClosedError("the Spark forwarder is closed")
         if not msgs:
             return ConsumeStatus.CONSUME_SUCCESS
+        # Batches run in the forwarder's own task group (started here when not entered).
+        await self._lifecycle.start()
         while True:
             batch = self._open
             if batch is None:
@@ -195,9 +198,7 @@ class SparkForwarder:
         if self._open is batch:
             self._open = None
         self._running = batch
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(batch), name=f"spark batch {batch.id}"
-        )
+        self._task = self._lifecycle.spawn(self._run(batch), name=f"spark batch {batch.id}")
         self._notify()
 
     async def _run(self, batch: _Batch) -> None:
@@ -248,23 +249,18 @@ class SparkForwarder:
             else:
                 await self._wait_changed()
 
+    async def start(self) -> None:
+        """Start the forwarder's task service (``async with`` does it; the first
+        :meth:`listener` call too)."""
+        await self._lifecycle.start()
+
     async def close(self) -> None:
         """Process what was gathered (:meth:`flush`), then refuse new messages."""
         if self._closed:
             return
         await self.flush()
         self._closed = True
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+        await self._lifecycle.close()
 
     def statistics(self) -> ForwarderStatistics:
         """The counters so far."""

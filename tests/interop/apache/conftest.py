@@ -28,6 +28,7 @@ from tests.interop.apache.install import (
     install,
     require_install,
 )
+from tests.spark._support import spark  # noqa: F401  (the fixture of the Spark source test)
 
 #: Every delay level at 1 s, so retries (level 3 + reconsume times) come back quickly; the
 #: Java broker's default starts at "1s 5s 10s" and a first retry would wait 10 s.

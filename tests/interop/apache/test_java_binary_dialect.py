@@ -1,4 +1,4 @@
-"""The binary (ROCKETMQ) header dialect (REMOTING.md §1.5) both ways between aiorocket and
+"""The binary (ROCKETMQ) header dialect (docs/protocol.md §1.5) both ways between aiorocket and
 Apache RocketMQ.
 
 * aiorocket's clients with ``serialize_type="rocketmq"`` against the Java broker: producer,

@@ -13,7 +13,7 @@
 4.9.x: the broker's ``plain_acl.yml`` (read by ``PlainPermissionManager``) has no global white
 addresses and no per-account ``whiteRemoteAddress``: a white-listed address skips the
 signature check (``PlainPermissionManager.validate`` returns before it), so an empty list is
-what makes every request's HMAC-SHA1 signature really checked (REMOTING.md §8).
+what makes every request's HMAC-SHA1 signature really checked (docs/protocol.md §8).
 
 5.x: authentication and authorization on, with the broker's own providers
 (``DefaultAuthenticationProvider`` checks the same signature, ``DefaultAuthorizationProvider``
@@ -29,9 +29,8 @@ directory), so these tests check the broker's state with a signed
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.errors import AccessDeniedError, BrokerSystemError
+from tests._harness.wait import wait_for
 from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
 from tests.interop.apache.install import Install, JavaCluster, compile_java, install
 from tests.interop.harness import unique_name
@@ -152,20 +152,6 @@ REFUSED_CREDENTIALS = [
 ]
 
 
-async def wait_for(cond: Callable[[], bool], what: str, timeout: float = DELIVERY_TIMEOUT) -> None:
-    """Poll ``cond`` until it holds.
-
-    Raises:
-        AssertionError: not within ``timeout`` seconds.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 @contextlib.asynccontextmanager
 async def producer(cluster: JavaCluster, **keys: str) -> AsyncIterator[rmq.Producer]:
     async with rmq.Producer(namesrv=cluster.namesrv, group=unique_name("AclP"), **keys) as p:
@@ -237,9 +223,16 @@ async def test_signed_producer_and_push_consumer_are_accepted(java_cluster: Java
     async with c:
         await wait_for(
             lambda: any(m.body == b"acl-0" and m.reconsume_times == 1 for m in got),
-            "every message and the retried one",
+            timeout=DELIVERY_TIMEOUT,
+            what="every message and the retried one",
+            interval=0.05,
         )
-        await wait_for(lambda: len({m.body for m in got}) == count, "every message")
+        await wait_for(
+            lambda: len({m.body for m in got}) == count,
+            timeout=DELIVERY_TIMEOUT,
+            what="every message",
+            interval=0.05,
+        )
         stats = c.statistics()
         # the send-back itself was accepted (a refused one is resent by the client instead)
         assert stats.send_back_failures == 0

@@ -57,6 +57,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket import MessageQueue
+from tests._harness.wait import wait_for
 from tests.interop.apache.install import Install, JavaClient, JavaCluster
 from tests.interop.harness import unique_name
 
@@ -81,20 +82,6 @@ Handler = Callable[[list[rmq.ReceivedMessage], rmq.ConcurrentContext], Any]
 async def admin(cluster: JavaCluster, *args: str) -> str:
     """``mqadmin`` in a worker thread, so our consumer keeps answering the broker."""
     return await asyncio.to_thread(cluster.admin, *args)
-
-
-async def wait_for(cond: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    """Poll ``cond`` until it holds.
-
-    Raises:
-        AssertionError: not within ``timeout`` seconds.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def send(cluster: JavaCluster, topic: str, bodies: Iterable[str]) -> list[rmq.SendResult]:
@@ -235,7 +222,9 @@ async def test_consumer_connection_and_status_list_us_beside_a_java_consumer(
             # rebalance over both members' client ids left us half of the queues.
             await wait_for(
                 lambda: len([q for q in c.held() if q.topic == topic]) == QUEUES // 2,
-                "the Java member to take its half of the queues",
+                timeout=TIMEOUT,
+                what="the Java member to take its half of the queues",
+                interval=0.05,
             )
             connection = await admin(java_cluster, "consumerConnection", "-g", group)
             status = await admin(java_cluster, "consumerStatus", "-g", group)
@@ -291,7 +280,12 @@ async def test_consumer_status_shows_our_running_info(
             queues = c.statistics().queues.values()
             return {q.queue: q.committed_offset for q in queues if q.queue.topic == topic}
 
-        await wait_for(lambda: len(got) == len(sent) and consumed() == ends, "every message")
+        await wait_for(
+            lambda: len(got) == len(sent) and consumed() == ends,
+            timeout=TIMEOUT,
+            what="every message",
+            interval=0.05,
+        )
         summary = await admin(java_cluster, "consumerStatus", "-g", group)
         detail = await admin(java_cluster, "consumerStatus", "-g", group, "-i", c.client_id)
 
@@ -367,7 +361,9 @@ async def test_consumer_progress_shows_broker_and_consumer_offsets(
         # group's stay (a message in the handler is not committed).
         late = await send(java_cluster, topic, [f"late-{i}" for i in range(QUEUES)])
         assert {r.queue for r in late} == set(committed)
-        await wait_for(lambda: gate.waiting == QUEUES, "the held messages")
+        await wait_for(
+            lambda: gate.waiting == QUEUES, timeout=TIMEOUT, what="the held messages", interval=0.05
+        )
         progress = await admin(java_cluster, "consumerProgress", "-g", group, "-s", "true")
         groups = await admin(java_cluster, "consumerProgress")
         gate.opened.set()
@@ -423,13 +419,20 @@ async def test_reset_offset_by_timestamp_consumes_again_from_there(
     old = await send(java_cluster, topic, [f"old-{i}" for i in range(2 * QUEUES)])
     c = consumer(java_cluster, topic, group, handle)
     async with c:
-        await wait_for(lambda: len(got) == len(old), "the old messages")
+        await wait_for(
+            lambda: len(got) == len(old), timeout=TIMEOUT, what="the old messages", interval=0.05
+        )
         # The broker maps a timestamp to the stored message *nearest* to it in each queue,
         # before or after (ConsumeQueue.getOffsetInQueueByTime): a gap makes each queue's
         # first new message the nearest one to a timestamp just before the new messages.
         await asyncio.sleep(1.0)
         new = await send(java_cluster, topic, [f"new-{i}" for i in range(2 * QUEUES)])
-        await wait_for(lambda: len(got) == len(old) + len(new), "the new messages")
+        await wait_for(
+            lambda: len(got) == len(old) + len(new),
+            timeout=TIMEOUT,
+            what="the new messages",
+            interval=0.05,
+        )
         ends = await max_offsets(java_cluster, topic)
         # the broker refuses to reset a group that has not committed every queue
         await wait_committed(java_cluster, group, ends, "everything consumed")
@@ -440,7 +443,12 @@ async def test_reset_offset_by_timestamp_consumes_again_from_there(
             java_cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(since), *force
         )
         # our client applied what the broker sent it: the new messages come again
-        await wait_for(lambda: len(got) >= before + len(new), "the new messages again")
+        await wait_for(
+            lambda: len(got) >= before + len(new),
+            timeout=TIMEOUT,
+            what="the new messages again",
+            interval=0.05,
+        )
         await wait_committed(java_cluster, group, ends, "everything consumed again")
         again = got[before:]
 
@@ -495,7 +503,9 @@ async def test_reset_offset_to_now(
                 gate.waiting == 1
                 and sum(q.cached_count for q in c.statistics().queues.values()) == len(backlog)
             ),
-            "one backlog message in the handler, the others cached",
+            timeout=TIMEOUT,
+            what="one backlog message in the handler, the others cached",
+            interval=0.05,
         )
         output = await admin(
             java_cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "now", *force
@@ -508,7 +518,12 @@ async def test_reset_offset_to_now(
         gate.opened.set()
         after = [f"after-{i}".encode() for i in range(QUEUES)]
         await send(java_cluster, topic, [b.decode() for b in after])
-        await wait_for(lambda: set(after) <= set(got), "the messages sent after the reset")
+        await wait_for(
+            lambda: set(after) <= set(got),
+            timeout=TIMEOUT,
+            what="the messages sent after the reset",
+            interval=0.05,
+        )
         await wait_committed(
             java_cluster, group, await max_offsets(java_cluster, topic), "everything"
         )

@@ -30,16 +30,13 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
+from tests._harness.child import Child
+from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
+from tests._harness.wait import wait_for
 from tests.interop.apache._groups import (
     CONSUMER_PROC,
     ORDERLY_PROC,
-    Member,
-    Records,
-    check_key_order,
-    check_no_overlap,
     create_topic,
-    eventually,
-    handler_calls,
     spawn,
     stop,
     stop_all,
@@ -90,7 +87,9 @@ async def wait_one_owner_each(
         )
 
     try:
-        await eventually(settled, timeout, f"each queue held once by {names}")
+        await wait_for(
+            settled, timeout=timeout, what=f"each queue held once by {names}", interval=0.1
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {owners(records, names, field)}") from None
 
@@ -104,7 +103,7 @@ async def wait_delivered(records: Records, wanted: set[str], key: str, timeout: 
             got = {i for r in rows if r["k"] == "s" for i in r["ids"]}
         return wanted <= got
 
-    await eventually(done, timeout, f"{len(wanted)} messages delivered")
+    await wait_for(done, timeout=timeout, what=f"{len(wanted)} messages delivered", interval=0.1)
 
 
 # -- concurrent consumption ------------------------------------------------------------------
@@ -143,7 +142,7 @@ async def test_two_members_share_the_queues_and_survive_one_leaving(
     out.mkdir()
     records = Records(out)
     opts = ("--sleep", "0.002", "--persist-interval", str(PERSIST))
-    members: list[Member] = []
+    members: list[Child] = []
     production: asyncio.Task[None] | None = None
     try:
         members += await asyncio.gather(
@@ -161,7 +160,7 @@ async def test_two_members_share_the_queues_and_survive_one_leaving(
             rows = records.refresh()
             return sum(1 for r in rows if r["k"] == "d" and r["c"] == "b") >= 300
 
-        await eventually(b_busy, 60, "b consuming")
+        await wait_for(b_busy, timeout=60, what="b consuming", interval=0.1)
         await stop(b, leave)
         left_at = b.killed_at or b.stopped_at
         assert left_at is not None
@@ -260,7 +259,7 @@ async def test_orderly_members_keep_per_key_order_across_a_hand_over(
     out.mkdir()
     records = Records(out)
     opts = ("--sleep", "0.002")
-    members: list[Member] = []
+    members: list[Child] = []
     production: asyncio.Task[None] | None = None
     wanted = {f"{k}:{n}" for k in KEYS for n in range(PER_KEY)}
     try:
@@ -275,7 +274,7 @@ async def test_orderly_members_keep_per_key_order_across_a_hand_over(
             rows = records.refresh()
             return sum(len(r["ids"]) for r in rows if r["k"] == "s" and r["c"] == "b") >= 200
 
-        await eventually(b_busy, 60, "b consuming")
+        await wait_for(b_busy, timeout=60, what="b consuming", interval=0.1)
         await stop(b, leave)
         left_at = b.killed_at or b.stopped_at
         assert left_at is not None
@@ -392,10 +391,13 @@ async def test_refused_messages_come_back_through_the_retry_topic_then_go_to_the
                 dlq.extend((await reader.read(mq, 0)).messages)
             return bool(dlq)
 
-        await eventually(
-            lambda: len(deliveries(b"bad")) >= 3 and len(deliveries(b"flaky")) >= 2, 60, "retries"
+        await wait_for(
+            lambda: len(deliveries(b"bad")) >= 3 and len(deliveries(b"flaky")) >= 2,
+            timeout=60,
+            what="retries",
+            interval=0.1,
         )
-        await eventually(dead_lettered, 60, f"a message in {dlq_topic}")
+        await wait_for(dead_lettered, timeout=60, what=f"a message in {dlq_topic}", interval=0.1)
 
     retry_topic = f"%RETRY%{group}"
     for body, times in ((b"good", [0]), (b"flaky", [0, 1]), (b"bad", [0, 1, 2])):

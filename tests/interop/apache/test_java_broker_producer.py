@@ -38,7 +38,9 @@ from aiorocket import (
 )
 from aiorocket._protocol import properties as wire_props
 from aiorocket._protocol.codes import MessageSysFlag
-from tests.consumer.conftest import FAST, wait_for
+from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST
+from tests.interop.apache._groups import visible
 from tests.interop.apache.conftest import FAST_DELAY_LEVELS
 from tests.interop.apache.install import JavaClient, JavaCluster, compile_java
 from tests.interop.harness import unique_name
@@ -264,19 +266,6 @@ async def consuming(
         yield got
 
 
-async def visible(reader: QueueReader, mq: MessageQueue, end: int) -> None:
-    """Wait until ``mq`` holds offsets below ``end``.
-
-    The Java broker answers a send once the commit log has the message; its consume queue
-    (what offsets and pulls see) is built from the commit log by a separate thread
-    (``ReputMessageService``, every millisecond), so an offset may be readable a moment later.
-    """
-    deadline = time.monotonic() + WAIT
-    while (top := await reader.max_offset(mq)) < end:
-        assert time.monotonic() < deadline, f"{mq} still ends at {top}, not {end}"
-        await asyncio.sleep(0.01)
-
-
 async def read_back(
     namesrv: str, results: Sequence[SendResult], **settings: Any
 ) -> list[ReceivedMessage]:
@@ -284,7 +273,7 @@ async def read_back(
     out = []
     async with QueueReader(namesrv=namesrv, **settings) as reader:
         for r in results:
-            await visible(reader, r.queue, r.queue_offset + 1)
+            await visible(reader, r.queue, r.queue_offset + 1, WAIT)
             batch = await reader.read(r.queue, r.queue_offset, 1)
             assert batch.messages, f"nothing stored at {r.queue} offset {r.queue_offset}"
             out.append(batch.messages[0])
@@ -367,7 +356,7 @@ async def test_oneway_send_arrives_intact(java_cluster: JavaCluster) -> None:
         for m in sent[1:]:
             await producer.send_oneway(m)
     async with consuming(ns, topic, unique_name("cg")) as got:
-        await wait_for(lambda: len(got) >= len(sent), WAIT, "every oneway message")
+        await wait_for(lambda: len(got) >= len(sent), timeout=WAIT, what="every oneway message")
         await asyncio.sleep(0.5)  # a duplicate would show up by now
     by_idx = {int(m.properties["idx"]): m for m in got}
     assert len(got) == len(sent)
@@ -406,7 +395,7 @@ async def test_send_batch_one_call_all_arrive_in_order(
     start = result.queue_offset
     async with QueueReader(namesrv=ns) as reader:
         mq = MessageQueue(topic, result.queue.broker_name, result.queue.queue_id)
-        await visible(reader, mq, start + len(sent))
+        await visible(reader, mq, start + len(sent), WAIT)
         assert await reader.max_offset(mq) == start + len(sent)
         got = [m async for m in reader.read_range(mq, start, start + len(sent))]
     assert [m.queue_offset for m in got] == list(range(start, start + len(sent)))
@@ -484,7 +473,7 @@ async def test_delay_level_is_honoured(java_cluster: JavaCluster) -> None:
     async with Producer(namesrv=ns, group=unique_name("pg")) as producer:
         await producer.send(make_message(topic, 0))  # creates the topic
         async with consuming(ns, topic, unique_name("cg")) as got:
-            await wait_for(lambda: len(got) == 1, WAIT, "the undelayed message")
+            await wait_for(lambda: len(got) == 1, timeout=WAIT, what="the undelayed message")
             sent_at = time.monotonic()
             slow_result = await producer.send(slow, delay_level=2)
             fast_result = await producer.send(fast)
@@ -496,8 +485,8 @@ async def test_delay_level_is_honoured(java_cluster: JavaCluster) -> None:
                     return True
                 return False
 
-            await wait_for(lambda: arrival("1"), WAIT, "the level-1 message")
-            await wait_for(lambda: arrival("2"), WAIT, "the level-2 message")
+            await wait_for(lambda: arrival("1"), timeout=WAIT, what="the level-1 message")
+            await wait_for(lambda: arrival("2"), timeout=WAIT, what="the level-2 message")
             await asyncio.sleep(0.5)  # a duplicate would show up by now
     assert len(got) == 3
     assert arrived["2"] - sent_at >= LEVEL_2_DELAY_MS / 1000
@@ -586,7 +575,9 @@ async def test_namespace_is_the_wire_prefix_and_shared_by_a_consumer(
     for got, m, r in zip(await read_back(ns, results, namespace=space), sent, results, strict=True):
         assert_same(got, m, r)
     async with consuming(ns, topic, group, namespace=space) as got_pushed:
-        await wait_for(lambda: len(got_pushed) >= len(sent), WAIT, "the namespaced messages")
+        await wait_for(
+            lambda: len(got_pushed) >= len(sent), timeout=WAIT, what="the namespaced messages"
+        )
     by_idx = {int(m.properties["idx"]): m for m in got_pushed}
     assert len(got_pushed) == len(sent)
     assert sorted(by_idx) == list(range(len(sent)))
@@ -637,7 +628,7 @@ async def test_non_ascii_properties_survive_both_ways(
         assert_same(got, m, r)
     start = batch_result.queue_offset
     async with QueueReader(namesrv=ns) as reader:
-        await visible(reader, batch_result.queue, start + len(batched))
+        await visible(reader, batch_result.queue, start + len(batched), WAIT)
         in_batch = [
             m async for m in reader.read_range(batch_result.queue, start, start + len(batched))
         ]
@@ -681,13 +672,13 @@ async def test_non_ascii_properties_survive_both_ways(
     async with QueueReader(namesrv=ns) as reader:
         for e, m in zip(java_sent, expected, strict=True):
             mq = MessageQueue(from_java, e["broker"], e["queue"])
-            await visible(reader, mq, e["offset"] + 1)
+            await visible(reader, mq, e["offset"] + 1, WAIT)
             (got,) = (await reader.read(mq, e["offset"], 1)).messages
             assert_same(got, m)
             assert got.msg_id == e["msg_id"]
             assert got.queue_offset == e["offset"]
     async with consuming(ns, from_java, unique_name("cg")) as pushed:
-        await wait_for(lambda: len(pushed) >= len(expected), WAIT, "Java's messages")
+        await wait_for(lambda: len(pushed) >= len(expected), timeout=WAIT, what="Java's messages")
     by_idx = {int(m.properties["idx"]): m for m in pushed}
     for i, m in enumerate(expected):
         assert_same(by_idx[i], m)

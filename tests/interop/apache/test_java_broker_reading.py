@@ -13,32 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aiorocket import (
-    ConcurrentContext,
-    Message,
-    MessageQueue,
-    Producer,
-    PushConsumer,
-    QueueReader,
-    ReceivedMessage,
-    SendResult,
-)
+from aiorocket import Producer, PushConsumer, QueueReader
 from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.command import RemotingCommand
+from aiorocket.models import ConcurrentContext, Message, MessageQueue, ReceivedMessage, SendResult
 from aiorocket.settings import ClientSettings
-from tests.consumer.conftest import FAST, wait_for
+from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST
+from tests.interop.apache._groups import visible
 from tests.interop.apache.install import Install, JavaClient, JavaCluster, compile_java
 from tests.interop.harness import unique_name
-from tests.spark._support import spark_missing, spark_session
 
 #: Generous waits: Java clients boot in 2-5 s on an idle 2-core machine, much more under load.
 JAVA_TIMEOUT = 90.0
@@ -101,17 +93,6 @@ def from_where_classes(java_classes: Path, tmp_path_factory: pytest.TempPathFact
     return compile_java(tmp_path_factory.mktemp("from-where-classes"), [src])
 
 
-@pytest.fixture(scope="module")
-def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A local SparkSession with the ``rocketmq`` source (skipped without pyspark)."""
-    reason = spark_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    session = spark_session(request.module.__name__)
-    yield session
-    session.stop()
-
-
 # -- helpers -------------------------------------------------------------------------------------
 
 
@@ -142,7 +123,7 @@ async def all_visible(namesrv: str, results: Sequence[SendResult]) -> None:
         ends[r.queue] = max(ends.get(r.queue, 0), r.queue_offset + 1)
     async with QueueReader(namesrv=namesrv) as reader:
         for mq, end in ends.items():
-            await visible(reader, mq, end)
+            await visible(reader, mq, end, WAIT)
 
 
 def idx_of(msgs: Sequence[ReceivedMessage]) -> list[int]:
@@ -166,19 +147,6 @@ async def consuming(
 
     async with consumer:
         yield consumer, got
-
-
-async def visible(reader: QueueReader, mq: MessageQueue, end: int) -> None:
-    """Wait until ``mq`` holds offsets below ``end``.
-
-    The Java broker answers a send once the commit log has the message; its consume queue
-    (what offsets and pulls see) is built from the commit log by a separate thread
-    (``ReputMessageService``, every millisecond), so an offset may be readable a moment later.
-    """
-    deadline = time.monotonic() + WAIT
-    while (top := await reader.max_offset(mq)) < end:
-        assert time.monotonic() < deadline, f"{mq} still ends at {top}, not {end}"
-        await asyncio.sleep(0.01)
 
 
 def held_queues(consumer: PushConsumer, topic: str) -> int:
@@ -260,9 +228,9 @@ async def test_consume_from_first_reads_what_was_sent_before_the_group(
     topic = unique_name("FromFirst")
     await send_all(ns, topic, range(12))
     async with consuming(ns, topic, unique_name("cg"), consume_from="first") as (_, got):
-        await wait_for(lambda: len(got) >= 12, WAIT, "the earlier messages")
+        await wait_for(lambda: len(got) >= 12, timeout=WAIT, what="the earlier messages")
         await send_all(ns, topic, range(12, 16))
-        await wait_for(lambda: len(got) >= 16, WAIT, "the later messages")
+        await wait_for(lambda: len(got) >= 16, timeout=WAIT, what="the later messages")
         await asyncio.sleep(0.5)  # a duplicate would show up by now
     assert idx_of(got) == list(range(16))
 
@@ -309,9 +277,11 @@ async def test_consume_from_last_follows_the_java_broker_rule_for_a_new_group(
     java = await java_from_where(from_where_classes, ns, topic, "last", tmp_path)
     try:
         async with consuming(ns, topic, unique_name("cg"), consume_from="last") as (c, got):
-            await wait_for(lambda: held_queues(c, topic) == QUEUES, WAIT, "every queue")
+            await wait_for(
+                lambda: held_queues(c, topic) == QUEUES, timeout=WAIT, what="every queue"
+            )
             await send_all(ns, topic, range(8, 12))
-            await wait_for(lambda: len(got) >= 12, WAIT, "every message")
+            await wait_for(lambda: len(got) >= 12, timeout=WAIT, what="every message")
             await java.wait_until(lambda j: len(j.of("msg")) >= 12, WAIT, "every message")
             await asyncio.sleep(0.5)  # a duplicate would show up by now
     finally:
@@ -331,10 +301,12 @@ async def test_consume_from_last_follows_the_java_broker_rule_for_a_new_group(
         java = await java_from_where(from_where_classes, ns, topic, "last", tmp_path)
         try:
             async with consuming(ns, topic, unique_name("cg"), consume_from="last") as (c, got):
-                await wait_for(lambda: held_queues(c, topic) == QUEUES, WAIT, "every queue")
+                await wait_for(
+                    lambda: held_queues(c, topic) == QUEUES, timeout=WAIT, what="every queue"
+                )
                 await send_all(ns, topic, range(8, 12))
                 n = len(expected)
-                await wait_for(lambda: len(got) >= n, WAIT, "the expected messages")
+                await wait_for(lambda: len(got) >= n, timeout=WAIT, what="the expected messages")
                 await java.wait_until(lambda j: len(j.of("msg")) >= n, WAIT, "the expected ones")
                 await asyncio.sleep(0.5)  # an earlier message would show up by now
         finally:
@@ -378,7 +350,7 @@ async def test_consume_from_timestamp_for_a_new_group(
 
     # a young broker: offset 0 for the new group, the time is never looked at
     async with consuming(ns, topic, unique_name("cg"), consume_from=start) as (_, got):
-        await wait_for(lambda: len(got) >= 16, WAIT, "every message")
+        await wait_for(lambda: len(got) >= 16, timeout=WAIT, what="every message")
         await asyncio.sleep(0.5)  # a duplicate would show up by now
     assert idx_of(got) == list(range(16))
 
@@ -388,7 +360,9 @@ async def test_consume_from_timestamp_for_a_new_group(
         head_counts_as_old(java_cluster),
         consuming(ns, topic, unique_name("cg"), consume_from=start) as (_, got),
     ):
-        await wait_for(lambda: len(got) >= len(expected), WAIT, "the expected messages")
+        await wait_for(
+            lambda: len(got) >= len(expected), timeout=WAIT, what="the expected messages"
+        )
         await asyncio.sleep(0.5)  # an older message would show up by now
     assert idx_of(got) == expected
     if not rocketmq.v5:
@@ -414,7 +388,7 @@ async def test_queue_reader_reads_ranges_far_beyond_one_pull(java_cluster: JavaC
             assert result.queue_offset == lo
             ids.extend(result.msg_id.split(","))
     async with QueueReader(namesrv=ns) as reader:
-        await visible(reader, mq, total)
+        await visible(reader, mq, total, WAIT)
         assert await reader.max_offset(mq) == total
         one = await reader.read(mq, 0, 1024)
         assert len(one.messages) == 32  # the broker's cap, whatever is asked for
@@ -454,7 +428,7 @@ def test_spark_batch_reads_every_row_from_the_java_broker(
                 results.append(result)
         async with QueueReader(namesrv=ns) as reader:
             for r in results:
-                await visible(reader, r.queue, r.queue_offset + per_queue)
+                await visible(reader, r.queue, r.queue_offset + per_queue, WAIT)
         return out
 
     sent = asyncio.run(produce())
@@ -518,7 +492,9 @@ async def test_broadcasting_every_member_gets_everything_and_resumes_locally(
         b1 = await stack.enter_async_context(member("b1"))
         async with member("b2"):
             await wait_for(
-                lambda: len(got["b1"]) >= 20 and len(got["b2"]) >= 20, WAIT, "both members"
+                lambda: len(got["b1"]) >= 20 and len(got["b2"]) >= 20,
+                timeout=WAIT,
+                what="both members",
             )
             await asyncio.sleep(0.5)  # a duplicate would show up by now
         # b2 is stopped (its offsets flushed to its file); b1 keeps consuming
@@ -526,10 +502,10 @@ async def test_broadcasting_every_member_gets_everything_and_resumes_locally(
         files = sorted(store.rglob("offsets.json"))
         assert len(files) == 2, files
         await send_all(ns, topic, range(20, 30))
-        await wait_for(lambda: len(got["b1"]) >= 30, WAIT, "b1's new messages")
+        await wait_for(lambda: len(got["b1"]) >= 30, timeout=WAIT, what="b1's new messages")
         first_run = len(got["b2"])
         async with member("b2"):
-            await wait_for(lambda: len(got["b2"]) >= 30, WAIT, "b2's missed messages")
+            await wait_for(lambda: len(got["b2"]) >= 30, timeout=WAIT, what="b2's missed messages")
             await asyncio.sleep(1.0)  # a redelivery of what it consumed would show up by now
         assert idx_of(got["b2"][first_run:]) == list(range(20, 30))
         assert idx_of(got["b1"]) == list(range(30))

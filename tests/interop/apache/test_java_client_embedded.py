@@ -54,20 +54,18 @@ BOOT = 60.0
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    """A fresh embedded broker with fast delay levels and a short lock lease.
+def broker_config() -> BrokerConfig:
+    """Fast delay levels and a short lock lease.
 
-    Its housekeeping (expired channels and locks) runs once a minute only, so whatever a test
-    sees happen to a killed member comes from the closed connection and the lease rules
+    The broker's housekeeping (expired channels and locks) runs once a minute only, so whatever
+    a test sees happen to a killed member comes from the closed connection and the lease rules
     applied on LOCK_BATCH_MQ, as on a Java broker, not from a scan."""
-    config = BrokerConfig(
+    return BrokerConfig(
         default_queues=QUEUES,
         delay_levels=DELAY_LEVELS,
         lock_lease=LOCK_LEASE,
         channel_scan_interval=60.0,
     )
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
 
 
 @contextlib.asynccontextmanager

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiorocket as rmq
-from tests.interop.apache._groups import create_topic, eventually, wait_route
+from tests._harness.wait import wait_for
+from tests.interop.apache._groups import create_topic, wait_route
 from tests.interop.apache.install import JavaCluster
 from tests.interop.harness import unique_name
 
@@ -114,7 +115,12 @@ async def wait_held_once(
         return set(h) == wanted and set(h.values()) == {1}
 
     try:
-        await eventually(settled, timeout, f"the queues of {sorted(brokers)} held once")
+        await wait_for(
+            settled,
+            timeout=timeout,
+            what=f"the queues of {sorted(brokers)} held once",
+            interval=0.1,
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {dict(held(consumers, topic))}") from None
 
@@ -184,17 +190,21 @@ async def test_a_broker_killed_mid_stream_loses_nothing_it_acknowledged(
         await wait_held_once(consumers, topic, set(JAVA_BROKERS))
         sender = asyncio.create_task(send_continuously(producer, topic, sends, stop))
         try:
-            await eventually(
-                lambda: sum(s.broker == "broker-b" for s in sends) >= 200, 60, "sends to broker-b"
+            await wait_for(
+                lambda: sum(s.broker == "broker-b" for s in sends) >= 200,
+                timeout=60,
+                what="sends to broker-b",
+                interval=0.1,
             )
             await asyncio.to_thread(java_cluster.kill_broker, "broker-b")
             killed_at = time.time()
             b_gate.set()
             # Sending goes on for a while on broker-a alone.
-            await eventually(
+            await wait_for(
                 lambda: sum(s.started > killed_at + FAILOVER_BOUND for s in sends) >= 100,
-                60,
-                "sends after the fail-over",
+                timeout=60,
+                what="sends after the fail-over",
+                interval=0.1,
             )
             await wait_held_once(consumers, topic, {"broker-a"})
             stop.set()
@@ -222,16 +232,22 @@ async def test_a_broker_killed_mid_stream_loses_nothing_it_acknowledged(
         assert acked["broker-b"]
 
         # Everything broker-a acknowledged reaches the group while broker-b is down.
-        await eventually(
-            lambda: acked["broker-a"] <= delivered(), DRAIN_TIMEOUT, "broker-a's messages"
+        await wait_for(
+            lambda: acked["broker-a"] <= delivered(),
+            timeout=DRAIN_TIMEOUT,
+            what="broker-a's messages",
+            interval=0.1,
         )
         pending_at_restart = acked["broker-b"] - delivered()
 
         await asyncio.to_thread(java_cluster.restart_broker, "broker-b")
         restarted_at = time.time()
         await wait_held_once(consumers, topic, set(JAVA_BROKERS))
-        await eventually(
-            lambda: acked["broker-b"] <= delivered(), DRAIN_TIMEOUT, "broker-b's messages"
+        await wait_for(
+            lambda: acked["broker-b"] <= delivered(),
+            timeout=DRAIN_TIMEOUT,
+            what="broker-b's messages",
+            interval=0.1,
         )
 
     by_body = Counter(d.body for d in got)

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import aiorocket as rmq
-from tests.interop.apache._groups import eventually
+from tests._harness.wait import wait_for
 from tests.interop.apache.install import JavaCluster, dledger_group
 from tests.interop.harness import unique_name
 
@@ -87,16 +87,19 @@ async def test_leader_killed_while_producing_loses_nothing(java_cluster: JavaClu
 
         watcher = asyncio.create_task(watch_name_server())
         try:
-            await eventually(lambda: len(acked) >= 300, 60, "300 acknowledged sends")
+            await wait_for(
+                lambda: len(acked) >= 300, timeout=60, what="300 acknowledged sends", interval=0.1
+            )
             await asyncio.to_thread(java_cluster.kill_broker, leader)
             killed_at = time.time()
-            await eventually(
+            await wait_for(
                 lambda: (
                     any(t > killed_at + 1.0 for _, t in acked)
                     and sum(t > killed_at for _, t in acked) >= 300
                 ),
-                90,
-                "sends acknowledged by the new leader",
+                timeout=90,
+                what="sends acknowledged by the new leader",
+                interval=0.1,
             )
         finally:
             stop.set()
@@ -106,8 +109,11 @@ async def test_leader_killed_while_producing_loses_nothing(java_cluster: JavaClu
             # two survives one more death)
             await asyncio.to_thread(java_cluster.restart_broker, leader)
         new_leader = java_cluster.master_of("broker-a")
-        await eventually(
-            lambda: {b for b, _ in acked} <= got, DRAIN_TIMEOUT, "every acknowledged message"
+        await wait_for(
+            lambda: {b for b, _ in acked} <= got,
+            timeout=DRAIN_TIMEOUT,
+            what="every acknowledged message",
+            interval=0.1,
         )
     after = [t for t in failed if t >= killed_at - 1.0]
     first_ok = min(t for _, t in acked if t > killed_at)
@@ -188,24 +194,36 @@ async def test_an_orderly_group_keeps_key_order_across_a_leader_change(
     ):
         sender = asyncio.create_task(produce(producer))
         try:
-            await eventually(lambda: sum(map(len, seen.values())) >= 200, 60, "200 deliveries")
+            await wait_for(
+                lambda: sum(map(len, seen.values())) >= 200,
+                timeout=60,
+                what="200 deliveries",
+                interval=0.1,
+            )
             await asyncio.to_thread(java_cluster.kill_broker, leader)
             killed_at = time.time()
-            await eventually(
-                lambda: java_cluster.master_of("broker-a") not in (None, leader), 60, "a new leader"
+            await wait_for(
+                lambda: java_cluster.master_of("broker-a") not in (None, leader),
+                timeout=60,
+                what="a new leader",
+                interval=0.1,
             )
             after = sum(map(len, acked.values()))
-            await eventually(
-                lambda: sum(map(len, acked.values())) >= after + 200, 60, "sends to the new leader"
+            await wait_for(
+                lambda: sum(map(len, acked.values())) >= after + 200,
+                timeout=60,
+                what="sends to the new leader",
+                interval=0.1,
             )
         finally:
             stop.set()
             await sender
             await asyncio.to_thread(java_cluster.restart_broker, leader)
-        await eventually(
+        await wait_for(
             lambda: all(set(acked[k]) <= set(seen[k]) for k in range(keys)),
-            DRAIN_TIMEOUT,
-            "every acknowledged message",
+            timeout=DRAIN_TIMEOUT,
+            what="every acknowledged message",
+            interval=0.1,
         )
     total = sum(map(len, acked.values()))
     print(

@@ -18,7 +18,8 @@ from typing import Any
 import aiorocket as rmq
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from tests.interop.apache._groups import create_topic, eventually
+from tests._harness.wait import wait_for
+from tests.interop.apache._groups import create_topic
 from tests.interop.apache.install import JavaCluster, master_slave, request
 from tests.interop.harness import unique_name
 
@@ -54,7 +55,7 @@ async def replicating(ns: str) -> None:
                 return False  # a restarted master waits for its slave past the send timeout
             return result.status is rmq.SendStatus.SEND_OK
 
-        await eventually(replicated, 60, "the slave to replicate")
+        await wait_for(replicated, timeout=60, what="the slave to replicate", interval=0.1)
 
 
 async def slave_knows(cluster: JavaCluster, topic: str) -> None:
@@ -67,14 +68,19 @@ async def slave_knows(cluster: JavaCluster, topic: str) -> None:
         resp = await asyncio.to_thread(request, cluster.broker_addr("broker-a-s"), cmd)
         return resp.code == ResponseCode.SUCCESS
 
-    await eventually(known, 150, "the slave to copy the topic's configuration")
+    await wait_for(
+        known, timeout=150, what="the slave to copy the topic's configuration", interval=0.1
+    )
 
 
 async def master_gone(cluster: JavaCluster) -> None:
     """Wait until the name server has no master for broker-a (it drops a dead broker when its
     channel closes)."""
-    await eventually(
-        lambda: cluster.master_of("broker-a") is None, 30, "the name server to drop the master"
+    await wait_for(
+        lambda: cluster.master_of("broker-a") is None,
+        timeout=30,
+        what="the name server to drop the master",
+        interval=0.1,
     )
 
 
@@ -111,15 +117,21 @@ async def read_all_from_the_slave(ns: str, topic: str, group: str, total: int) -
         got.extend(m.body.decode() for m in msgs)
 
     async with consumer:
-        await eventually(lambda: len(set(got)) >= total, DRAIN_TIMEOUT, "every message")
+        await wait_for(
+            lambda: len(set(got)) >= total,
+            timeout=DRAIN_TIMEOUT,
+            what="every message",
+            interval=0.1,
+        )
         # the offsets went to the slave: a reader asks it too
         async with rmq.QueueReader(namesrv=ns) as reader:
             mqs = await reader.queues(topic)
             for mq in mqs:
-                await eventually(
+                await wait_for(
                     lambda mq=mq: _committed_end(reader, group, mq),  # type: ignore[misc]
-                    30,
-                    f"{mq}'s offset committed on the slave",
+                    timeout=30,
+                    what=f"{mq}'s offset committed on the slave",
+                    interval=0.1,
                 )
     assert set(got) == {f"m{i}" for i in range(total)}
 
@@ -167,20 +179,30 @@ async def test_the_master_killed_mid_stream_and_restarted_loses_nothing(
     ):
         sender = asyncio.create_task(produce(producer))
         try:
-            await eventually(lambda: len(acked) >= 300, 60, "300 acknowledged sends")
+            await wait_for(
+                lambda: len(acked) >= 300, timeout=60, what="300 acknowledged sends", interval=0.1
+            )
             await asyncio.to_thread(java_cluster.kill_broker, "broker-a")
             killed_at = time.time()
             await master_gone(java_cluster)
             await asyncio.sleep(2.0)  # sends fail meanwhile: they need the master
             before_restart = len(acked)
             await asyncio.to_thread(java_cluster.restart_broker, "broker-a")
-            await eventually(
-                lambda: len(acked) >= before_restart + 300, 60, "sends after the restart"
+            await wait_for(
+                lambda: len(acked) >= before_restart + 300,
+                timeout=60,
+                what="sends after the restart",
+                interval=0.1,
             )
         finally:
             stop.set()
             await sender
-        await eventually(lambda: set(acked) <= got, DRAIN_TIMEOUT, "every acknowledged message")
+        await wait_for(
+            lambda: set(acked) <= got,
+            timeout=DRAIN_TIMEOUT,
+            what="every acknowledged message",
+            interval=0.1,
+        )
     assert failed_at, "no send failed while the master was down"
     assert min(failed_at) >= killed_at - 1.0
     assert set(acked) <= got

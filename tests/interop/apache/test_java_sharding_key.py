@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests.interop.apache.install import JavaClient
 from tests.interop.harness import unique_name
 
@@ -37,12 +36,6 @@ CONSUMER: dict[str, Any] = {
     "lock_expiry": 3.0,
     "unlock_delay": 0.2,
 }
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=BrokerConfig()) as b:
-        yield b
 
 
 def key_from_keys(msg: rmq.ReceivedMessage) -> str | None:

@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -165,10 +164,8 @@ async def test_java_broker_checks_another_producer_after_a_crash(
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(transaction_check_interval=0.5, transaction_timeout=1.0)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
+def broker_config() -> BrokerConfig:
+    return BrokerConfig(transaction_check_interval=0.5, transaction_timeout=1.0)
 
 
 async def test_java_transaction_producer_against_the_embedded_broker(

@@ -36,6 +36,7 @@ import pytest
 import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConsumerNotOnlineError
+from tests._harness.wait import wait_for
 from tests.interop.apache.install import (
     Install,
     InstallError,
@@ -119,20 +120,6 @@ def line_value(output: str, prefix: str) -> str:
     raise AssertionError(f"no {prefix!r} line in:\n{output}")
 
 
-async def wait_for(cond: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = cond()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 @dataclass
 class Side:
     """One broker (embedded or Java) and what runs against it."""
@@ -180,7 +167,12 @@ async def start_side(
     )
     stack.push_async_callback(side.java.stop)
     await side.java.wait_event("ready", TIMEOUT)
-    await wait_for(lambda: len(side.seen) >= FIRST, f"{side.name}: the first {FIRST}")
+    await wait_for(
+        lambda: len(side.seen) >= FIRST,
+        timeout=TIMEOUT,
+        what=f"{side.name}: the first {FIRST}",
+        interval=0.2,
+    )
     async with rmq.Producer(namesrv=ns, group="OpsP") as p:
         held = await p.send(rmq.Message(TOPIC, "hold", keys=["held"]), sharding_key="h")
         side.held_queue = held.queue.queue_id
@@ -189,15 +181,25 @@ async def start_side(
             side.sent.append(await p.send(rmq.Message(TOPIC, f"a{i}"), sharding_key="h"))
     java = side.java
     assert java is not None
-    await wait_for(lambda: len(java.of("msg")) >= FIRST + 1 + AFTER, f"{side.name}: Java group")
-    await wait_for(lambda: len(side.seen) >= FIRST + AFTER, f"{side.name}: after the held one")
+    await wait_for(
+        lambda: len(java.of("msg")) >= FIRST + 1 + AFTER,
+        timeout=TIMEOUT,
+        what=f"{side.name}: Java group",
+        interval=0.2,
+    )
+    await wait_for(
+        lambda: len(side.seen) >= FIRST + AFTER,
+        timeout=TIMEOUT,
+        what=f"{side.name}: after the held one",
+        interval=0.2,
+    )
 
     async def settled() -> bool:
         return (await lag_total(ns, AIO_GROUP)) == 1 + AFTER and (
             await lag_total(ns, JAVA_GROUP)
         ) == 0
 
-    await wait_for(settled, f"{side.name}: committed offsets")
+    await wait_for(settled, timeout=TIMEOUT, what=f"{side.name}: committed offsets", interval=0.2)
 
 
 @pytest.fixture
@@ -324,7 +326,9 @@ async def test_mqadmin_reads_the_embedded_broker_as_it_reads_the_java_broker(
             assert java is not None
             await wait_for(
                 lambda java=java: len(java.of("msg")) >= 2 * total,  # type: ignore[misc]
-                f"{s.name}: the Java group consumes again after the reset",
+                timeout=TIMEOUT,
+                what=f"{s.name}: the Java group consumes again after the reset",
+                interval=0.2,
             )
 
     # -- assertions -----------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Shared pieces of the test suite: polling, brokers, child processes, protocol records."""

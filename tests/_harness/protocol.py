@@ -1,0 +1,51 @@
+"""Protocol values the tests build by hand, with every field a test does not care about at
+its plain default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiorocket._protocol.headers import PullMessageRequestHeader
+from aiorocket._protocol.message import MessageRecord
+
+__all__ = ["message_record", "pull_header"]
+
+#: the fields of PULL_MESSAGE a test leaves alone: queue 0 from offset 0, 32 messages, no flags
+_PULL_DEFAULTS: dict[str, Any] = {
+    "queue_id": 0,
+    "queue_offset": 0,
+    "max_msg_nums": 32,
+    "sys_flag": 0,
+    "commit_offset": 0,
+    "suspend_timeout_millis": 0,
+    "sub_version": 0,
+}
+
+#: the fields of a stored message a test leaves alone (all zero, loopback hosts, no properties)
+_RECORD_DEFAULTS: dict[str, Any] = {
+    "queue_id": 0,
+    "flag": 0,
+    "queue_offset": 0,
+    "commit_log_offset": 0,
+    "sys_flag": 0,
+    "born_timestamp": 0,
+    "born_host": "127.0.0.1",
+    "born_port": 0,
+    "store_timestamp": 0,
+    "store_host": "127.0.0.1",
+    "store_port": 0,
+    "reconsume_times": 0,
+    "prepared_transaction_offset": 0,
+}
+
+
+def pull_header(*, consumer_group: str, topic: str, **fields: Any) -> PullMessageRequestHeader:
+    """A PULL_MESSAGE header: ``fields`` over queue 0, offset 0, 32 messages, no flags."""
+    return PullMessageRequestHeader(
+        consumer_group=consumer_group, topic=topic, **{**_PULL_DEFAULTS, **fields}
+    )
+
+
+def message_record(*, topic: str, body: bytes, **fields: Any) -> MessageRecord:
+    """A stored message: ``fields`` over zeros, loopback hosts and no properties."""
+    return MessageRecord(topic=topic, body=body, **{"properties": {}, **_RECORD_DEFAULTS, **fields})

@@ -1,0 +1,123 @@
+"""The one service lifecycle (``aiorocket._concurrency.service``): background tasks run in the
+service's own supervisor task, so one failing never cancels the task that called ``start()``
+(a FastAPI lifespan, say); the crash is logged and reported to the owner; close is shielded,
+bounded and idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import anyio
+import pytest
+
+from aiorocket import Producer
+from aiorocket._concurrency import Service
+from aiorocket.errors import ClientClosedError
+
+
+class Bug(Exception):
+    """An unexpected error in a background task."""
+
+
+async def _fail_soon() -> None:
+    await asyncio.sleep(0.05)
+    raise Bug("boom")
+
+
+async def test_a_crashing_task_does_not_cancel_the_starter_and_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    crashes: list[BaseException] = []
+    aborted: list[bool] = []
+    service: Service
+
+    async def startup() -> None:
+        service.spawn(asyncio.sleep(3600), name="forever")
+        service.spawn(_fail_soon(), name="bug")
+
+    async def abort(started: bool) -> None:
+        aborted.append(started)
+
+    service = Service("svc", startup=startup, abort=abort, on_crash=crashes.append)
+    with caplog.at_level(logging.ERROR, logger="aiorocket"):
+        await service.start()
+        # The starter keeps running (no CancelledError here) while the task fails.
+        await asyncio.sleep(0.3)
+    assert service.closed
+    assert isinstance(service.crash, BaseExceptionGroup)
+    assert service.crash.subgroup(Bug) is not None
+    assert crashes == [service.crash]
+    assert aborted == [True]
+    assert any("svc crashed" in r.getMessage() for r in caplog.records)
+    with pytest.raises(BaseExceptionGroup):
+        await service.wait_closed()
+    service.raise_crash()  # reported once already: not raised again
+    await asyncio.wait_for(service.close(), 1.0)
+    await asyncio.wait_for(service.close(), 1.0)
+    with pytest.raises(ClientClosedError):
+        await service.start()
+
+
+async def test_close_is_bounded_idempotent_and_shielded() -> None:
+    stopped: list[str] = []
+    service: Service
+
+    async def startup() -> None:
+        service.spawn(asyncio.sleep(3600), name="forever")
+
+    async def shutdown() -> None:
+        await asyncio.sleep(0.05)
+        stopped.append("shutdown")
+
+    service = Service("svc", startup=startup, shutdown=shutdown)
+    await service.start()
+    # A closer in a cancelled scope (an anyio task group, a lifespan) still gets the whole
+    # shutdown.
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await service.close()
+    assert stopped == ["shutdown"]
+    assert service.closed
+    assert not service.tasks  # the endless task was cancelled
+    await asyncio.wait_for(service.close(), 1.0)
+    await service.wait_closed()
+    assert service.crash is None
+
+
+async def test_a_start_up_failure_is_raised_to_the_caller_unwrapped() -> None:
+    async def startup() -> None:
+        raise Bug("no")
+
+    service = Service("svc", startup=startup)
+    with pytest.raises(Bug):
+        await service.start()
+    assert service.closing
+
+
+async def test_a_producer_crashing_in_the_background_leaves_its_starter_running(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken_heartbeat(self: Producer) -> None:
+        raise Bug("heartbeat bug")
+
+    monkeypatch.setattr(Producer, "_send_heartbeats", broken_heartbeat)
+    producer = Producer(namesrv="127.0.0.1:1", group="svc", heartbeat_interval=0.05)
+    finished: list[bool] = []
+
+    async def use() -> None:
+        async with producer:
+            # Before: the producer's task group lived in this task, so its crash cancelled
+            # this sleep.
+            await asyncio.sleep(0.5)
+            finished.append(True)
+
+    with (
+        caplog.at_level(logging.ERROR, logger="aiorocket"),
+        pytest.raises(BaseExceptionGroup) as info,
+    ):
+        await use()
+    assert finished == [True]
+    assert info.value.subgroup(Bug) is not None
+    assert any("crashed" in r.getMessage() for r in caplog.records)
+    await asyncio.wait_for(producer.close(), 1.0)
