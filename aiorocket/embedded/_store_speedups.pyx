@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, embedsignature=False
-"""Compiled twin of ``store._collect_py``, the per-message part of serving a pull (optional).
+"""Compiled twin of ``read_plan.collect_py``, the per-message part of serving a pull (optional).
 
 Same results, same faults, same order of checks as the pure-Python function, which stays the
 reference (``tests/embedded/test_store_collect.py`` compares the two). What is faster: index
@@ -136,7 +136,7 @@ def collect(
     list offsets,
     list faults,
 ):
-    """See ``store._collect_py``."""
+    """See ``read_plan.collect_py``."""
     cdef const uint8_t *e = <const uint8_t *>PyBytes_AS_STRING(raw)
     cdef Py_ssize_t entries = PyBytes_GET_SIZE(raw) // ENTRY_SIZE
     cdef Py_ssize_t scanned = 0, count = 0, idx

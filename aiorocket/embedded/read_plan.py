@@ -153,10 +153,13 @@ def use_compiled(compiled: bool) -> None:
         collect = collect_py
         return
     try:
-        from aiorocket.embedded import _store_speedups
+        # (the module itself, not ``from aiorocket.embedded import``: that would import the
+        # package, whose broker imports this module, and make a cycle of the import graph)
+        from aiorocket.embedded._store_speedups import collect as _collect
+        from aiorocket.embedded._store_speedups import configure as _configure
     except ImportError as exc:
         raise RuntimeError(f"aiorocket: compiled store helpers not built ({exc})") from None
-    _store_speedups.configure(
+    _configure(
         ENTRY.size,
         RECORD_HEAD.size,
         TRAILER_SIZE,
@@ -165,7 +168,7 @@ def use_compiled(compiled: bool) -> None:
         _MAX_READ_GAP,
         _MAX_READ_SPAN,
     )
-    collect = _store_speedups.collect
+    collect = _collect
 
 
 with contextlib.suppress(RuntimeError):
