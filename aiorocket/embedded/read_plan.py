@@ -8,6 +8,7 @@ codec) is its twin with the same results and faults, chosen by :func:`use_compil
 from __future__ import annotations
 
 import contextlib
+import importlib
 import zlib
 from collections.abc import Callable
 from typing import Final
@@ -153,13 +154,12 @@ def use_compiled(compiled: bool) -> None:
         collect = collect_py
         return
     try:
-        # (the module itself, not ``from aiorocket.embedded import``: that would import the
-        # package, whose broker imports this module, and make a cycle of the import graph)
-        from aiorocket.embedded._store_speedups import collect as _collect
-        from aiorocket.embedded._store_speedups import configure as _configure
+        # By name: static import tools cannot see a compiled module and would count a
+        # ``from aiorocket.embedded import`` as a cycle through the package.
+        speedups = importlib.import_module("aiorocket.embedded._store_speedups")
     except ImportError as exc:
         raise RuntimeError(f"aiorocket: compiled store helpers not built ({exc})") from None
-    _configure(
+    speedups.configure(
         ENTRY.size,
         RECORD_HEAD.size,
         TRAILER_SIZE,
@@ -168,7 +168,7 @@ def use_compiled(compiled: bool) -> None:
         _MAX_READ_GAP,
         _MAX_READ_SPAN,
     )
-    collect = _collect
+    collect = speedups.collect
 
 
 with contextlib.suppress(RuntimeError):
