@@ -6,7 +6,8 @@ import enum
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from types import SimpleNamespace
+from typing import Final, Protocol, cast
 
 from aiorocket._names import validate_name
 from aiorocket.errors import ConfigurationError
@@ -286,26 +287,6 @@ class _Stored(Protocol):
     properties: dict[str, str]
 
 
-@dataclass(slots=True)
-class _Fields:
-    """A :class:`_Stored` built from keyword arguments (a hand-made ReceivedMessage)."""
-
-    body: bytes
-    queue_id: int
-    flag: int
-    queue_offset: int
-    commit_log_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: str
-    born_port: int
-    store_timestamp: int
-    store_host: str
-    store_port: int
-    reconsume_times: int
-    properties: dict[str, str]
-
-
 def _offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
     # MessageDecoder.createMessageId: hex of store IP, port (int32) and commit-log offset.
     try:
@@ -386,7 +367,8 @@ class ReceivedMessage:
             props["UNIQ_KEY"] = msg_id
         bh, bp = _split_host(born_host)
         sh, sp = _split_host(store_host)
-        fields = _Fields(
+        # Any object with the record's fields will do; the decoder's own is MessageRecord.
+        fields = SimpleNamespace(
             body=bytes(body),
             queue_id=queue_id,
             flag=flag,
@@ -402,7 +384,7 @@ class ReceivedMessage:
             reconsume_times=reconsume_times,
             properties=props,
         )
-        return cls(fields, topic=topic, broker_name=broker_name)
+        return cls(cast(_Stored, fields), topic=topic, broker_name=broker_name)
 
     def _with_reconsume_times(self, times: int) -> ReceivedMessage:
         """A copy counting ``times`` earlier deliveries (a local retry, Java

@@ -254,7 +254,6 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
         clock = self._clock
         mq = pq.queue
         topic = mq.topic
-        handler = self._handler
         hooks = self._hooks
         stats = self._stats
         update_offset = self._offsets.update
@@ -285,23 +284,7 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
                 if hooks:
                     hook_ctx = ConsumeHookContext(self._group, mq, msgs)
                     run_before(hooks, hook_ctx)
-                raised = False
-                self._running += 1
-                call = pq.call_started(now)
-                try:
-                    result = await handler(msgs[:], ctx)
-                except Exception:
-                    log.warning(
-                        "orderly handler failed on %d message(s) of %s; suspending the queue",
-                        len(msgs),
-                        mq,
-                        exc_info=True,
-                    )
-                    result = _SUSPEND
-                    raised = True
-                finally:
-                    self._running -= 1
-                    pq.call_ended(call)
+                result, raised = await self._invoke(pq, msgs, ctx, now, "the queue")
                 end = clock()
                 ok = result is None or result is _SUCCESS
                 if ok and hook_ctx is None and ctx.auto_commit and not pq.dropped:
@@ -321,6 +304,34 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
                 if streak >= _FAIRNESS_BATCH:
                     streak = 0
                     await asyncio.sleep(0)
+
+    async def _invoke(
+        self,
+        pq: ProcessQueue,
+        msgs: list[ReceivedMessage],
+        ctx: OrderlyContext,
+        now: float,
+        what: str,
+    ) -> tuple[object, bool]:
+        """One handler call: (its result, whether it raised). A raise is logged and answered
+        as SUSPEND_CURRENT_QUEUE_A_MOMENT, as Java's ``ConsumeMessageOrderlyService`` does
+        with a listener's exception; ``what`` (the queue or a key) is what it suspends."""
+        self._running += 1
+        call = pq.call_started(now)
+        try:
+            return await self._handler(msgs[:], ctx), False
+        except Exception:
+            log.warning(
+                "orderly handler failed on %d message(s) of %s; suspending %s",
+                len(msgs),
+                pq.queue,
+                what,
+                exc_info=True,
+            )
+            return _SUSPEND, True
+        finally:
+            self._running -= 1
+            pq.call_ended(call)
 
     @staticmethod
     def _status(result: object) -> OrderlyStatus:
@@ -392,12 +403,7 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
         one that is retried (under the limit, or its send-back failed) and all after it are
         put back, so the queue never skips a message it did not settle.
         """
-        retry_from = len(msgs)
-        for i, m in enumerate(msgs):
-            if m.reconsume_times >= self._max_reconsume and await self._send_to_dlq(pq, m):
-                continue
-            retry_from = i
-            break
+        retry_from = await self._dead_letter_front(pq, msgs)
         if retry_from == len(msgs):
             return False
         pq.make_again([m._with_reconsume_times(m.reconsume_times + 1) for m in msgs[retry_from:]])
@@ -407,6 +413,14 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
                 self._offsets.update(pq.queue, offset, increase_only=False)
         self._resubmit_later(pq, self._suspend_delay(ctx))
         return True
+
+    async def _dead_letter_front(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> int:
+        """Dead-letter the messages at the retry limit from the front of a failed batch; the
+        index of the first one to retry (``len(msgs)`` when none is left)."""
+        for i, m in enumerate(msgs):
+            if m.reconsume_times < self._max_reconsume or not await self._send_to_dlq(pq, m):
+                return i
+        return len(msgs)
 
     async def _send_to_dlq(self, pq: ProcessQueue, msg: ReceivedMessage) -> bool:
         # ConsumeMessageOrderlyService.sendMessageBack past maxReconsumeTimes: the broker
@@ -515,25 +529,8 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
         if self._hooks:
             hook_ctx = ConsumeHookContext(self._group, mq, msgs)
             run_before(self._hooks, hook_ctx)
-        raised = False
         begin = self._clock()
-        self._running += 1
-        call = pq.call_started(begin)
-        try:
-            result = await self._handler(msgs[:], ctx)
-        except Exception:
-            log.warning(
-                "orderly handler failed on %d message(s) of key %r of %s; suspending the key",
-                len(msgs),
-                key,
-                mq,
-                exc_info=True,
-            )
-            result = _SUSPEND
-            raised = True
-        finally:
-            self._running -= 1
-            pq.call_ended(call)
+        result, raised = await self._invoke(pq, msgs, ctx, begin, f"the key {key!r}")
         end = self._clock()
         status = self._status(result)
         if hook_ctx is not None:
@@ -579,12 +576,7 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
         """A failed call of ``key`` (``checkReconsumeTimes``, as :meth:`_suspend`): messages at
         the retry limit are dead-lettered from the front; the first one retried and all after
         it go back to the front of the key's lane, which stays busy for the suspend time."""
-        retry_from = len(msgs)
-        for i, m in enumerate(msgs):
-            if m.reconsume_times >= self._max_reconsume and await self._send_to_dlq(pq, m):
-                continue
-            retry_from = i
-            break
+        retry_from = await self._dead_letter_front(pq, msgs)
         if retry_from:
             self._settle(pq, msgs[:retry_from])
         if retry_from == len(msgs):

@@ -726,7 +726,7 @@ class PullConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
         """
         targets = [self._require_owned(q) for q in queues]
-        self._queues.pause([owned.mq for owned in targets])
+        self._queues.set_paused(True, [owned.mq for owned in targets])
 
     def resume(self, *queues: MessageQueue) -> None:
         """Deliver and pull these queues again (buffered messages first).
@@ -736,7 +736,7 @@ class PullConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
         """
         targets = [self._require_owned(q) for q in queues]
-        self._queues.resume([owned.mq for owned in targets])
+        self._queues.set_paused(False, [owned.mq for owned in targets])
 
     def paused(self) -> set[MessageQueue]:
         """The owned queues paused now."""

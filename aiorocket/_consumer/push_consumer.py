@@ -216,7 +216,7 @@ class PushConsumer(GroupMember):
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
         queues, topics = self._pause_targets(targets)
-        self._queues.pause(queues, topics, everything=not targets)
+        self._queues.set_paused(True, queues, topics, everything=not targets)
 
     def resume(self, *targets: MessageQueue | str) -> None:
         """Undo :meth:`pause` for the given queues or topics, or for everything when called
@@ -228,7 +228,7 @@ class PushConsumer(GroupMember):
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
         queues, topics = self._pause_targets(targets)
-        self._queues.resume(queues, topics, everything=not targets)
+        self._queues.set_paused(False, queues, topics, everything=not targets)
 
     def _pause_targets(
         self, targets: Sequence[MessageQueue | str]

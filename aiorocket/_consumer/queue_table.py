@@ -181,34 +181,27 @@ class QueueTable(Generic[_E]):
         """Whether ``mq`` is paused, by name, through its topic or as part of everything."""
         return self.paused_all or mq in self.paused_queues or mq.topic in self.paused_topics
 
-    def pause(
+    def set_paused(
         self,
+        paused: bool,
         queues: Iterable[MessageQueue] = (),
         topics: Iterable[str] = (),
         *,
         everything: bool = False,
     ) -> None:
-        """Pause these queues and topics (wire names), or everything."""
+        """Pause (or resume) these queues and topics (wire names), or everything; resuming
+        everything also forgets every queue and topic paused by name."""
+        if paused:
+            self.paused_queues.update(queues)
+            self.paused_topics.update(topics)
+        else:
+            if everything:
+                self.paused_queues.clear()
+                self.paused_topics.clear()
+            self.paused_queues.difference_update(queues)
+            self.paused_topics.difference_update(topics)
         if everything:
-            self.paused_all = True
-        self.paused_queues.update(queues)
-        self.paused_topics.update(topics)
-        self._apply_pause()
-
-    def resume(
-        self,
-        queues: Iterable[MessageQueue] = (),
-        topics: Iterable[str] = (),
-        *,
-        everything: bool = False,
-    ) -> None:
-        """Undo :meth:`pause` for these queues and topics, or for everything."""
-        if everything:
-            self.paused_all = False
-            self.paused_queues.clear()
-            self.paused_topics.clear()
-        self.paused_queues.difference_update(queues)
-        self.paused_topics.difference_update(topics)
+            self.paused_all = paused
         self._apply_pause()
 
     def _apply_pause(self) -> None:

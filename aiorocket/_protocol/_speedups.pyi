@@ -3,14 +3,6 @@
 from collections.abc import Callable
 from typing import Any
 
-__all__ = [
-    "configure_frame",
-    "configure_message",
-    "decode_binary_header",
-    "decode_run",
-    "next_command",
-]
-
 def configure_message(
     record_cls: type,
     bad: Callable[[int, str], Exception],

@@ -10,6 +10,7 @@ intermediate slices, and result objects get their slots filled directly instead 
 the dataclass ``__init__``.
 """
 
+from aiorocket._protocol._bigendian cimport u32 as _u32, i32 as _i32, i64 as _i64, u16 as _u16
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
@@ -36,22 +37,6 @@ cdef extern from "Python.h":
         PyMemberDef *d_member
     ctypedef object (*newfunc)(PyTypeObject *, PyObject *, PyObject *)
     object PyUnicode_DecodeLatin1(const char *s, Py_ssize_t size, const char *errors)
-
-
-cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int32_t _i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>_u32(p)
-
-
-cdef inline int64_t _i64(const uint8_t *p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
-
-
-cdef inline int32_t _u16(const uint8_t *p) noexcept nogil:
-    return (<int32_t>p[0] << 8) | p[1]
 
 
 # --- filling slotted dataclass instances -------------------------------------------------

@@ -20,7 +20,10 @@ from typing import Final
 
 from aiorocket._protocol import accel
 from aiorocket._protocol.codes import MessageSysFlag
-from aiorocket._protocol.properties import MAX_PROPERTIES_SIZE, encode_properties
+from aiorocket._protocol.properties import (
+    encode_properties_bytes,
+    properties_bytes,
+)
 from aiorocket.errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
 
 __all__ = [
@@ -458,13 +461,9 @@ def encode_message(rec: MessageRecord) -> bytes:
     """
     try:
         topic = rec.topic.encode()
-        props = encode_properties(rec.properties).encode()
     except UnicodeEncodeError as exc:
-        raise LocalProtocolError(f"topic or properties are not encodable: {exc}") from None
-    if len(props) > MAX_PROPERTIES_SIZE:
-        raise LocalProtocolError(
-            f"message properties are {len(props)} bytes; at most {MAX_PROPERTIES_SIZE}"
-        )
+        raise LocalProtocolError(f"the topic is not encodable: {exc}") from None
+    props = encode_properties_bytes(rec.properties)
     magic = rec.magic
     topic_len = len(topic)
     if magic == MAGIC_V1:
@@ -527,14 +526,7 @@ def encode_batch_body(items: Sequence[BatchItem]) -> bytes:
     """
     parts: list[bytes] = []
     for item in items:
-        try:
-            props = item.properties.encode()
-        except UnicodeEncodeError as exc:
-            raise LocalProtocolError(f"batch properties are not encodable: {exc}") from None
-        if len(props) > MAX_PROPERTIES_SIZE:
-            raise LocalProtocolError(
-                f"batch properties are {len(props)} bytes; at most {MAX_PROPERTIES_SIZE}"
-            )
+        props = properties_bytes(item.properties, "batch properties")
         body = item.body
         try:
             head = _BATCH_HEAD.pack(_BATCH_MIN + len(body) + len(props), 0, 0, item.flag, len(body))

@@ -45,6 +45,7 @@ __all__ = [
     "decode_properties",
     "encode_properties",
     "encode_properties_bytes",
+    "properties_bytes",
 ]
 
 # MessageConst wire keys (4.9.8 names; §4.5.1).
@@ -171,13 +172,24 @@ def encode_properties_bytes(props: Mapping[str, str]) -> bytes:
         LocalProtocolError: a key or value is empty, contains ``\\x01``/``\\x02`` or a lone
             surrogate, or the encoding exceeds :data:`MAX_PROPERTIES_SIZE` bytes.
     """
+    return properties_bytes(encode_properties(props))
+
+
+def properties_bytes(text: str, what: str = "message properties") -> bytes:
+    """Properties text (as :func:`encode_properties` writes it) as the UTF-8 bytes a record
+    carries, within the record format's limit.
+
+    Raises:
+        LocalProtocolError: a lone surrogate, or more than :data:`MAX_PROPERTIES_SIZE` bytes
+            (``what`` names them in the message).
+    """
     try:
-        data = encode_properties(props).encode()
+        data = text.encode()
     except UnicodeEncodeError as exc:
-        raise LocalProtocolError(f"message properties are not encodable: {exc}") from None
+        raise LocalProtocolError(f"{what} are not encodable: {exc}") from None
     if len(data) > MAX_PROPERTIES_SIZE:
         raise LocalProtocolError(
-            f"message properties are {len(data)} bytes, over the limit of {MAX_PROPERTIES_SIZE}"
+            f"{what} are {len(data)} bytes, over the limit of {MAX_PROPERTIES_SIZE}"
         )
     return data
 

@@ -78,7 +78,6 @@ __all__ = [
     "MQSet",
     "as_int",
     "as_object",
-    "as_str",
     "java_enum",
     "java_order",
     "member",
@@ -207,6 +206,7 @@ def _overflow(name: str, value: int, kind: str) -> None:
 
 
 _H = TypeVar("_H", bound=Header)
+_T = TypeVar("_T")
 
 _KIND_TYPES = {WireKind.STR: str, WireKind.INT: int, WireKind.LONG: int, WireKind.BOOL: bool}
 # kind -> (min, max, longest digit string that cannot overflow)
@@ -365,19 +365,12 @@ def as_object(value: Any, where: str) -> dict[Any, Any]:
     Raises:
         RemoteProtocolError: it is not.
     """
-    if not isinstance(value, dict):
-        raise RemoteProtocolError(f"{where}: expected a JSON object, got {type(value).__name__}")
-    return value
+    return _checked(value, dict, "a JSON object", where)
 
 
-def as_str(value: Any, where: str) -> str:
-    """``value`` if it is a string.
-
-    Raises:
-        RemoteProtocolError: it is not.
-    """
-    if not isinstance(value, str):
-        raise RemoteProtocolError(f"{where}: expected a string, got {type(value).__name__}")
+def _checked(value: Any, kind: type[_T], what: str, where: str) -> _T:
+    if not isinstance(value, kind):
+        raise RemoteProtocolError(f"{where}: expected {what}, got {type(value).__name__}")
     return value
 
 
@@ -493,8 +486,8 @@ def message_queue_from_dict(value: Any, where: str = "MessageQueue") -> MessageQ
         )
     queue_id = obj.get("queueId")
     return MessageQueue(
-        topic=as_str(topic, f"{where}.topic"),
-        broker_name=as_str(broker, f"{where}.brokerName"),
+        topic=_checked(topic, str, "a string", f"{where}.topic"),
+        broker_name=_checked(broker, str, "a string", f"{where}.brokerName"),
         queue_id=0 if queue_id is None else as_int(queue_id, f"{where}.queueId", _INT32_BITS),
     )
 

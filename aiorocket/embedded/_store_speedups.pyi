@@ -1,6 +1,11 @@
-"""Types of the compiled store helpers (``_store_speedups.pyx``); see ``read_plan.use_compiled``."""
+"""Types of the compiled store helpers (``_store_speedups.pyx``); see ``read_plan.use_compiled``.
 
-from collections.abc import Callable
+``collect`` is the compiled twin of ``read_plan.collect_py``: the same signature, stated once.
+"""
+
+from aiorocket.embedded.read_plan import collect_py as collect
+
+__all__ = ["collect", "configure", "crc32"]
 
 def configure(
     entry_size: int,
@@ -11,18 +16,4 @@ def configure(
     max_gap: int,
     max_span: int,
 ) -> None: ...
-def collect(
-    raw: bytes,
-    offset: int,
-    max_msgs: int,
-    max_bytes: int,
-    log_min: int,
-    matches: Callable[[int], bool] | None,
-    queue_id: int,
-    read_span: Callable[[int, int], bytes | None],
-    messages: list[bytes],
-    codes: list[int],
-    offsets: list[int],
-    faults: list[tuple[int, int, int]],
-) -> tuple[int, int]: ...
 def crc32(data: bytes) -> int: ...

@@ -11,6 +11,7 @@ slice and its two ints.
 
 __all__ = ["collect", "configure", "crc32"]
 
+from aiorocket._protocol._bigendian cimport u32 as _u32, i32 as _i32, i64 as _i64
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -101,18 +102,6 @@ def configure(
     _magic_v2 = magic_v2
     _max_gap = max_gap
     _max_span = max_span
-
-
-cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int32_t _i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>_u32(p)
-
-
-cdef inline int64_t _i64(const uint8_t *p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
 
 
 cdef struct _Plan:

@@ -205,14 +205,21 @@ class ConsumeQueue:
             self._w_base = base
             self._w_path = self._path(base)
         path = self._w_path
-        fd = self._files.fd(path, create=True)
-        assert fd is not None
-        data = ENTRY.pack(commit_log_offset, size, tags_code, store_timestamp)
-        if os.pwrite(fd, data, (offset - base) * ENTRY_SIZE) != ENTRY_SIZE:
-            raise OSError(f"short write to {path}")
-        self._files.mark_dirty(path)
+        self._put(
+            path, (offset - base) * ENTRY_SIZE, commit_log_offset, size, tags_code, store_timestamp
+        )
         self.max_offset = offset + 1
         return offset
+
+    def _put(
+        self, path: str, pos: int, commit_log_offset: int, size: int, tags: int, stored: int
+    ) -> None:
+        fd = self._files.fd(path, create=True)
+        assert fd is not None
+        data = ENTRY.pack(commit_log_offset, size, tags, stored)
+        if os.pwrite(fd, data, pos) != ENTRY_SIZE:
+            raise OSError(f"short write to {path}")
+        self._files.mark_dirty(path)
 
     def write_at(
         self, offset: int, commit_log_offset: int, size: int, tags_code: int, store_timestamp: int
@@ -228,12 +235,9 @@ class ConsumeQueue:
         self._ensure_dir()
         base = offset - offset % self._eps
         path = self._path(base)
-        fd = self._files.fd(path, create=True)
-        assert fd is not None
-        data = ENTRY.pack(commit_log_offset, size, tags_code, store_timestamp)
-        if os.pwrite(fd, data, (offset - base) * ENTRY_SIZE) != ENTRY_SIZE:
-            raise OSError(f"short write to {path}")
-        self._files.mark_dirty(path)
+        self._put(
+            path, (offset - base) * ENTRY_SIZE, commit_log_offset, size, tags_code, store_timestamp
+        )
         if offset >= self.max_offset:
             self.max_offset = offset + 1
 

@@ -30,7 +30,6 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
     GetConsumerListByGroupRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
-    GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
     QueryConsumerOffsetRequestHeader,
     SearchOffsetRequestHeader,
@@ -220,24 +219,18 @@ class BrokerProcessors(Processor):
             cmd, self._store.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp)
         )
 
-    @handles(RequestCode.GET_MAX_OFFSET)
-    async def get_max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_MAX_OFFSET: the next offset to be written (0 for an unknown queue).
+    @handles(RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET)
+    async def queue_bound(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_MAX_OFFSET: the next offset to be written; GET_MIN_OFFSET: the smallest offset
+        still stored; 0 for an unknown queue, both.
 
         Raises:
             MissingHeaderFieldError: a mandatory header field is absent or malformed.
         """
-        h = GetMaxOffsetRequestHeader.from_ext(cmd.ext_fields)
-        return _offset(cmd, self._store.max_offset(h.topic, h.queue_id))
-
-    @handles(RequestCode.GET_MIN_OFFSET)
-    async def get_min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_MIN_OFFSET: the smallest offset still stored (0 for an unknown queue).
-
-        Raises:
-            MissingHeaderFieldError: a mandatory header field is absent or malformed.
-        """
+        # Both headers carry the same topic and queueId (GET_MAX_OFFSET adds an unused bname).
         h = GetMinOffsetRequestHeader.from_ext(cmd.ext_fields)
+        if cmd.code == RequestCode.GET_MAX_OFFSET:
+            return _offset(cmd, self._store.max_offset(h.topic, h.queue_id))
         return _offset(cmd, self._store.min_offset(h.topic, h.queue_id))
 
     @handles(RequestCode.GET_EARLIEST_MSG_STORETIME)

@@ -1,5 +1,5 @@
 """Protocol values the tests build by hand, with every field a test does not care about at
-its plain default."""
+its plain default, and the example bodies of docs/protocol.md §5 (in fastjson's dialect)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,25 @@ from typing import Any
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import MessageRecord
 
-__all__ = ["message_record", "pull_header"]
+__all__ = ["CLUSTER_5_4", "RESET_5_7", "ROUTE_5_3", "message_record", "pull_header"]
+
+#: the topic route of docs/protocol.md §5.3 (bare integer keys)
+ROUTE_5_3 = (
+    b'{"brokerDatas":[{"brokerAddrs":{0:"192.168.1.5:10911"},"brokerName":"broker-a",'
+    b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a",'
+    b'"perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
+)
+#: the cluster info of §5.4
+CLUSTER_5_4 = (
+    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"192.168.1.5:10911"},'
+    b'"brokerName":"broker-a","cluster":"DefaultCluster"}},'
+    b'"clusterAddrTable":{"DefaultCluster":["broker-a"]}}'
+)
+#: the reset-offset body of §5.7 (object keys)
+RESET_5_7 = (
+    b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:1234,'
+    b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:99}}'
+)
 
 #: the fields of PULL_MESSAGE a test leaves alone: queue 0 from offset 0, 32 messages, no flags
 _PULL_DEFAULTS: dict[str, Any] = {

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import aiorocket as rmq
 from aiorocket._producer.producer import Producer
 from aiorocket._protocol.codes import RequestCode
 from aiorocket._protocol.command import RemotingCommand
@@ -35,6 +36,31 @@ def broker_config() -> BrokerConfig:
 async def producer(broker: EmbeddedBroker) -> AsyncIterator[Producer]:
     async with Producer(namesrv=broker.address, group="test-producer") as p:
         yield p
+
+
+def push_consumer(
+    broker: EmbeddedBroker, group: str, topic: str, **settings: Any
+) -> rmq.PushConsumer:
+    """A push consumer of ``group`` on ``broker`` subscribed to all of ``topic``: ``settings``
+    over :data:`FAST`."""
+    consumer = rmq.PushConsumer(group=group, namesrv=broker.address, **{**FAST, **settings})
+    consumer.subscribe(topic)
+    return consumer
+
+
+def dlq_reader(
+    broker: EmbeddedBroker, group: str, consumer_group: str
+) -> tuple[rmq.PushConsumer, list[rmq.ReceivedMessage]]:
+    """A consumer of ``group`` (not started) reading the DLQ of ``consumer_group``, and the
+    list it appends what it reads to."""
+    dlq: list[rmq.ReceivedMessage] = []
+    reader = push_consumer(broker, group, f"%DLQ%{consumer_group}")
+
+    @reader.listener
+    async def read_dlq(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
+        dlq.extend(msgs)
+
+    return reader, dlq
 
 
 async def consume_directly(

@@ -25,7 +25,7 @@ from aiorocket.settings import ClientSettings
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.send import fill_queue
 from tests._harness.wait import wait_for
-from tests.consumer.conftest import FAST, consume_directly
+from tests.consumer.conftest import FAST, consume_directly, dlq_reader, push_consumer
 
 #: orderly consumers in these tests: quick rebalances, renewals and releases
 ORDERLY: dict[str, Any] = {
@@ -44,6 +44,14 @@ async def short_lease_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
     config = BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS, lock_lease=3.0)
     async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
         yield b
+
+
+def orderly_consumer(
+    broker: EmbeddedBroker, group: str, topic: str, **settings: Any
+) -> rmq.PushConsumer:
+    """An orderly push consumer of ``group`` subscribed to ``topic``: ``settings`` over
+    :data:`ORDERLY`."""
+    return push_consumer(broker, group, topic, orderly=True, **{**ORDERLY, **settings})
 
 
 async def other_client_can_lock(broker: EmbeddedBroker, group: str, mq: rmq.MessageQueue) -> bool:
@@ -72,10 +80,7 @@ async def test_each_queue_is_consumed_in_order_one_call_at_a_time(
     seqs: dict[str, list[int]] = defaultdict(list)
     running: dict[int, int] = defaultdict(int)
     overlaps = 0
-    consumer = rmq.PushConsumer(
-        group="ord", namesrv=broker.address, orderly=True, consume_batch_size=3, **ORDERLY
-    )
-    consumer.subscribe("Ord")
+    consumer = orderly_consumer(broker, "ord", "Ord", consume_batch_size=3)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -106,8 +111,7 @@ async def test_suspend_redelivers_the_message_after_the_suspend_time_and_nothing
 ) -> None:
     queue = await fill_queue(producer, "Susp", [b"%d" % i for i in range(6)])
     seen: list[tuple[int, int, float]] = []
-    consumer = rmq.PushConsumer(group="susp", namesrv=broker.address, orderly=True, **ORDERLY)
-    consumer.subscribe("Susp")
+    consumer = orderly_consumer(broker, "susp", "Susp")
 
     @consumer.listener
     async def handle(
@@ -147,8 +151,7 @@ async def test_rollback_and_commit_without_auto_commit(
     seen: list[int] = []
     rolled: set[int] = set()
     plan = {2: rmq.OrderlyStatus.COMMIT, 4: rmq.OrderlyStatus.COMMIT}
-    consumer = rmq.PushConsumer(group="manual", namesrv=broker.address, orderly=True, **ORDERLY)
-    consumer.subscribe("Manual")
+    consumer = orderly_consumer(broker, "manual", "Manual")
 
     @consumer.listener
     async def handle(
@@ -172,8 +175,7 @@ async def test_rollback_and_commit_without_auto_commit(
     assert committed == 5
     # A new member starts where the commits left off: 5 comes again.
     again: list[int] = []
-    auto = rmq.PushConsumer(group="manual", namesrv=broker.address, orderly=True, **ORDERLY)
-    auto.subscribe("Manual")
+    auto = orderly_consumer(broker, "manual", "Manual")
 
     @auto.listener
     async def handle_auto(
@@ -197,15 +199,9 @@ async def test_a_message_past_max_reconsume_times_goes_to_the_dlq_and_the_queue_
         producer, "OrdPoison", [b"poison" if i == 2 else b"%d" % i for i in range(5)]
     )
     seen: list[tuple[bytes, int]] = []
-    consumer = rmq.PushConsumer(
-        group="ord-poison",
-        namesrv=broker.address,
-        orderly=True,
-        max_reconsume_times=2,
-        suspend_delay=0.05,
-        **ORDERLY,
+    consumer = orderly_consumer(
+        broker, "ord-poison", "OrdPoison", max_reconsume_times=2, suspend_delay=0.05
     )
-    consumer.subscribe("OrdPoison")
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -213,13 +209,7 @@ async def test_a_message_past_max_reconsume_times_goes_to_the_dlq_and_the_queue_
         if msgs[0].body == b"poison":
             raise ValueError("poison")
 
-    dlq: list[rmq.ReceivedMessage] = []
-    reader = rmq.PushConsumer(group="ord-dlq-reader", namesrv=broker.address, **FAST)
-    reader.subscribe("%DLQ%ord-poison")
-
-    @reader.listener
-    async def read_dlq(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        dlq.extend(msgs)
+    reader, dlq = dlq_reader(broker, "ord-dlq-reader", "ord-poison")
 
     async with consumer:
         await wait_for(lambda: len(seen) == 7, timeout=10.0, what="7 deliveries")
@@ -242,8 +232,7 @@ async def test_locks_are_held_renewed_past_the_lease_and_released_at_shutdown(
             Message("Locked", b"x"), queue=rmq.MessageQueue("Locked", "broker-a", 0)
         )
     got: list[bytes] = []
-    consumer = rmq.PushConsumer(group="locked", namesrv=broker.address, orderly=True, **ORDERLY)
-    consumer.subscribe("Locked")
+    consumer = orderly_consumer(broker, "locked", "Locked")
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -268,8 +257,7 @@ async def test_rebalance_waits_for_the_running_handler_before_another_member_get
     started = asyncio.Event()
 
     def make(name: str, slow: bool) -> rmq.PushConsumer:
-        c = rmq.PushConsumer(group="handover", namesrv=broker.address, orderly=True, **ORDERLY)
-        c.subscribe("Handover")
+        c = orderly_consumer(broker, "handover", "Handover")
 
         @c.listener
         async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -316,16 +304,14 @@ async def test_broadcasting_orderly_consumers_each_get_everything_in_order(
     seqs: dict[tuple[int, str], list[int]] = defaultdict(list)
     consumers = []
     for i in range(2):
-        c = rmq.PushConsumer(
-            group="bcast-ord",
-            namesrv=broker.address,
-            orderly=True,
+        c = orderly_consumer(
+            broker,
+            "bcast-ord",
+            "Bcast",
             message_model="broadcasting",
             offset_store_dir=tmp_path / "offsets",
             instance_name=f"i{i}",
-            **ORDERLY,
         )
-        c.subscribe("Bcast")
 
         async def handle(
             msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext, i: int = i
@@ -377,18 +363,14 @@ async def test_a_dropped_queue_still_consuming_is_unlocked_late_or_at_shutdown(
         await producer.send(Message("Delay", b"%d" % i), queue=q7)
     b_on_q7: list[float] = []
     busy = asyncio.Event()
-    a = rmq.PushConsumer(
-        group="delay", namesrv=broker.address, orderly=True, **{**ORDERLY, "unlock_delay": 30}
-    )
-    a.subscribe("Delay")
+    a = orderly_consumer(broker, "delay", "Delay", unlock_delay=30)
 
     @a.listener
     async def handle_a(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
         busy.set()
         await asyncio.sleep(0.2)
 
-    b = rmq.PushConsumer(group="delay", namesrv=broker.address, orderly=True, **ORDERLY)
-    b.subscribe("Delay")
+    b = orderly_consumer(broker, "delay", "Delay")
 
     @b.listener
     async def handle_b(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -419,13 +401,9 @@ async def test_an_expired_lock_pauses_the_queue_until_renewed_then_it_is_reseate
 
     mq = rmq.MessageQueue("Expire", "broker-a", 0)
     starts: list[tuple[int, float]] = []
-    consumer = rmq.PushConsumer(
-        group="expire",
-        namesrv=broker.address,
-        orderly=True,
-        **{**ORDERLY, "lock_renew_interval": 0.2, "lock_expiry": 0.8},
+    consumer = orderly_consumer(
+        broker, "expire", "Expire", lock_renew_interval=0.2, lock_expiry=0.8
     )
-    consumer.subscribe("Expire")
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -487,8 +465,7 @@ async def test_running_info_and_consume_directly_report_orderly(
     queue = rmq.MessageQueue("OrdAdmin", "broker-a", 0)
     await producer.send(Message("OrdAdmin", b"first"), queue=queue)
     got: list[bytes] = []
-    consumer = rmq.PushConsumer(group="ord-admin", namesrv=broker.address, orderly=True, **ORDERLY)
-    consumer.subscribe("OrdAdmin")
+    consumer = orderly_consumer(broker, "ord-admin", "OrdAdmin")
     answers = {
         b"ok": None,
         b"commit": rmq.OrderlyStatus.COMMIT,
@@ -540,15 +517,9 @@ async def test_a_busy_queue_yields_its_slot_after_the_continuous_consume_time(
         mq = rmq.MessageQueue("Slice", "broker-a", q)
         await producer.send_batch([Message("Slice", b"%d" % i) for i in range(30)], queue=mq)
     order: list[int] = []
-    consumer = rmq.PushConsumer(
-        group="slice",
-        namesrv=broker.address,
-        orderly=True,
-        concurrency=1,
-        max_continuous_consume_time=0.1,
-        **ORDERLY,
+    consumer = orderly_consumer(
+        broker, "slice", "Slice", concurrency=1, max_continuous_consume_time=0.1
     )
-    consumer.subscribe("Slice")
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:

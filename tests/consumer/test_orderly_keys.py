@@ -20,7 +20,7 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message
 from tests._harness.wait import wait_for
-from tests.consumer.test_orderly import ORDERLY
+from tests.consumer.test_orderly import orderly_consumer
 
 
 class Tracker:
@@ -54,9 +54,11 @@ class Tracker:
         self.last = time.monotonic()
 
 
-def keyed_consumer(broker: EmbeddedBroker, group: str, **extra: Any) -> rmq.PushConsumer:
-    options: dict[str, Any] = {**ORDERLY, "order_by": "sharding_key", **extra}
-    return rmq.PushConsumer(group=group, namesrv=broker.address, orderly=True, **options)
+def keyed_consumer(
+    broker: EmbeddedBroker, group: str, topic: str, **extra: Any
+) -> rmq.PushConsumer:
+    """An orderly consumer of ``topic`` ordered by sharding key (``extra`` over the defaults)."""
+    return orderly_consumer(broker, group, topic, **{"order_by": "sharding_key", **extra})
 
 
 async def test_keys_of_one_queue_run_concurrently_each_in_order(
@@ -74,8 +76,7 @@ async def test_keys_of_one_queue_run_concurrently_each_in_order(
             await producer.send(m, queue=q0, sharding_key=k)
     total = len(keys) * per_key
     t = Tracker()
-    consumer = keyed_consumer(broker, "keys")
-    consumer.subscribe("Keys")
+    consumer = keyed_consumer(broker, "keys", "Keys")
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -120,8 +121,7 @@ async def test_a_failing_message_delays_only_its_key(
     t = Tracker()
     k0: list[tuple[int, int]] = []
     committed_while_stuck: list[int] = []
-    consumer = keyed_consumer(broker, "key-fail", suspend_delay=0.05)
-    consumer.subscribe("KeyFail")
+    consumer = keyed_consumer(broker, "key-fail", "KeyFail", suspend_delay=0.05)
 
     @consumer.listener
     async def handle(
@@ -179,8 +179,7 @@ async def test_keyless_messages_keep_queue_order_among_themselves(
 
     t = Tracker()
     keyless: list[str] = []
-    consumer = keyed_consumer(broker, "keyless", order_by=key_of)
-    consumer.subscribe("Keyless")
+    consumer = keyed_consumer(broker, "keyless", "Keyless", order_by=key_of)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -211,8 +210,7 @@ async def test_batches_hold_one_key_and_auto_commit_false_is_refused(
             await producer.send(Message("KeyBatch", f"{k}:{n}".encode()), queue=q0, sharding_key=k)
     calls: list[tuple[str | None, list[str]]] = []
     refused: list[str] = []
-    consumer = keyed_consumer(broker, "key-batch", consume_batch_size=4)
-    consumer.subscribe("KeyBatch")
+    consumer = keyed_consumer(broker, "key-batch", "KeyBatch", consume_batch_size=4)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> rmq.OrderlyStatus:
@@ -257,8 +255,7 @@ async def test_shutdown_waits_for_running_keys_and_commits_the_smallest_unfinish
     started: list[str] = []
     ended: list[str] = []
     slow_running = asyncio.Event()
-    first = keyed_consumer(broker, "key-stop")
-    first.subscribe("KeyStop")
+    first = keyed_consumer(broker, "key-stop", "KeyStop")
 
     @first.listener
     async def slow(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -276,8 +273,7 @@ async def test_shutdown_waits_for_running_keys_and_commits_the_smallest_unfinish
     assert sorted(started) == sorted(ended)  # drained, not cancelled
     assert len(ended) < 60
     again: list[str] = []
-    second = keyed_consumer(broker, "key-stop")
-    second.subscribe("KeyStop")
+    second = keyed_consumer(broker, "key-stop", "KeyStop")
 
     @second.listener
     async def rest(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -316,8 +312,7 @@ async def test_members_joining_and_leaving_hand_keys_over_in_order(
     slow_for = {"a": 2.0, "b": 1.0}
 
     def member(name: str) -> rmq.PushConsumer:
-        c = keyed_consumer(broker, "key-handover")
-        c.subscribe("KeyHand")
+        c = keyed_consumer(broker, "key-handover", "KeyHand")
 
         @c.listener
         async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:

@@ -24,10 +24,9 @@ from tests.consumer.test_orderly_multiprocess import (
     broker_config,  # noqa: F401  (the fixture: 8 queues, a 3 s lock lease)
     check_run,
     new_run,
-    produce,
+    producing,
     spawn,
     stop,
-    stop_live,
     wait_delivered,
 )
 
@@ -84,8 +83,7 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
     wanted, out, records = new_run(tmp_path, keys, per_key)
     a = await spawn("a", broker, out, *KEYED)
     live: list[Child] = [a]
-    production = asyncio.create_task(produce(broker, keys, per_key, seconds=4.0))
-    try:
+    async with producing(broker, keys, per_key, 4.0, live) as production:
         # kill it mid-stream: once it is consuming (a loaded machine may take seconds to start it)
         async with asyncio.timeout(60):
             while sum(1 for r in records.refresh() if r["c"] == "a" and r["k"] == "s") < 20:
@@ -95,9 +93,6 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
         live.append(await spawn("a2", broker, out, *KEYED))
         await production
         await wait_delivered(records, wanted, timeout=60)
-    finally:
-        production.cancel()
-        await stop_live(live)
     rows = records.refresh()
     all_calls = keyed_calls(rows, {"a": a.killed_at or 0.0})
     replays = check_run(records, all_calls, wanted, len(keys), per_key)
@@ -117,15 +112,11 @@ async def test_two_members_and_one_leaving_keep_each_key_in_order(
     per_key = 100
     wanted, out, records = new_run(tmp_path, keys, per_key)
     a, b = await asyncio.gather(spawn("a", broker, out, *KEYED), spawn("b", broker, out, *KEYED))
-    production = asyncio.create_task(produce(broker, keys, per_key, seconds=4.0))
-    try:
+    async with producing(broker, keys, per_key, 4.0, [a, b]) as production:
         await asyncio.sleep(1.5)
         await stop(b, signal.SIGTERM)
         await production
         await wait_delivered(records, wanted, timeout=60)
-    finally:
-        production.cancel()
-        await stop_live([a, b])
     rows = records.refresh()
     all_calls = keyed_calls(rows, {})
     check_run(records, all_calls, wanted, len(keys), per_key)

@@ -17,6 +17,7 @@ killed or stopped owner's queues move on within seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -123,6 +124,20 @@ async def produce(broker: EmbeddedBroker, keys: list[str], per_key: int, seconds
                 await asyncio.sleep(ahead)
 
 
+@contextlib.asynccontextmanager
+async def producing(
+    broker: EmbeddedBroker, keys: list[str], per_key: int, seconds: float, members: list[Child]
+) -> AsyncIterator[asyncio.Task[None]]:
+    """:func:`produce` in the background; on the way out (also on failure) it is cancelled and
+    the members still running in ``members`` (which the body may change) are stopped."""
+    production = asyncio.create_task(produce(broker, keys, per_key, seconds))
+    try:
+        yield production
+    finally:
+        production.cancel()
+        await stop_live(members)
+
+
 async def test_orderly_members_join_and_leave_keeping_per_key_order(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
@@ -133,8 +148,7 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
     sleep = ("--sleep", "0.002")
     live = list(await asyncio.gather(*(spawn(n, broker, out, *sleep) for n in ("a", "b", "c"))))
     killed: list[Child] = []
-    production = asyncio.create_task(produce(broker, keys, per_key, seconds=8.0))
-    try:
+    async with producing(broker, keys, per_key, 8.0, live) as production:
         await asyncio.sleep(1.5)
         b = next(p for p in live if p.name == "b")
         live.remove(b)
@@ -157,9 +171,6 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
         live.append(await spawn("a2", broker, out, *sleep))
         await production
         await wait_delivered(records, wanted, timeout=30)
-    finally:
-        production.cancel()
-        await stop_live(live)
     rows = records.refresh()
     all_calls = handler_calls(rows, {p.name: p.killed_at or 0.0 for p in killed})
     replays = check_run(records, all_calls, wanted, len(keys), per_key)

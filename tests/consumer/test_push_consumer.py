@@ -15,7 +15,7 @@ from aiorocket.models import Message
 from tests._harness.send import fill_queue
 from tests._harness.wait import wait_for
 
-from .conftest import FAST
+from .conftest import FAST, dlq_reader, push_consumer
 
 
 async def test_round_trip_keeps_body_tags_keys_and_properties(
@@ -34,8 +34,7 @@ async def test_round_trip_keeps_body_tags_keys_and_properties(
         result = await producer.send(msg)
         sent[result.msg_id] = msg
     got: dict[str, rmq.ReceivedMessage] = {}
-    consumer = rmq.PushConsumer(group="rt", namesrv=broker.address, **FAST)
-    consumer.subscribe("RoundTrip")
+    consumer = push_consumer(broker, "rt", "RoundTrip")
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
@@ -84,8 +83,7 @@ async def test_retry_twice_then_success_through_the_retry_topic(
 ) -> None:
     await producer.send(Message("Retry", b"flaky", keys=["flaky"]))
     seen: list[tuple[str, int, str]] = []
-    consumer = rmq.PushConsumer(group="retry", namesrv=broker.address, **FAST)
-    consumer.subscribe("Retry")
+    consumer = push_consumer(broker, "retry", "Retry")
 
     @consumer.listener
     async def handle(
@@ -119,10 +117,7 @@ async def test_poison_message_ends_in_the_dlq_while_its_queue_flows(
         producer, "Poison", [b"poison" if i == 3 else b"ok-%d" % i for i in range(10)]
     )
     delivered: Counter[bytes] = Counter()
-    consumer = rmq.PushConsumer(
-        group="poison", namesrv=broker.address, max_reconsume_times=2, **FAST
-    )
-    consumer.subscribe("Poison")
+    consumer = push_consumer(broker, "poison", "Poison", max_reconsume_times=2)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
@@ -131,13 +126,7 @@ async def test_poison_message_ends_in_the_dlq_while_its_queue_flows(
             if m.body == b"poison":
                 raise ValueError("poison")
 
-    dlq: list[rmq.ReceivedMessage] = []
-    reader = rmq.PushConsumer(group="dlq-reader", namesrv=broker.address, **FAST)
-    reader.subscribe("%DLQ%poison")
-
-    @reader.listener
-    async def read_dlq(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        dlq.extend(msgs)
+    reader, dlq = dlq_reader(broker, "dlq-reader", "poison")
 
     async with consumer:
         # Every other message flows at once, the poison is retried twice (3 deliveries).
@@ -158,8 +147,7 @@ async def test_ack_index_retries_only_the_rest_of_a_batch(
 ) -> None:
     await fill_queue(producer, "Batch", [b"%d" % i for i in range(4)])
     calls: list[list[tuple[bytes, int]]] = []
-    consumer = rmq.PushConsumer(group="batch", namesrv=broker.address, consume_batch_size=4, **FAST)
-    consumer.subscribe("Batch")
+    consumer = push_consumer(broker, "batch", "Batch", consume_batch_size=4)
 
     @consumer.listener
     async def handle(

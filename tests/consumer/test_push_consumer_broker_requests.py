@@ -18,7 +18,7 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from tests._harness.send import fill_queue
 from tests._harness.wait import wait_for
 
-from .conftest import FAST, consume_directly
+from .conftest import consume_directly, push_consumer
 
 
 def _consumer_channel(broker: EmbeddedBroker, group: str) -> Connection:
@@ -33,8 +33,7 @@ async def test_answers_running_info_consume_directly_and_reset_offset(
 ) -> None:
     queue = await fill_queue(producer, "Admin", [b"%d" % i for i in range(10)])
     got: list[bytes] = []
-    consumer = rmq.PushConsumer(group="admin", namesrv=broker.address, **FAST)
-    consumer.subscribe("Admin")
+    consumer = push_consumer(broker, "admin", "Admin")
 
     @consumer.listener
     async def handle(

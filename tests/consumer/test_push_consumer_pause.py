@@ -28,23 +28,27 @@ async def one_each(producer: Producer, topic: str, tag: str) -> None:
         await producer.send(Message(topic, f"{topic}-{i}-{tag}".encode()), queue=q(topic, i))
 
 
-def consumer_recording(broker: EmbeddedBroker, got: list[ReceivedMessage]) -> rmq.PushConsumer:
+def consumer_recording(
+    broker: EmbeddedBroker, *topics: str
+) -> tuple[rmq.PushConsumer, list[ReceivedMessage]]:
+    """A member of group pushpause subscribed to ``topics``, and the list its handler appends
+    every message to."""
+    got: list[ReceivedMessage] = []
     consumer = rmq.PushConsumer(group="pushpause", namesrv=broker.address, **FAST)
+    for topic in topics:
+        consumer.subscribe(topic)
 
     @consumer.listener
     async def handle(msgs: list[ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
         got.extend(msgs)
 
-    return consumer
+    return consumer, got
 
 
 async def test_pause_and_resume_by_topic_by_queue_and_everything(
     broker: EmbeddedBroker, producer: Producer
 ) -> None:
-    got: list[ReceivedMessage] = []
-    consumer = consumer_recording(broker, got)
-    consumer.subscribe("PauseA")
-    consumer.subscribe("PauseB")
+    consumer, got = consumer_recording(broker, "PauseA", "PauseB")
     consumer.pause("PauseB")  # before start: its queues start paused
     with pytest.raises(ConfigurationError, match="not subscribed"):
         consumer.pause("PauseC")
@@ -88,12 +92,8 @@ async def test_pause_and_resume_by_topic_by_queue_and_everything(
 async def test_a_paused_topic_stays_paused_for_queues_gained_in_a_rebalance(
     broker: EmbeddedBroker, producer: Producer
 ) -> None:
-    got_a: list[ReceivedMessage] = []
-    a = consumer_recording(broker, got_a)
-    a.subscribe("PauseKeep")
-    got_b: list[ReceivedMessage] = []
-    b = consumer_recording(broker, got_b)
-    b.subscribe("PauseKeep")
+    a, got_a = consumer_recording(broker, "PauseKeep")
+    b, got_b = consumer_recording(broker, "PauseKeep")
 
     def held(c: rmq.PushConsumer) -> set[int]:
         return {mq.queue_id for mq in c.statistics().queues if mq.topic == "PauseKeep"}

@@ -81,12 +81,20 @@ async def consume_all(addr: str, topic: str, group: str, n: int) -> None:
         await wait_for(done, timeout=20.0, what=f"{n} messages", interval=0.05)
 
 
+async def consumed_topic(
+    broker: EmbeddedBroker, admin: rmq.Admin, topic: str, queues: int, group: str, n: int
+) -> None:
+    """Create ``topic`` with ``queues`` queues, send it ``n`` messages and consume them all
+    with ``group`` (offsets flushed)."""
+    await admin.create_topic(topic, queues=queues)
+    await produce(broker.address, topic, n)
+    await consume_all(broker.address, topic, group, n)
+
+
 async def test_lag_per_queue_is_produced_minus_consumed(
     broker: EmbeddedBroker, admin: rmq.Admin
 ) -> None:
-    await admin.create_topic("lagT", queues=4)
-    await produce(broker.address, "lagT", 20)
-    await consume_all(broker.address, "lagT", "lagG", 20)
+    await consumed_topic(broker, admin, "lagT", 4, "lagG", 20)
     await produce(broker.address, "lagT", 13, prefix="late")
     lag = await admin.lag("lagG")
     rows = {q.queue: q for q in lag.queues if q.queue.topic == "lagT"}
@@ -227,9 +235,7 @@ async def test_connections_running_info_and_online_reset(
 async def test_offline_reset_rewrites_the_committed_offsets(
     broker: EmbeddedBroker, admin: rmq.Admin
 ) -> None:
-    await admin.create_topic("offT", queues=2)
-    await produce(broker.address, "offT", 8)
-    await consume_all(broker.address, "offT", "offG", 8)
+    await consumed_topic(broker, admin, "offT", 2, "offG", 8)
     assert (await admin.lag("offG")).by_topic()["offT"] == 0
     resp = await call(
         admin,

@@ -4,22 +4,37 @@ discarded when the client disconnects (docs/protocol.md §6.4)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 from aiorocket._protocol.codes import ResponseCode
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 from tests.embedded.test_broker_kit import RawClient, running_broker
 
 
-async def test_held_pull_wakes_on_arrival_quickly() -> None:
+@contextlib.asynccontextmanager
+async def two_clients() -> AsyncIterator[tuple[EmbeddedBroker, RawClient, RawClient]]:
+    """A running broker and two raw clients of it."""
     async with (
         running_broker() as broker,
-        RawClient(broker.address) as consumer,
-        RawClient(broker.address) as producer,
+        RawClient(broker.address) as first,
+        RawClient(broker.address) as second,
     ):
+        yield broker, first, second
+
+
+async def held_pulls(broker: EmbeddedBroker, n: int) -> None:
+    """Wait (2 s at most) until the broker holds ``n`` pulls."""
+    await wait_for(lambda: broker.held_pulls == n, timeout=2.0, what=f"broker.held_pulls == {n}")
+
+
+async def test_held_pull_wakes_on_arrival_quickly() -> None:
+    async with two_clients() as (broker, consumer, producer):
         await consumer.route("LP")
         pull = asyncio.create_task(consumer.pull("G", "LP", 0, 0, suspend_ms=15000, timeout=20))
-        await wait_for(lambda: broker.held_pulls == 1, timeout=2.0, what="broker.held_pulls == 1")
+        await held_pulls(broker, 1)
         t0 = time.perf_counter()
         assert (await producer.send("LP", b"wake")).code == 0
         resp, recs = await pull
@@ -45,16 +60,12 @@ async def test_held_pull_times_out_with_19_and_the_cap_applies() -> None:
 
 
 async def test_non_matching_arrival_does_not_wake_a_tag_pull() -> None:
-    async with (
-        running_broker() as broker,
-        RawClient(broker.address) as consumer,
-        RawClient(broker.address) as producer,
-    ):
+    async with two_clients() as (broker, consumer, producer):
         await producer.send("Tg", b"old", tags="A")
         pull = asyncio.create_task(
             consumer.pull("G", "Tg", 0, 1, subscription="A", suspend_ms=10000, timeout=15)
         )
-        await wait_for(lambda: broker.held_pulls == 1, timeout=2.0, what="broker.held_pulls == 1")
+        await held_pulls(broker, 1)
         await producer.send("Tg", b"other", tags="B")
         await asyncio.sleep(0.1)
         assert not pull.done()
@@ -66,17 +77,13 @@ async def test_non_matching_arrival_does_not_wake_a_tag_pull() -> None:
 
 
 async def test_several_held_pulls_on_one_queue_all_wake() -> None:
-    async with (
-        running_broker() as broker,
-        RawClient(broker.address) as a,
-        RawClient(broker.address) as b,
-    ):
+    async with two_clients() as (broker, a, b):
         await a.route("Fan")
         pulls = [
             asyncio.create_task(cl.pull(g, "Fan", 0, 0, suspend_ms=10000, timeout=15))
             for cl, g in ((a, "G1"), (b, "G2"), (a, "G3"))
         ]
-        await wait_for(lambda: broker.held_pulls == 3, timeout=2.0, what="broker.held_pulls == 3")
+        await held_pulls(broker, 3)
         await a.send("Fan", b"all")
         for resp, recs in await asyncio.wait_for(asyncio.gather(*pulls), 1.0):
             assert resp.code == 0
@@ -89,9 +96,9 @@ async def test_held_pull_is_discarded_when_the_client_disconnects() -> None:
         await c.__aenter__()
         await c.route("Gone")
         pull = asyncio.create_task(c.pull("G", "Gone", 0, 0, suspend_ms=10000, timeout=15))
-        await wait_for(lambda: broker.held_pulls == 1, timeout=2.0, what="broker.held_pulls == 1")
+        await held_pulls(broker, 1)
         await c.close()
-        await wait_for(lambda: broker.held_pulls == 0, timeout=2.0, what="broker.held_pulls == 0")
+        await held_pulls(broker, 0)
         assert pull.done()
         assert isinstance(pull.exception(), Exception)
         async with RawClient(broker.address) as other:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import RequestCode, ResponseCode
@@ -51,6 +52,20 @@ async def _wait_message(
         assert resp.code == ResponseCode.PULL_NOT_FOUND, resp
 
 
+async def _stored(c: RawClient, topic: str, body: bytes, **send: Any) -> MessageRecord:
+    """Send ``body`` to ``topic`` (queue 0 unless ``send`` says otherwise) and pull it back
+    from queue 0 as group G."""
+    await c.send(topic, body, **send)
+    _, (rec,) = await c.pull("G", topic, 0, 0)
+    return rec
+
+
+async def _dead_letter(c: RawClient) -> MessageRecord:
+    """The first message of group G's dead-letter queue (1 s at most)."""
+    dead, _ = await _wait_message(c, "%DLQ%G", 0, 0, timeout=1.0)
+    return dead
+
+
 async def test_delay_message_arrives_on_time() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
         await c.route("Later")
@@ -85,8 +100,7 @@ async def test_delay_level_above_the_table_is_clamped() -> None:
 
 async def test_send_back_walks_the_levels_then_lands_in_the_dlq() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.send("Work", b"poison", tags="p", uniq_key="UNIQ-1", queue_id=0)
-        _, (orig,) = await c.pull("G", "Work", 0, 0)
+        orig = await _stored(c, "Work", b"poison", tags="p", uniq_key="UNIQ-1", queue_id=0)
         first_id = make_offset_msg_id(orig.store_host, orig.store_port, orig.commit_log_offset)
 
         current = orig
@@ -111,7 +125,7 @@ async def test_send_back_walks_the_levels_then_lands_in_the_dlq() -> None:
 
         # reconsumeTimes 2 >= max 2: the dead-letter queue, at once
         assert await _send_back(c, current, "G", max_reconsume=2, version=409) == 0
-        dead, _ = await _wait_message(c, "%DLQ%G", 0, 0, timeout=1.0)
+        dead = await _dead_letter(c)
         assert dead.reconsume_times == 3
         assert dead.properties[mp.ORIGIN_MESSAGE_ID] == first_id
         assert dead.properties[mp.RETRY_TOPIC] == "Work"
@@ -122,30 +136,27 @@ async def test_send_back_walks_the_levels_then_lands_in_the_dlq() -> None:
 
 async def test_max_reconsume_header_needs_version_121() -> None:
     async with running_broker(max_reconsume_times=1) as broker, RawClient(broker.address) as c:
-        await c.send("Old", b"x")
-        _, (orig,) = await c.pull("G", "Old", 0, 0)
+        orig = await _stored(c, "Old", b"x")
         object.__setattr__(orig, "reconsume_times", 0)
         # version 100 < 121: the header's 5 is ignored, the group's max (1) applies
         assert await _send_back(c, orig, "G", max_reconsume=5, version=100) == 0
         retry, _ = await _wait_message(c, "%RETRY%G", 0, 0)
         assert await _send_back(c, retry, "G", max_reconsume=5, version=100) == 0
-        dead, _ = await _wait_message(c, "%DLQ%G", 0, 0, timeout=1.0)
+        dead = await _dead_letter(c)
         assert dead.reconsume_times == 2
 
 
 async def test_delay_level_minus_one_goes_straight_to_the_dlq() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.send("Bad", b"x")
-        _, (orig,) = await c.pull("G", "Bad", 0, 0)
+        orig = await _stored(c, "Bad", b"x")
         assert await _send_back(c, orig, "G", delay_level=-1) == 0
-        dead, _ = await _wait_message(c, "%DLQ%G", 0, 0, timeout=1.0)
+        dead = await _dead_letter(c)
         assert dead.reconsume_times == 1
 
 
 async def test_explicit_delay_level_and_lookup_failure() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.send("Lvl", b"x")
-        _, (orig,) = await c.pull("G", "Lvl", 0, 0)
+        orig = await _stored(c, "Lvl", b"x")
         t0 = time.monotonic()
         assert await _send_back(c, orig, "G", delay_level=1) == 0
         _, arrived = await _wait_message(c, "%RETRY%G", 0, 0)
@@ -166,7 +177,7 @@ async def test_client_side_retry_past_the_limit_goes_to_the_dlq() -> None:
             "%RETRY%G", b"x", reconsume_times=16, max_reconsume_times=16, props={mp.DELAY: "3"}
         )
         assert resp.code == 0
-        dead, _ = await _wait_message(c, "%DLQ%G", 0, 0, timeout=1.0)
+        dead = await _dead_letter(c)
         assert dead.reconsume_times == 16
         # below the limit it is a normal (delayed) retry
         resp = await c.send("%RETRY%G", b"y", reconsume_times=3, props={mp.DELAY: "1"})
@@ -181,8 +192,7 @@ async def test_restart_keeps_pending_retry_schedules(tmp_path: Path) -> None:
         running_broker(tmp_path, delay_levels=levels) as broker,
         RawClient(broker.address) as c,
     ):
-        await c.send("Keep", b"k")
-        _, (orig,) = await c.pull("G", "Keep", 0, 0)
+        orig = await _stored(c, "Keep", b"k")
         t0 = time.monotonic()
         assert await _send_back(c, orig, "G") == 0  # level 3: 0.6 s
         await c.send("Keep2", b"d", props={mp.DELAY: "3"})

@@ -4,10 +4,6 @@ END_TRANSACTION, the broker's check-back, discards, restarts and a killed produc
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +20,9 @@ from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.embedded.topics import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from tests._harness.wait import wait_for
 from tests.producer.test_producer import pull_all
+from tests.producer.tx_proc import crash_in_transaction
 
 S = rmq.TransactionState
-ROOT = Path(__file__).resolve().parents[2]
 
 #: check every 0.1 s; a half message is checked once 0.3 s old
 FAST_TX = BrokerConfig(transaction_check_interval=0.1, transaction_timeout=0.3)
@@ -59,6 +55,20 @@ def fixed(state: S) -> Callable[..., Awaitable[S]]:
     return answer
 
 
+def tx_producer(
+    broker: EmbeddedBroker,
+    group: str,
+    local: S | Callable[..., Awaitable[S]],
+    check: Callable[..., Awaitable[S]],
+) -> rmq.TransactionProducer:
+    """A transactional producer of ``group`` on ``broker`` whose local transaction ends in
+    ``local`` (a state, or the callback deciding it)."""
+    execute_local = fixed(local) if isinstance(local, S) else local
+    return rmq.TransactionProducer(
+        namesrv=broker.address, group=group, execute_local=execute_local, check=check
+    )
+
+
 class Checks:
     """A ``check`` callback recording the messages it was asked about."""
 
@@ -80,9 +90,7 @@ class Checks:
 
 
 async def send_unknown(broker: EmbeddedBroker, group: str, msg: rmq.Message) -> None:
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group=group, execute_local=fixed(S.UNKNOWN), check=fixed(S.UNKNOWN)
-    ) as producer:
+    async with tx_producer(broker, group, S.UNKNOWN, fixed(S.UNKNOWN)) as producer:
         assert (await producer.send_in_transaction(msg)).state is S.UNKNOWN
 
 
@@ -90,21 +98,24 @@ async def delivered(broker: EmbeddedBroker, topic: str) -> list[bytes]:
     return [m.body for m in await pull_all(broker.address, topic)]
 
 
+async def stored(broker: EmbeddedBroker, topic: str, queue_id: int, count: int) -> None:
+    """Wait (5 s at most) until queue ``queue_id`` of ``topic`` holds ``count`` messages."""
+    await wait_for(
+        lambda: broker.store.max_offset(topic, queue_id) == count,
+        timeout=5.0,
+        what=f"broker.store.max_offset({topic!r}, {queue_id}) == {count}",
+    )
+
+
 async def test_commit_delivers_exactly_once(quiet_broker: EmbeddedBroker) -> None:
     broker = quiet_broker
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-commit", execute_local=fixed(S.COMMIT), check=checks
-    ) as producer:
+    async with tx_producer(broker, "tx-commit", S.COMMIT, checks) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_commit", b"paid"), arg=1)
         assert result.state is S.COMMIT
         assert result.status is rmq.SendStatus.SEND_OK
         assert result.transaction_id == result.msg_id
-        await wait_for(
-            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
-            timeout=5.0,
-            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
-        )
+        await stored(broker, OP_TOPIC, 0, 1)
         got = await pull_all(broker.address, "tx_commit")
         # Later passes find the op message: no check-back, no second copy.
         await asyncio.sleep(0.35)  # older than transaction_timeout
@@ -126,16 +137,10 @@ async def test_commit_delivers_exactly_once(quiet_broker: EmbeddedBroker) -> Non
 async def test_rollback_never_delivers(quiet_broker: EmbeddedBroker) -> None:
     broker = quiet_broker
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-rb", execute_local=fixed(S.ROLLBACK), check=checks
-    ) as producer:
+    async with tx_producer(broker, "tx-rb", S.ROLLBACK, checks) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_rb", b"cancelled"))
         assert result.state is S.ROLLBACK
-        await wait_for(
-            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
-            timeout=5.0,
-            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
-        )
+        await stored(broker, OP_TOPIC, 0, 1)
         await asyncio.sleep(0.35)
         for _ in range(3):
             assert broker.transactions.check() == 0  # resolved: never asked about
@@ -146,19 +151,13 @@ async def test_rollback_never_delivers(quiet_broker: EmbeddedBroker) -> None:
 
 async def test_unknown_is_checked_back_then_committed(broker: EmbeddedBroker) -> None:
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-unk", execute_local=fixed(S.UNKNOWN), check=checks
-    ) as producer:
+    async with tx_producer(broker, "tx-unk", S.UNKNOWN, checks) as producer:
         msg = rmq.Message("tx_unk", b"maybe", tags="t", keys=["k1"], properties={"a": "b"})
         result = await producer.send_in_transaction(msg)
         assert result.state is S.UNKNOWN
         assert await delivered(broker, "tx_unk") == []
         await checks.wait(1)  # the broker's periodic check
-        await wait_for(
-            lambda: broker.store.max_offset("tx_unk", result.queue.queue_id) == 1,
-            timeout=5.0,
-            what="broker.store.max_offset('tx_unk', result.queue.queue_id) == 1",
-        )
+        await stored(broker, "tx_unk", result.queue.queue_id, 1)
         seen = checks.seen[0]
         assert seen.topic == "tx_unk"
         assert seen.body == b"maybe"
@@ -177,17 +176,11 @@ async def test_exception_in_execute_local_counts_as_unknown(broker: EmbeddedBrok
         raise RuntimeError(f"database down for {arg}")
 
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-exc", execute_local=boom, check=checks
-    ) as producer:
+    async with tx_producer(broker, "tx-exc", boom, checks) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_exc", b"x"), arg="order-1")
         assert result.state is S.UNKNOWN
         await checks.wait(1)
-        await wait_for(
-            lambda: broker.store.max_offset("tx_exc", result.queue.queue_id) == 1,
-            timeout=5.0,
-            what="broker.store.max_offset('tx_exc', result.queue.queue_id) == 1",
-        )
+        await stored(broker, "tx_exc", result.queue.queue_id, 1)
     assert await delivered(broker, "tx_exc") == [b"x"]
 
 
@@ -197,9 +190,7 @@ async def test_check_max_counts_every_check_back(tmp_path: Path) -> None:
     )
     async with EmbeddedBroker(data_dir=tmp_path, config=config) as broker:
         checks = Checks(S.UNKNOWN)
-        async with rmq.TransactionProducer(
-            namesrv=broker.address, group="tx-cm", execute_local=fixed(S.UNKNOWN), check=checks
-        ) as producer:
+        async with tx_producer(broker, "tx-cm", S.UNKNOWN, checks) as producer:
             await producer.send_in_transaction(rmq.Message("tx_cm", b"never"))
             await wait_for(
                 lambda: broker.transactions.discarded == 1,
@@ -237,9 +228,7 @@ async def test_half_message_is_invisible_to_consumers_until_commit(
         await go.wait()
         return S.COMMIT
 
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-vis", execute_local=execute_local, check=fixed(S.COMMIT)
-    ) as producer:
+    async with tx_producer(broker, "tx-vis", execute_local, fixed(S.COMMIT)) as producer:
         # the topic exists and the consumer is pulling before the half message arrives
         await producer.send(rmq.Message("tx_vis", b"plain"))
         async with consumer:
@@ -262,9 +251,7 @@ async def test_half_message_is_invisible_to_consumers_until_commit(
 async def test_check_immunity_property_postpones_the_check(quiet_broker: EmbeddedBroker) -> None:
     broker = quiet_broker
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-imm", execute_local=fixed(S.UNKNOWN), check=checks
-    ) as producer:
+    async with tx_producer(broker, "tx-imm", S.UNKNOWN, checks) as producer:
         immune = rmq.Message(
             "tx_imm", b"later", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"}
         )
@@ -273,11 +260,7 @@ async def test_check_immunity_property_postpones_the_check(quiet_broker: Embedde
         await asyncio.sleep(0.35)  # both older than transaction_timeout
         assert broker.transactions.check() == 1  # the immune one is put back, not checked
         await checks.wait(1)
-        await wait_for(
-            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
-            timeout=5.0,
-            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
-        )
+        await stored(broker, OP_TOPIC, 0, 1)
         assert broker.transactions.check() == 0
     assert [m.body for m in checks.seen] == [b"now"]
     assert await delivered(broker, "tx_imm") == [b"now"]
@@ -285,12 +268,7 @@ async def test_check_immunity_property_postpones_the_check(quiet_broker: Embedde
 
 async def test_end_transaction_of_another_group_is_refused(quiet_broker: EmbeddedBroker) -> None:
     broker = quiet_broker
-    async with rmq.TransactionProducer(
-        namesrv=broker.address,
-        group="tx-own",
-        execute_local=fixed(S.UNKNOWN),
-        check=fixed(S.COMMIT),
-    ) as producer:
+    async with tx_producer(broker, "tx-own", S.UNKNOWN, fixed(S.COMMIT)) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_own", b"mine"))
     header = EndTransactionRequestHeader(
         producer_group="someone-else",
@@ -329,15 +307,9 @@ async def test_pending_half_message_is_checked_after_a_restart(tmp_path: Path) -
         await send_unknown(broker, "tx-restart", rmq.Message("tx_restart", b"survives"))
     checks = Checks(S.COMMIT)
     async with EmbeddedBroker(data_dir=data, config=FAST_TX) as broker:
-        async with rmq.TransactionProducer(
-            namesrv=broker.address, group="tx-restart", execute_local=fixed(S.COMMIT), check=checks
-        ):
+        async with tx_producer(broker, "tx-restart", S.COMMIT, checks):
             await checks.wait(1)
-            await wait_for(
-                lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
-                timeout=5.0,
-                what="broker.store.max_offset(OP_TOPIC, 0) == 1",
-            )
+            await stored(broker, OP_TOPIC, 0, 1)
             await asyncio.sleep(0.3)
         assert await delivered(broker, "tx_restart") == [b"survives"]
     assert {m.body for m in checks.seen} == {b"survives"}
@@ -351,34 +323,10 @@ async def test_killed_producer_is_answered_for_by_another_of_its_group(
     broker: EmbeddedBroker,
 ) -> None:
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-crash", execute_local=fixed(S.COMMIT), check=checks
-    ):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.producer.tx_proc",
-            broker.address,
-            "tx_crash",
-            "tx-crash",
-            stdout=asyncio.subprocess.PIPE,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        try:
-            assert proc.stdout is not None
-            line = await asyncio.wait_for(proc.stdout.readline(), 20)
-            assert json.loads(line) == {"ev": "half", "body": "crash"}
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGKILL)
-            await proc.wait()
+    async with tx_producer(broker, "tx-crash", S.COMMIT, checks):
+        await crash_in_transaction(broker.address, "tx_crash", "tx-crash", timeout=20)
         await checks.wait(1)
-        await wait_for(
-            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1,
-            timeout=5.0,
-            what="broker.store.max_offset(OP_TOPIC, 0) == 1",
-        )
+        await stored(broker, OP_TOPIC, 0, 1)
         await asyncio.sleep(0.5)
     assert {m.body for m in checks.seen} == {b"crash"}
     assert await delivered(broker, "tx_crash") == [b"crash"]
@@ -387,19 +335,13 @@ async def test_killed_producer_is_answered_for_by_another_of_its_group(
 async def test_two_answered_check_backs_commit_once(quiet_broker: EmbeddedBroker) -> None:
     broker = quiet_broker
     checks = Checks(S.COMMIT)
-    async with rmq.TransactionProducer(
-        namesrv=broker.address, group="tx-twice", execute_local=fixed(S.UNKNOWN), check=checks
-    ) as producer:
+    async with tx_producer(broker, "tx-twice", S.UNKNOWN, checks) as producer:
         await producer.send_in_transaction(rmq.Message("tx_twice", b"once"))
         await asyncio.sleep(0.35)
         # two passes before the producer can answer: two copies, two check-backs, two commits
         assert broker.transactions.check() == 1
         assert broker.transactions.check() == 1
         await checks.wait(2)
-        await wait_for(
-            lambda: broker.store.max_offset(OP_TOPIC, 0) == 2,
-            timeout=5.0,
-            what="broker.store.max_offset(OP_TOPIC, 0) == 2",
-        )
+        await stored(broker, OP_TOPIC, 0, 2)
         assert broker.transactions.check() == 0
     assert await delivered(broker, "tx_twice") == [b"once"]

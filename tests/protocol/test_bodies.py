@@ -37,6 +37,7 @@ from aiorocket._protocol.bodies import (
 )
 from aiorocket.errors import RemoteProtocolError
 from aiorocket.models import MessageQueue
+from tests._harness.protocol import CLUSTER_5_4, RESET_5_7, ROUTE_5_3
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -45,26 +46,12 @@ V1_HEADER = (
     b'"serializeTypeCurrentRPC":"JSON","version":409}'
 )
 V1_SHA256 = "3c407ea90b7e80f9e22471407e91457779bf8cd59f711b99c9481770eccfa905"
-ROUTE_5_3 = (
-    b'{"brokerDatas":[{"brokerAddrs":{0:"192.168.1.5:10911"},"brokerName":"broker-a",'
-    b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a",'
-    b'"perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
-)
-CLUSTER_5_4 = (
-    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"192.168.1.5:10911"},'
-    b'"brokerName":"broker-a","cluster":"DefaultCluster"}},'
-    b'"clusterAddrTable":{"DefaultCluster":["broker-a"]}}'
-)
 CONSUMER_LIST_5_5 = b'{"consumerIdList":["192.168.0.10@12345#1","192.168.0.11@999#7"]}'
 LOCK_5_6 = (
     b'{"clientId":"192.168.0.10@12345#1","consumerGroup":"GID_demo",'
     b'"mqSet":[{"brokerName":"broker-a","queueId":0,"topic":"TopicTest"}]}'
 )
 LOCK_OK_5_6 = b'{"lockOKMQSet":[{"brokerName":"broker-a","queueId":0,"topic":"TopicTest"}]}'
-RESET_5_7 = (
-    b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:1234,'
-    b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:99}}'
-)
 RESET_FOR_C_5_7 = (
     b'{"offsetTable":[{"brokerName":"broker-a","offset":1234,"queueId":0,"topic":"T"},'
     b'{"brokerName":"broker-a","offset":99,"queueId":1,"topic":"T"}]}'
@@ -202,30 +189,25 @@ def test_heartbeat_without_data_sets() -> None:
     assert HeartbeatData.from_json(b'{"clientID":"c","producerDataSet":null}') == hb
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"{}",
-        b"[]",
-        b'{"clientID":5}',
-        b'{"clientID":"c","producerDataSet":{}}',
-        b'{"clientID":"c","producerDataSet":[{}]}',
-        b'{"clientID":"c","consumerDataSet":[{"groupName":"G","unitMode":"maybe"}]}',
-        b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{}]}]}',
-        b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
-        b'[{"topic":"T","codeSet":[1.5]}]}]}',
-        b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
-        b'[{"topic":"T","codeSet":[4294967296]}]}]}',
-        b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
-        b'[{"topic":"T","subVersion":"1e3"}]}]}',
-        b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
-        b'[{"topic":"T","tagsSet":[1]}]}]}',
-        b"not json",
-    ],
-)
-def test_malformed_heartbeats(body: bytes) -> None:
-    with pytest.raises(RemoteProtocolError):
-        HeartbeatData.from_json(body)
+#: heartbeat bodies HeartbeatData.from_json refuses (see test_malformed_bodies)
+MALFORMED_HEARTBEATS = [
+    b"{}",
+    b"[]",
+    b'{"clientID":5}',
+    b'{"clientID":"c","producerDataSet":{}}',
+    b'{"clientID":"c","producerDataSet":[{}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","unitMode":"maybe"}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{}]}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
+    b'[{"topic":"T","codeSet":[1.5]}]}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
+    b'[{"topic":"T","codeSet":[4294967296]}]}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
+    b'[{"topic":"T","subVersion":"1e3"}]}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
+    b'[{"topic":"T","tagsSet":[1]}]}]}',
+    b"not json",
+]
 
 
 # ---------------------------------------------------------------------------- routes
@@ -257,6 +239,11 @@ def test_route_writes_sorted_quoted_ids_and_order_conf() -> None:
     assert TopicRouteData.from_json(route.to_json()) == route
 
 
+def _queues(topic: str, *brokers: tuple[str, int]) -> list[MessageQueue]:
+    """Queues 0 to n - 1 of ``topic`` on each (broker, n) of ``brokers``, in that order."""
+    return [MessageQueue(topic, name, i) for name, count in brokers for i in range(count)]
+
+
 def test_publish_and_subscribe_queues() -> None:
     route = TopicRouteData(
         queue_datas=(
@@ -275,37 +262,17 @@ def test_publish_and_subscribe_queues() -> None:
             BrokerData("C", "broker-e", {0: "e:1"}),
         ),
     )
-    mq = MessageQueue
-    assert route.publish_queues("T") == [
-        mq("T", "broker-a", 0),
-        mq("T", "broker-a", 1),
-        mq("T", "broker-c", 0),
-        mq("T", "broker-c", 1),
-        mq("T", "broker-e", 0),
-        mq("T", "broker-e", 1),
-    ]
-    assert route.subscribe_queues("T") == [
-        mq("T", "broker-a", 0),
-        mq("T", "broker-a", 1),
-        mq("T", "broker-a", 2),
-        mq("T", "broker-b", 0),
-        mq("T", "broker-b", 1),
-        mq("T", "broker-c", 0),
-        mq("T", "broker-c", 1),
-        mq("T", "broker-d", 0),
-        mq("T", "broker-d", 1),
-        mq("T", "broker-f", 0),
-        mq("T", "broker-f", 1),
-    ]
+    assert route.publish_queues("T") == _queues(
+        "T", ("broker-a", 2), ("broker-c", 2), ("broker-e", 2)
+    )
+    assert route.subscribe_queues("T") == _queues(
+        "T", ("broker-a", 3), ("broker-b", 2), ("broker-c", 2), ("broker-d", 2), ("broker-f", 2)
+    )
 
 
 def test_publish_queues_from_order_topic_conf() -> None:
     route = TopicRouteData((QueueData("x", 8, 8, 6),), (), order_topic_conf="b:2;a:1;")
-    assert route.publish_queues("T") == [
-        MessageQueue("T", "b", 0),
-        MessageQueue("T", "b", 1),
-        MessageQueue("T", "a", 0),
-    ]
+    assert route.publish_queues("T") == _queues("T", ("b", 2), ("a", 1))
     for conf in ("b:x", "b:1;;a:1", "b"):
         with pytest.raises(RemoteProtocolError):
             TopicRouteData((), (), order_topic_conf=conf).publish_queues("T")
@@ -313,22 +280,17 @@ def test_publish_queues_from_order_topic_conf() -> None:
         TopicRouteData.from_json(b'{"orderTopicConf":"b2"}')
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b'{"brokerDatas":[{"brokerAddrs":{"x":"a"},"brokerName":"b"}]}',
-        b'{"brokerDatas":[{"brokerAddrs":{0:1},"brokerName":"b"}]}',
-        b'{"brokerDatas":[{"brokerAddrs":{{"a":1}:"a"},"brokerName":"b"}]}',
-        b'{"brokerDatas":[{"brokerAddrs":[],"brokerName":"b"}]}',
-        b'{"brokerDatas":[{"cluster":"c"}]}',
-        b'{"queueDatas":[{"brokerName":"b","perm":"rw"}]}',
-        b'{"queueDatas":[{"brokerName":"b","readQueueNums":2147483648}]}',
-        b'{"queueDatas":{}}',
-    ],
-)
-def test_malformed_routes(body: bytes) -> None:
-    with pytest.raises(RemoteProtocolError):
-        TopicRouteData.from_json(body)
+#: route bodies TopicRouteData.from_json refuses
+MALFORMED_ROUTES = [
+    b'{"brokerDatas":[{"brokerAddrs":{"x":"a"},"brokerName":"b"}]}',
+    b'{"brokerDatas":[{"brokerAddrs":{0:1},"brokerName":"b"}]}',
+    b'{"brokerDatas":[{"brokerAddrs":{{"a":1}:"a"},"brokerName":"b"}]}',
+    b'{"brokerDatas":[{"brokerAddrs":[],"brokerName":"b"}]}',
+    b'{"brokerDatas":[{"cluster":"c"}]}',
+    b'{"queueDatas":[{"brokerName":"b","perm":"rw"}]}',
+    b'{"queueDatas":[{"brokerName":"b","readQueueNums":2147483648}]}',
+    b'{"queueDatas":{}}',
+]
 
 
 def test_cluster_info_of_5_4() -> None:
@@ -394,21 +356,29 @@ def test_reset_offset_bodies_of_5_7() -> None:
     assert ResetOffsetBody.from_json(b"{}") == ResetOffsetBody({})
 
 
+#: reset-offset bodies ResetOffsetBody.from_json refuses
+MALFORMED_RESET_OFFSETS = [
+    b'{"offsetTable":{"T@b:0":1}}',
+    b'{"offsetTable":{0:1}}',
+    b'{"offsetTable":{{"brokerName":"b","queueId":0}:1}}',
+    b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:"x"}}',
+    b'{"offsetTable":[[{"brokerName":"b","queueId":0,"topic":"T"}]]}',
+    b'{"offsetTable":[5]}',
+    b'{"offsetTable":"x"}',
+]
+
+
 @pytest.mark.parametrize(
-    "body",
+    ("parser", "body"),
     [
-        b'{"offsetTable":{"T@b:0":1}}',
-        b'{"offsetTable":{0:1}}',
-        b'{"offsetTable":{{"brokerName":"b","queueId":0}:1}}',
-        b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:"x"}}',
-        b'{"offsetTable":[[{"brokerName":"b","queueId":0,"topic":"T"}]]}',
-        b'{"offsetTable":[5]}',
-        b'{"offsetTable":"x"}',
+        *((HeartbeatData, body) for body in MALFORMED_HEARTBEATS),
+        *((TopicRouteData, body) for body in MALFORMED_ROUTES),
+        *((ResetOffsetBody, body) for body in MALFORMED_RESET_OFFSETS),
     ],
 )
-def test_malformed_reset_offsets(body: bytes) -> None:
+def test_malformed_bodies(parser: Any, body: bytes) -> None:
     with pytest.raises(RemoteProtocolError):
-        ResetOffsetBody.from_json(body)
+        parser.from_json(body)
 
 
 def test_message_queue_dict_helpers() -> None:

@@ -21,21 +21,7 @@ from aiorocket._protocol.fastjson import (
 )
 from aiorocket.errors import LocalProtocolError, RemoteProtocolError
 from aiorocket.models import MessageQueue
-
-ROUTE_5_3 = (
-    b'{"brokerDatas":[{"brokerAddrs":{0:"192.168.1.5:10911"},"brokerName":"broker-a",'
-    b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a",'
-    b'"perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
-)
-CLUSTER_5_4 = (
-    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"192.168.1.5:10911"},'
-    b'"brokerName":"broker-a","cluster":"DefaultCluster"}},'
-    b'"clusterAddrTable":{"DefaultCluster":["broker-a"]}}'
-)
-RESET_5_7 = (
-    b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:1234,'
-    b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:99}}'
-)
+from tests._harness.protocol import CLUSTER_5_4, RESET_5_7, ROUTE_5_3
 
 
 def _mq_key(topic: str, broker: str, queue_id: int) -> ObjectKey:

@@ -121,18 +121,10 @@ async def aproduce(
     return ids
 
 
-def produce(
-    addr: str,
-    topic: str,
-    n: int,
-    *,
-    start: int = 0,
-    tags: Sequence[str] = ("a", "b"),
-    queue: MessageQueue | None = None,
-    chunk: int = 500,
-) -> list[str]:
-    """:func:`aproduce` on an event loop of its own (call it where no loop runs)."""
-    return asyncio.run(aproduce(addr, topic, n, start=start, tags=tags, queue=queue, chunk=chunk))
+def produce(addr: str, topic: str, n: int, **options: Any) -> list[str]:
+    """:func:`aproduce` (with its keyword ``options``) on an event loop of its own (call it
+    where no loop runs)."""
+    return asyncio.run(aproduce(addr, topic, n, **options))
 
 
 def spark_session(app: str) -> Any:

@@ -35,6 +35,14 @@ def _batch(spark: Any, addr: str, topic: str, **options: str) -> Any:
     return reader.load()
 
 
+def _produce(addr: str, topic: str, n: int) -> tuple[list[MessageQueue], dict[MessageQueue, int]]:
+    """Send ``n`` messages to ``topic``; its queues and their max offsets afterwards."""
+    produce(addr, topic, n)
+    with SyncQueueReader(namesrv=addr) as reader:
+        mqs = reader.queues(topic)
+        return mqs, reader.max_offsets(mqs)
+
+
 def _offsets(spark_json: str) -> dict[MessageQueue, int]:
     out = {}
     for topic, queues in json.loads(spark_json).items():
@@ -183,10 +191,7 @@ def test_group_offsets_follow_committed_micro_batches(
 def test_batch_read_returns_exactly_the_range(spark: Any, broker_thread: BrokerThread) -> None:
     addr = broker_thread.address
     topic = "SparkRange"
-    produce(addr, topic, 2_000)
-    with SyncQueueReader(namesrv=addr) as reader:
-        mqs = reader.queues(topic)
-        maxes = reader.max_offsets(mqs)
+    mqs, maxes = _produce(addr, topic, 2_000)
     starting = {topic: {f"{mq.broker_name}:{mq.queue_id}": 10 * mq.queue_id for mq in mqs}}
     ending = {topic: {f"{mq.broker_name}:{mq.queue_id}": maxes[mq] - 5 for mq in mqs}}
     options = {
@@ -285,10 +290,7 @@ def test_starting_offsets_by_timestamp(
 def test_fail_on_data_loss(spark: Any, broker_thread: BrokerThread) -> None:
     addr = broker_thread.address
     topic = "SparkLoss"
-    produce(addr, topic, 40)
-    with SyncQueueReader(namesrv=addr) as reader:
-        mqs = reader.queues(topic)
-        maxes = reader.max_offsets(mqs)
+    mqs, maxes = _produce(addr, topic, 40)
     beyond = json.dumps({topic: {f"broker-a:{mq.queue_id}": maxes[mq] + 10 for mq in mqs}})
     with pytest.raises(Exception, match="data loss"):
         _batch(spark, addr, topic, endingOffsets=beyond).count()

@@ -10,6 +10,7 @@ as the reference path (records → ``ReceivedMessage`` → ``source._record_batc
 ``tests/spark/test_columns.py`` compares on real and mutated bodies.
 """
 
+from aiorocket._protocol._bigendian cimport u32 as _u32, i32 as _i32, i64 as _i64, u16 as _u16
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -17,22 +18,6 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
 
 __all__ = ["ColumnBuilder"]
-
-
-cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int32_t _i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>_u32(p)
-
-
-cdef inline int64_t _i64(const uint8_t *p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
-
-
-cdef inline int32_t _u16(const uint8_t *p) noexcept nogil:
-    return (<int32_t>p[0] << 8) | p[1]
 
 
 # --- growable buffers ---------------------------------------------------------------------

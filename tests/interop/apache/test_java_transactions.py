@@ -11,10 +11,6 @@ broker: commit, rollback, unknown → check-back → commit.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +20,7 @@ import aiorocket as rmq
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop.apache.install import JavaClient, JavaCluster
 from tests.interop.harness import unique_name
+from tests.producer.tx_proc import crash_in_transaction
 
 #: the Java broker looks for pending halves every second and checks those 2 s old; a checked
 #: half is put back with a new store time, so a second check needs the answer to be 2 s late.
@@ -38,7 +35,6 @@ JAVA_BROKER_CONF = {
 
 #: how long a JVM may take to start and send on a busy 2-core machine
 BOOT = 90.0
-ROOT = Path(__file__).resolve().parents[3]
 S = rmq.TransactionState
 
 CONSUMER: dict[str, Any] = {
@@ -136,25 +132,7 @@ async def test_java_broker_checks_another_producer_after_a_crash(
         execute_local=by_prefix,
         check=answering(S.COMMIT, checked),
     ):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.producer.tx_proc",
-            java_cluster.namesrv,
-            topic,
-            group,
-            stdout=asyncio.subprocess.PIPE,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        try:
-            assert proc.stdout is not None
-            line = await asyncio.wait_for(proc.stdout.readline(), 30)
-            assert json.loads(line) == {"ev": "half", "body": "crash"}
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGKILL)
-            await proc.wait()
+        await crash_in_transaction(java_cluster.namesrv, topic, group, timeout=30)
         async with reader.consumer:
             await reader.wait_for({"crash"})
             await asyncio.sleep(2.5)

@@ -18,25 +18,13 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.*;
 
 public class JClient {
-    static final Object OUT = new Object();
-
+    // The shared output helpers of JsonOut, under the short names the calls below use.
     static void emit(String json) {
-        synchronized (OUT) {
-            System.out.println(json);
-            System.out.flush();
-        }
+        JsonOut.emit(json);
     }
 
-    // JSON string; non-ASCII as \\uXXXX so the bytes survive whatever stdout encoding is set.
     static String q(String s) {
-        if (s == null) return "null";
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            if (c == '"' || c == '\\') b.append('\\').append(c);
-            else if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04x", (int) c));
-            else b.append(c);
-        }
-        return b.append('"').toString();
+        return JsonOut.q(s);
     }
 
     static Map<String, String> opts(String[] a, int from) {

@@ -21,21 +21,13 @@ import org.apache.rocketmq.common.message.MessageQueue;
 public class JLitePull {
     static volatile boolean running = true;
 
+    // The shared output helpers of JsonOut, under the short names the calls below use.
     static void emit(String json) {
-        synchronized (JLitePull.class) {
-            System.out.println(json);
-            System.out.flush();
-        }
+        JsonOut.emit(json);
     }
 
     static String q(String s) {
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            if (c == '"' || c == '\\') b.append('\\').append(c);
-            else if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04x", (int) c));
-            else b.append(c);
-        }
-        return b.append('"').toString();
+        return JsonOut.q(s);
     }
 
     // The queues the consumer's rebalance assigned it (4.9 has no public accessor).

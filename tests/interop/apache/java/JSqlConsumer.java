@@ -19,22 +19,13 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 
 public class JSqlConsumer {
+    // The shared output helpers of JsonOut, under the short names the calls below use.
     static void emit(String json) {
-        synchronized (JSqlConsumer.class) {
-            System.out.println(json);
-            System.out.flush();
-        }
+        JsonOut.emit(json);
     }
 
     static String q(String s) {
-        if (s == null) return "null";
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            if (c == '"' || c == '\\') b.append('\\').append(c);
-            else if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04x", (int) c));
-            else b.append(c);
-        }
-        return b.append('"').toString();
+        return JsonOut.q(s);
     }
 
     public static void main(String[] a) throws Exception {
