@@ -8,9 +8,11 @@ from aiorocket._consumer import (
     ConsumeHook,
     ConsumeHookContext,
     ConsumerStatistics,
+    PoppedMessage,
     PullConsumer,
     PushConsumer,
     QueueStatistics,
+    SimpleConsumer,
     TopicStatistics,
 )
 from aiorocket._producer.producer import Producer
@@ -21,7 +23,7 @@ from aiorocket._producer.transaction import (
 )
 from aiorocket._reader import QueueReader, ReadBatch, ReadStatus, SyncQueueReader
 from aiorocket.app import App, DeadLetter, ReconsumeLater, RetryPolicy
-from aiorocket.errors import RocketError
+from aiorocket.errors import RocketError, UnsupportedFeatureError
 from aiorocket.models import (
     ConcurrentContext,
     ConsumeStatus,
@@ -50,6 +52,7 @@ __all__ = [
     "MessageQueue",
     "OrderlyContext",
     "OrderlyStatus",
+    "PoppedMessage",
     "Producer",
     "PullConsumer",
     "PushConsumer",
@@ -64,11 +67,13 @@ __all__ = [
     "RocketError",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "SyncQueueReader",
     "TopicRoute",
     "TopicStatistics",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "UnsupportedFeatureError",
     "__version__",
 ]

@@ -20,10 +20,12 @@ __all__ = [
     "DLQ_PREFIX",
     "RETRY_PREFIX",
     "SCHEDULE_TOPIC",
+    "TIMER_TOPIC",
     "dlq_topic",
     "is_retry_topic",
     "is_valid_name",
     "now_ms",
+    "pop_retry_topic",
     "retry_topic",
     "validate_name",
     "without_namespace",
@@ -36,6 +38,9 @@ RETRY_PREFIX: Final = "%RETRY%"
 DLQ_PREFIX: Final = "%DLQ%"
 #: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue = level - 1.
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+#: ``TimerMessageStore.TIMER_TOPIC`` (5.x): timer messages wait here, one queue
+#: (docs/protocol.md §12.4).
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
 
 # TopicValidator's rule, for topics and groups alike; `%` and `|` are allowed because system
 # names (retry, dead-letter, namespaced) contain them.
@@ -96,6 +101,13 @@ def retry_topic(group: str) -> str:
 def dlq_topic(group: str) -> str:
     """``MixAll.getDLQTopic``: the dead-letter topic of a (wire) consumer group."""
     return DLQ_PREFIX + group
+
+
+def pop_retry_topic(topic: str, group: str, *, v2: bool = False) -> str:
+    """The topic a POP consumer group's retried messages of ``topic`` go to
+    (``KeyBuilder.buildPopRetryTopicV1/V2``): ``%RETRY%group_topic``, or with ``+`` (v2,
+    a broker with ``enableRetryTopicV2``)."""
+    return f"{RETRY_PREFIX}{group}{'+' if v2 else '_'}{topic}"
 
 
 def is_retry_topic(topic: str) -> bool:

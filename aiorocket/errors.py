@@ -6,11 +6,15 @@ Everything the library raises on purpose derives from :class:`RocketError`::
     ├── ConfigurationError            bad settings or arguments, found before any I/O
     │   ├── InvalidNameError          a topic or group name RocketMQ would refuse
     │   ├── SubscriptionConflictError a pull consumer asked to both subscribe and assign
-    │   └── InvalidSelectorError      an SQL92 filter expression that does not compile
+    │   ├── InvalidSelectorError      an SQL92 filter expression that does not compile
+    │   └── UnsupportedFeatureError   the broker's release cannot do what was asked (a timer
+    │                                 message to a 4.x broker)
     ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
     ├── ClientClosedError             the producer / consumer / connection was closed by its owner
     ├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
     ├── OffsetOutOfRangeError         a seek outside the offsets the queue stores
+    ├── InvalidReceiptHandleError     a simple consumer was given a message it did not receive
+    │   └── ReceiptHandleExpiredError a receipt handle whose invisible time has passed
     ├── ProtocolError                 the rules of the remoting protocol were broken
     │   ├── LocalProtocolError        ... by us: we were asked to encode something invalid
     │   └── RemoteProtocolError       ... by the peer: malformed bytes; the connection is poisoned
@@ -69,6 +73,7 @@ __all__ = [
     "FlushSlaveTimeoutError",
     "FrameTooLargeError",
     "InvalidNameError",
+    "InvalidReceiptHandleError",
     "InvalidSelectorError",
     "LocalProtocolError",
     "MessageIllegalError",
@@ -85,6 +90,7 @@ __all__ = [
     "PullRetryImmediatelyError",
     "QueryNotFoundError",
     "QueueNotAssignedError",
+    "ReceiptHandleExpiredError",
     "RemoteProtocolError",
     "RequestCodeNotSupportedError",
     "RequestTimeoutError",
@@ -104,6 +110,7 @@ __all__ = [
     "TransactionStateGroupWrongError",
     "TransactionStateUnknownError",
     "TransportError",
+    "UnsupportedFeatureError",
     "VersionNotSupportedError",
     "broker_error",
 ]
@@ -147,6 +154,24 @@ class InvalidSelectorError(ConfigurationError):
         )
 
 
+class UnsupportedFeatureError(ConfigurationError):
+    """The broker a request would go to runs a release without the feature it needs, so it is
+    not sent: a timer message (``deliver_at`` / ``deliver_after``) for a broker older than
+    RocketMQ 5.0, which would deliver it at once instead of at its time.
+
+    A broker's release is the ``version`` it stamps on its responses (docs/protocol.md §0.3).
+    ``broker`` is its address, ``version`` that ordinal (409 for 4.9.8), ``needed`` the lowest
+    that has the feature (412, V5_0_0_SNAPSHOT). Not retriable: send to a 5.x cluster, or use a
+    delay level.
+    """
+
+    def __init__(self, message: str, *, broker: str, version: int, needed: int) -> None:
+        super().__init__(message)
+        self.broker = broker
+        self.version = version
+        self.needed = needed
+
+
 class QueueNotAssignedError(RocketError, LookupError):
     """A pull consumer was asked to seek, pause, resume or commit a queue it does not own
     (never assigned, or taken away by a rebalance)."""
@@ -182,6 +207,17 @@ class MessageTooLargeError(RocketError, ValueError):
 
 class ClientClosedError(RocketError):
     """The object was closed by its owner and cannot be used any more."""
+
+
+class InvalidReceiptHandleError(RocketError, ValueError):
+    """A message given to a simple consumer's ``ack`` or ``change_invisible_duration`` was
+    not received by that consumer (the 5.x proxy's INVALID_RECEIPT_HANDLE)."""
+
+
+class ReceiptHandleExpiredError(InvalidReceiptHandleError):
+    """The receipt handle's invisible time has passed: the broker may deliver the message
+    again, so acking it now could ack another delivery (the 5.x proxy refuses such a handle
+    as expired)."""
 
 
 class ProtocolError(RocketError):

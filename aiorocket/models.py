@@ -58,9 +58,13 @@ class Message:
         keys: business keys, searchable on the broker (sent space-joined in ``KEYS``).
         properties: user properties; keys and values must not contain ``\\x01``/``\\x02``.
         delay_level: 1-18 to deliver after the broker's delay level (1 s … 2 h).
+        message_group: RocketMQ 5.x's name for the sharding key (its FIFO message group):
+            the message is sent as if ``sharding_key=message_group`` were passed to
+            :meth:`Producer.send <aiorocket.Producer.send>`: it goes to the queue of that key
+            and carries it as ``__SHARDINGKEY``, so messages of one group stay in order.
 
     Raises:
-        ConfigurationError: a tag, key or delay level is invalid.
+        ConfigurationError: a tag, key, delay level or message group is invalid.
     """
 
     topic: str
@@ -69,6 +73,7 @@ class Message:
     keys: tuple[str, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
     delay_level: int | None = None
+    message_group: str | None = None
 
     def __init__(
         self,
@@ -79,6 +84,7 @@ class Message:
         keys: Sequence[str] | str = (),
         properties: Mapping[str, str] | None = None,
         delay_level: int | None = None,
+        message_group: str | None = None,
     ) -> None:
         if isinstance(body, str):
             body = body.encode("utf-8")
@@ -94,12 +100,21 @@ class Message:
             raise ConfigurationError(f"tag {tags!r} must be non-empty and contain no '||'")
         if delay_level is not None and not 0 <= delay_level <= MAX_DELAY_LEVEL:
             raise ConfigurationError(f"delay_level must be within 0..{MAX_DELAY_LEVEL}")
+        # MessageBuilderImpl.setMessageGroup refuses a blank group; the separators would break
+        # the properties string the group travels in.
+        if message_group is not None and (
+            not message_group.strip() or "\x01" in message_group or "\x02" in message_group
+        ):
+            raise ConfigurationError(
+                f"message_group {message_group!r} must be non-blank without \\x01 or \\x02"
+            )
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "tags", tags)
         object.__setattr__(self, "keys", keys)
         object.__setattr__(self, "properties", dict(properties or {}))
         object.__setattr__(self, "delay_level", delay_level or None)
+        object.__setattr__(self, "message_group", message_group)
 
 
 class SendStatus(enum.Enum):

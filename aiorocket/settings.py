@@ -256,6 +256,19 @@ class ConsumerSettings(ClientSettings):
             running handler call ended; when it still had pulled messages (it was still being
             consumed) the unlock waits this much longer (20 s, Java
             ``rocketmq.client.unlockDelayTimeMills``).
+        consume_mode: how a push consumer reads (RocketMQ 5.x): ``"pull"`` (the default:
+            queues shared by client-side rebalance, offsets committed), ``"pop"`` (the broker
+            hands out messages and takes acks; no rebalance, so a group may have more members
+            than queues; needs 5.x brokers or the embedded one) or ``"server"`` (ask the
+            broker which queues to read and how, QUERY_ASSIGNMENT, and follow it as it changes
+            with ``mqadmin setConsumeMode`` / ``aiorocket admin set-consume-mode``; as the 5.x
+            Java push consumer with client rebalance off).
+        invisible_duration: POP: seconds a popped message stays invisible to the rest of the
+            group unless acked (60 s, Java ``popInvisibleTime``); a push consumer extends it
+            while its handler runs.
+        pop_retry_delays: POP: the delay before the n-th retry of a failed message, by
+            attempt (Java ``popDelayLevel``: 10 s, 30 s, 1 min, 2 min, ... 2 h); the last one
+            repeats.
 
     Raises:
         ConfigurationError: through :func:`build_settings`, for any invalid value.
@@ -298,6 +311,26 @@ class ConsumerSettings(ClientSettings):
     max_continuous_consume_time: float = Field(default=60.0, gt=0)
     suspend_delay: float = Field(default=1.0, ge=0.01, le=30.0)
     unlock_delay: float = Field(default=20.0, ge=0)
+    consume_mode: Literal["pull", "pop", "server"] = "pull"
+    invisible_duration: float = Field(default=60.0, gt=0)
+    pop_retry_delays: tuple[float, ...] = (
+        10,
+        30,
+        60,
+        120,
+        180,
+        240,
+        300,
+        360,
+        420,
+        480,
+        540,
+        600,
+        1200,
+        1800,
+        3600,
+        7200,
+    )
 
     @field_validator("allocation")
     @classmethod
@@ -314,6 +347,10 @@ class ConsumerSettings(ClientSettings):
             raise ValueError("order_by needs orderly=True (concurrent consumers keep no order)")
         if self.allocation == "by_config" and not self.allocation_queues:
             raise ValueError('allocation "by_config" needs allocation_queues')
+        if not self.pop_retry_delays or min(self.pop_retry_delays) <= 0:
+            raise ValueError("pop_retry_delays must be positive delays, at least one")
+        if self.consume_mode != "pull" and self.message_model != "clustering":
+            raise ValueError("consume_mode 'pop' and 'server' are clustering only")
         if self.lock_renew_interval >= self.lock_expiry:
             # Renewals must come before the trusted lifetime runs out, or every queue would
             # stop between two renewals.

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from aiorocket._client.owner import ClientOwner
+from aiorocket._client.pop import set_message_request_mode
 from aiorocket._client.pull import to_received
 from aiorocket._protocol.admin_bodies import ConsumeStats
 from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicList, TopicRouteData
@@ -41,6 +42,7 @@ from aiorocket._protocol.headers import (
 )
 from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.msgid import parse_offset_msg_id
+from aiorocket._protocol.pop import SetMessageRequestModeRequestBody
 from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
@@ -478,4 +480,47 @@ class Admin(ClientOwner):
                     ns, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, ns_ext)
                 )
             )
+        return masters
+
+    async def set_consume_mode(
+        self,
+        group: str,
+        topic: str,
+        mode: Literal["pull", "pop"],
+        *,
+        pop_share_queue_num: int = 0,
+        cluster: str | None = None,
+    ) -> list[str]:
+        """Switch how ``group`` reads ``topic`` on every master of ``cluster`` (by default on
+        every master serving the topic): ``"pull"`` or ``"pop"`` (``mqadmin setConsumeMode``,
+        RocketMQ 5.x; the broker refuses a topic it does not have with code 17).
+        Push consumers that follow the broker's assignment (``consume_mode="server"``) switch
+        at their next rebalance. Returns the broker addresses.
+
+        Raises:
+            ConfigurationError: a bad mode or share count, or an unknown cluster.
+            InvalidNameError: a bad group or topic name.
+            TopicNotExistError: no broker serves the topic.
+            RequestCodeNotSupportedError: a broker without server-side assignment (4.x).
+            BrokerError, TransportError: a server failed or could not be reached.
+        """
+        validate_name(group, "consumer group")
+        validate_name(topic)
+        if mode not in ("pull", "pop"):
+            raise ConfigurationError(f"mode must be 'pull' or 'pop', not {mode!r}")
+        if pop_share_queue_num < 0:
+            raise ConfigurationError("pop_share_queue_num must not be negative")
+        client = self._require()
+        body = SetMessageRequestModeRequestBody(
+            topic=topic,
+            consumer_group=group,
+            mode=mode.upper(),
+            pop_share_queue_num=pop_share_queue_num,
+        )
+        if cluster is None:
+            masters = sorted(addr for _, addr in self._masters(await self._route(topic)))
+        else:
+            masters = await self._cluster_masters(cluster)
+        for addr in masters:
+            await set_message_request_mode(client, addr, body)
         return masters

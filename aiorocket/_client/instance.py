@@ -142,6 +142,9 @@ class ClientInstance:
         self._refreshed_at: dict[str, float] = {}
         self._namesrv_index = 0
         self._closed = False
+        #: the ``version`` of the last response from each address: the server's release
+        #: (docs/protocol.md §0.3; Java keeps the heartbeat's in ``brokerVersionTable``)
+        self._versions: dict[str, int] = {}
         #: called with the broker names that appeared in a route for the first time
         self.on_new_brokers: Callable[[set[str]], None] | None = None
 
@@ -197,7 +200,14 @@ class ClientInstance:
             ClientClosedError: the client is closed.
         """
         conn = await self._require_pool().get(addr)
-        return await conn.request(cmd, timeout=timeout or self.settings.request_timeout)
+        resp = await conn.request(cmd, timeout=timeout or self.settings.request_timeout)
+        self._versions[addr] = resp.version
+        return resp
+
+    def server_version(self, addr: str) -> int | None:
+        """The ``MQVersion`` ordinal the server at ``addr`` last answered with (every response
+        carries it; 409 for 4.9.8, 412 and up for 5.x), or ``None`` if it never answered."""
+        return self._versions.get(addr)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` to ``addr`` without waiting for a response.

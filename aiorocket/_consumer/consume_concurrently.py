@@ -39,6 +39,7 @@ from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.consume_service import ConsumeServiceBase
 from aiorocket._consumer.hooks import ConsumeHook, ConsumeHookContext, run_before
 from aiorocket._consumer.offset_store import OffsetStore
+from aiorocket._consumer.popping import PoppedMessage
 from aiorocket._consumer.process_queue import ProcessQueue
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket.models import (
@@ -177,6 +178,9 @@ class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
         self._later: dict[_Request, asyncio.TimerHandle] = {}
         self._idle = asyncio.Event()
         self._idle.set()
+        #: set by a push consumer in POP mode: retries a popped message through its invisible
+        #: time (ConsumeMessagePopConcurrentlyService) instead of CONSUMER_SEND_MSG_BACK
+        self.pop_retry: Callable[[PoppedMessage, int], Awaitable[bool]] | None = None
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -352,7 +356,10 @@ class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
 
     async def send_back(self, msg: ReceivedMessage, delay_level: int, broker_name: str) -> bool:
         """Return a failed message to the broker for a later retry; True when it got there
-        (:class:`~aiorocket._consumer.send_back.SendBack`)."""
+        (:class:`~aiorocket._consumer.send_back.SendBack`; a popped message's invisible time
+        is moved instead, :attr:`pop_retry`)."""
+        if self.pop_retry is not None and isinstance(msg, PoppedMessage):
+            return await self.pop_retry(msg, delay_level)
         return await self._sender.send_back(msg, delay_level, broker_name)
 
     # -- consume timeout ----------------------------------------------------------------------

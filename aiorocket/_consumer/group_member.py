@@ -25,13 +25,13 @@ from typing import Any, ClassVar
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
-from aiorocket._consumer.allocation import AllocationStrategy, strategy_named
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import is_retry_topic, retry_topic, wrap_namespace
+from aiorocket._protocol.allocation import AllocationStrategy, strategy_named
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import Connection

@@ -23,6 +23,12 @@ the new owner's offset back), and unlocks a dropped queue once its running handl
 (later by ``unlock_delay`` if messages were still cached, Java ``unlockDelay``). With
 ``order_by`` (``"sharding_key"`` or a callable) the same service keeps the order per key
 instead of per queue, the keys of a queue running concurrently; locks and offsets are as above.
+
+POP (``consume_mode="pop"``, RocketMQ 5.x): no queues are held; one pop task per broker of
+each subscribed topic feeds the same consume service, which acks instead of committing and
+retries through the invisible time (:mod:`~aiorocket._consumer.pop_feed`). With
+``consume_mode="server"`` each rebalance asks the broker how the group reads each topic
+(QUERY_ASSIGNMENT) and pops or pulls accordingly, so ``mqadmin setConsumeMode`` switches it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
 from aiorocket._client.instance import ClientInstance
+from aiorocket._client.pop import query_assignment
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import PushRequests
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService, Handler
@@ -45,8 +52,11 @@ from aiorocket._consumer.group_member import GroupMember
 from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.key_order import key_function
 from aiorocket._consumer.lock_renewer import BrokerLocks
+from aiorocket._consumer.pop_feed import FeedTarget, PopFeed
+from aiorocket._consumer.popping import PopClient
 from aiorocket._consumer.queue_table import PushQueues
 from aiorocket._consumer.rebalance import Rebalancer
+from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import (
     ConsumerStatistics,
     QueueStatistics,
@@ -54,7 +64,14 @@ from aiorocket._consumer.stats import (
     TopicStatistics,
 )
 from aiorocket._consumer.subscription import Subscription, check_selector
-from aiorocket.errors import ConfigurationError
+from aiorocket._protocol.codes import Perm
+from aiorocket._protocol.pop import QueryAssignmentRequestBody
+from aiorocket.errors import (
+    BrokerError,
+    ConfigurationError,
+    RequestCodeNotSupportedError,
+    TransportError,
+)
 from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
 from aiorocket.settings import ConsumerSettings, build_settings
 
@@ -133,6 +150,8 @@ class PushConsumer(GroupMember):
         self._locks: BrokerLocks | None = None
         self._clean_timer: Periodic | None = None
         self._lock_timer: Periodic | None = None
+        #: POP and server modes: the pop tasks (None in pull mode)
+        self._feed: PopFeed | None = None
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -262,7 +281,8 @@ class PushConsumer(GroupMember):
             raise ConfigurationError("register a listener before starting the consumer")
         if not self._subscriptions:
             raise ConfigurationError("subscribe to at least one topic before starting")
-        if self._clustering:
+        if self._clustering and self.settings.consume_mode != "pop":
+            # POP retries go through the broker's POP retry topics, not %RETRY%<group>.
             self._subscriptions.setdefault(
                 self._retry_topic, Subscription.create(self._retry_topic, "*")
             )
@@ -302,6 +322,22 @@ class PushConsumer(GroupMember):
             )
         if self._locking:
             self._locks = BrokerLocks(client=client, group=self._group)
+        if s.consume_mode != "pull":
+            sender = SendBack(client=client, group=self._group, settings=s)
+            pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+            concurrent = (
+                self._service if isinstance(self._service, ConcurrentConsumeService) else None
+            )
+            self._feed = PopFeed(
+                pop=pop,
+                service=concurrent,
+                settings=s,
+                stats=self._stats,
+                spawn=self._spawn,
+                orderly=None if concurrent else cast(OrderlyHandler, self._handler),
+            )
+            if concurrent is not None:
+                concurrent.pop_retry = self._feed.retry
         self._queues.build(self._service, self._locks, self._on_lock_expired)
         self._rebalancer = Rebalancer(
             client=client,
@@ -348,6 +384,8 @@ class PushConsumer(GroupMember):
         if isinstance(self._service, ConcurrentConsumeService):
             for i in range(self.settings.concurrency):
                 self._spawn(self._service.worker(), name=f"consume worker {i}")
+        if self._feed is not None:
+            self._feed.start()
         await self._rebalance()
         self._spawn(self._rebalance_timer.run(), name="rebalance")
         if self._lock_timer is not None:
@@ -364,10 +402,60 @@ class PushConsumer(GroupMember):
     async def _rebalance(self) -> None:
         if self._closing:
             return
+        pulled = list(self._subscriptions)
+        targets: list[FeedTarget] = []
+        if self._feed is not None:
+            targets = await self._pop_targets()
+            # A topic switching mode stops the old way before the new one starts, so the
+            # new one starts from the offsets the old one left (pops and commits both move
+            # the group's offsets on the broker).
+            self._feed.update(targets, start=False)
+            popped = {sub.topic for sub, _, _ in targets}
+            pulled = [t for t in pulled if t not in popped]
         async with self._queues.lock:
             self._queues.restart_silent_pulls()
-            await self._rebalancer.run_once(list(self._subscriptions))
+            await self._rebalancer.run_once(pulled)
+        if self._feed is not None:
+            self._feed.update(targets)
         self._stats.rebalances += 1
+
+    async def _pop_targets(self) -> list[FeedTarget]:
+        """What to pop from: every broker of each subscribed topic (``"pop"``), or what the
+        brokers assign in POP mode (``"server"``, QUERY_ASSIGNMENT; the retry topic is always
+        pulled, as the broker assigns it)."""
+        out: list[FeedTarget] = []
+        client = self._client
+        for topic, sub in self._subscriptions.items():
+            if topic == self._retry_topic:
+                continue
+            route = client.route(topic)
+            if route is None:
+                continue
+            brokers = sorted({q.broker_name for q in route.queue_datas if q.perm & Perm.READ})
+            if self.settings.consume_mode == "pop":
+                out.extend((sub, name, -1) for name in brokers)
+                continue
+            body = QueryAssignmentRequestBody(
+                topic=topic, consumer_group=self._group, client_id=client.client_id
+            )
+            for name in brokers:
+                try:
+                    addr = await client.find_broker(name, topic, master=True)
+                    assigned = await query_assignment(client, addr, body)
+                except RequestCodeNotSupportedError:
+                    log.warning("broker %s assigns nothing (RocketMQ 4.x): pulling %s", name, topic)
+                    break
+                except (BrokerError, TransportError) as exc:
+                    log.warning("assignment of %s from %s failed: %s", topic, name, exc)
+                    continue
+                # QueryAssignmentProcessor answers for the whole topic: one broker is enough.
+                out.extend(
+                    (sub, a.message_queue.broker_name, a.message_queue.queue_id)
+                    for a in assigned or ()
+                    if a.mode == "POP"
+                )
+                break
+        return out
 
     async def _persist_offsets(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
@@ -408,10 +496,15 @@ class PushConsumer(GroupMember):
         if self._lock_timer is not None:
             self._lock_timer.stop()
         async with self._queues.lock:
-            # 2. Pulls stop; queues drain (finished work still commits).
+            # 2. Pulls (and pops) stop; queues drain (finished work still commits).
             self._queues.stop_pulling()
-        # 3. Running handlers finish within the grace period.
+            if self._feed is not None:
+                self._feed.stop_popping()
+        # 3. Running handlers finish within the grace period; their acks go out.
         await self._service.drain(s.shutdown_grace)
+        if self._feed is not None:
+            await self._feed.drain(s.shutdown_grace)
+            await self._cleanup(self._feed.flush(), "send acks")
         for timer in (self._route_timer, self._persist_timer, self._clean_timer):
             if timer is not None:
                 timer.stop()

@@ -27,9 +27,9 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._consumer.allocation import AllocationStrategy, sort_client_ids, sort_queues
 from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._names import is_retry_topic
+from aiorocket._protocol.allocation import AllocationStrategy, sort_client_ids, sort_queues
 from aiorocket.errors import BrokerError, TransportError, broker_error
 from aiorocket.models import MessageQueue
 

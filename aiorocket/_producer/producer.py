@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import math
 import os
 import random
 import time
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final
 
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
 from aiorocket._concurrency import Periodic, Service, bounded
@@ -16,7 +18,7 @@ from aiorocket._concurrency.service import AsyncResource
 from aiorocket._names import without_namespace, wrap_namespace
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
-from aiorocket._protocol.codes import MessageSysFlag
+from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, MessageSysFlag
 from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import BatchItem, compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
@@ -25,6 +27,8 @@ from aiorocket._protocol.properties import (
     KEYS,
     SHARDING_KEY,
     TAGS,
+    TIMER_DELIVER_MS,
+    TIMER_KEYS,
     UNIQ_KEY,
     WAIT,
     encode_properties,
@@ -41,6 +45,7 @@ from aiorocket.errors import (
     ServiceNotAvailableError,
     SystemBusyError,
     TopicNotExistError,
+    UnsupportedFeatureError,
 )
 from aiorocket.models import Message, MessageQueue, SendResult, SendStatus, validate_name
 from aiorocket.settings import ProducerSettings, build_settings
@@ -62,6 +67,8 @@ _STATUS = {
 _BATCH_ITEM_OVERHEAD = 22
 #: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
 _BUSY_BACKOFF = 0.05
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MS: Final = datetime.timedelta(milliseconds=1)
 
 
 class Producer(AsyncResource):
@@ -177,6 +184,8 @@ class Producer(AsyncResource):
         queue: MessageQueue | None = None,
         delay_level: int | None = None,
         timeout: float | None = None,
+        deliver_at: datetime.datetime | None = None,
+        deliver_after: float | None = None,
     ) -> SendResult:
         """Send one message and wait for the broker's answer.
 
@@ -185,20 +194,39 @@ class Producer(AsyncResource):
         ordered consumption relies on) or ``selector`` picks one. A non-empty ``sharding_key``
         also travels with the message as its ``__SHARDINGKEY`` property (RocketMQ 5.x's
         message group), which an orderly consumer with ``order_by="sharding_key"`` keeps in
-        order per key while handling different keys of a queue concurrently. Failures on
-        retriable codes and timeouts are retried up to ``retries`` more times, on another
-        broker where possible (not for keyed, selected or explicit queues, whose queue must not
-        change); every copy carries the same ``UNIQ_KEY``.
+        order per key while handling different keys of a queue concurrently; a message's
+        ``message_group`` means the same. Failures on retriable codes and timeouts are retried
+        up to ``retries`` more times, on another broker where possible (not for keyed, selected
+        or explicit queues, whose queue must not change); every copy carries the same
+        ``UNIQ_KEY``.
+
+        ``deliver_at`` (a timezone-aware datetime) or ``deliver_after`` (seconds from now)
+        make it a RocketMQ 5.x timer message: it carries its delivery time as
+        ``TIMER_DELIVER_MS`` (ms since the epoch; a retry keeps the same time) and the broker
+        makes it visible then, not before (Apache at its ``timerPrecisionMs``, 1 s by default;
+        the embedded broker at the millisecond). A time already past is delivered at once; one
+        beyond the broker's ``timerMaxDelaySec`` (3 days) is refused (MessageIllegalError). A
+        4.x broker would ignore the time, so the message is not sent to one.
 
         Raises:
             MessageTooLargeError: the body exceeds ``max_message_size`` (nothing is sent).
-            InvalidNameError, ConfigurationError: bad topic, delay level or arguments.
+            InvalidNameError, ConfigurationError: bad topic, delay level or arguments: both
+                timer arguments, a timer with a delay level or a message group / sharding key
+                (5.x's message types exclude each other), a naive ``deliver_at``.
+            UnsupportedFeatureError: a timer message for a broker older than 5.0.
             BrokerError: the broker refused the message (after retries where retriable).
             TransportError: the broker could not be reached or did not answer in time.
             ClientClosedError: the producer is closed or was never started.
         """
         result = await self._send_one(
-            msg, sharding_key, selector, queue, delay_level, timeout, oneway=False
+            msg,
+            sharding_key,
+            selector,
+            queue,
+            delay_level,
+            timeout,
+            oneway=False,
+            deliver_ms=_deliver_ms(deliver_at, deliver_after),
         )
         assert result is not None
         return result
@@ -211,13 +239,25 @@ class Producer(AsyncResource):
         selector: QueueSelector | None = None,
         queue: MessageQueue | None = None,
         delay_level: int | None = None,
+        deliver_at: datetime.datetime | None = None,
+        deliver_after: float | None = None,
     ) -> None:
-        """Send one message without waiting for the broker to store it (no result, no retry).
+        """Send one message without waiting for the broker to store it (no result, no retry);
+        ``deliver_at`` / ``deliver_after`` as for :meth:`send`.
 
         Raises:
             As :meth:`send`, except broker refusals, which a oneway send never sees.
         """
-        await self._send_one(msg, sharding_key, selector, queue, delay_level, None, oneway=True)
+        await self._send_one(
+            msg,
+            sharding_key,
+            selector,
+            queue,
+            delay_level,
+            None,
+            oneway=True,
+            deliver_ms=_deliver_ms(deliver_at, deliver_after),
+        )
 
     async def send_batch(
         self,
@@ -234,11 +274,13 @@ class Producer(AsyncResource):
         ``timeout`` (default ``send_timeout``) is the budget of the whole call, every
         sub-batch and retry included; when a sub-batch fails, those before it stay stored
         (the error's note says how many). With
-        ``sharding_key`` every message carries it as ``__SHARDINGKEY`` (see :meth:`send`).
+        ``sharding_key`` (or the messages' common ``message_group``) every message carries it
+        as ``__SHARDINGKEY`` (see :meth:`send`).
 
         Raises:
-            ConfigurationError: empty batch, several topics, a delayed message (the broker
-                does not support delay in batches), or a ``sharding_key`` with ``\\x01``/``\\x02``.
+            ConfigurationError: empty batch, several topics, a delayed or timer message (brokers
+                do neither in batches), messages with different ``message_group`` values, or
+                a ``sharding_key`` with ``\\x01``/``\\x02`` or unlike their group.
             MessageTooLargeError: a single message exceeds ``max_message_size``.
             BrokerError, TransportError, ClientClosedError: as :meth:`send`.
         """
@@ -249,6 +291,13 @@ class Producer(AsyncResource):
             raise ConfigurationError("all messages of a batch must have the same topic")
         if any(m.delay_level for m in msgs):
             raise ConfigurationError("delayed messages cannot be sent in a batch")
+        if any(_has_timer(m.properties) for m in msgs):
+            # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
+            raise ConfigurationError("timer messages cannot be sent in a batch")
+        groups = {m.message_group for m in msgs}
+        if len(groups) > 1:
+            raise ConfigurationError("all messages of a batch must have the same message_group")
+        sharding_key = _group_key(groups.pop(), sharding_key)
         validate_name(topic)
         _check_sharding_key(sharding_key)
         limit = self.settings.max_message_size
@@ -345,11 +394,25 @@ class Producer(AsyncResource):
         oneway: bool,
         extra: dict[str, str] | None = None,
         sys_flag: int = 0,
+        deliver_ms: int | None = None,
     ) -> SendResult | None:
         validate_name(msg.topic)
+        sharding_key = _group_key(msg.message_group, sharding_key)
         _check_sharding_key(sharding_key)
         if delay_level is not None and not 0 <= delay_level <= 18:
             raise ConfigurationError("delay_level must be within 0..18")
+        if deliver_ms is not None:
+            if delay_level or (delay_level is None and msg.delay_level):
+                raise ConfigurationError("a message has either a delivery time or a delay level")
+            if sharding_key is not None:
+                # 5.x MessageBuilderImpl: "messageGroup and deliveryTimestamp should not be set
+                # at same time" (a FIFO message is not a delay message).
+                raise ConfigurationError(
+                    "a message has either a delivery time or a message group / sharding key"
+                )
+            if _has_timer(msg.properties):
+                raise ConfigurationError("the message's properties already set a delivery time")
+            extra = {**(extra or {}), TIMER_DELIVER_MS: str(deliver_ms)}
         s = self.settings
         if len(msg.body) > s.max_message_size:
             # Java's Validators.checkMessage refuses before compressing.
@@ -360,6 +423,7 @@ class Producer(AsyncResource):
         fields = self._properties(msg, uniq, delay_level, sharding_key)
         if extra:
             fields.update(extra)
+        timer = _has_timer(fields)
         props = encode_properties(fields)
         body = msg.body
         if s.compress_threshold and len(body) >= s.compress_threshold:
@@ -378,6 +442,7 @@ class Producer(AsyncResource):
             timeout,
             batch=False,
             oneway=oneway,
+            timer=timer,
         )
 
     async def _send_with_retries(
@@ -395,6 +460,7 @@ class Producer(AsyncResource):
         *,
         batch: bool,
         oneway: bool,
+        timer: bool = False,
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -445,6 +511,8 @@ class Producer(AsyncResource):
                 try:
                     # sends need the master; without one the route is asked again at once
                     addr = await self._client.find_broker(mq.broker_name, wire_topic, master=True)
+                    if timer:
+                        await self._require_timers(addr)
                     resp = await self._client.send_message(
                         addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
                     )
@@ -475,6 +543,23 @@ class Producer(AsyncResource):
         finally:
             # The raised error's traceback holds this frame: unbound, no cycle is left.
             last_exc = None
+
+    async def _require_timers(self, addr: str) -> None:
+        # A 4.x broker stores timer properties as plain ones and delivers the message at once:
+        # refuse instead. Its release is the version of its responses (docs/protocol.md §0.3).
+        version = self._client.server_version(addr)
+        if version is None:
+            # It never answered us (its first heartbeat may still be on its way): ask it now.
+            version = await self._client.heartbeat(addr, self._heartbeat_data())
+        if version < VERSION_V5_0_0_SNAPSHOT:
+            raise UnsupportedFeatureError(
+                f"broker {addr} answers as MQVersion ordinal {version}, older than 5.0 "
+                f"({VERSION_V5_0_0_SNAPSHOT}): it cannot deliver a message at a time; it would "
+                "deliver it at once",
+                broker=addr,
+                version=version,
+                needed=VERSION_V5_0_0_SNAPSHOT,
+            )
 
     def _result(self, resp: SendResponse, mq: MessageQueue, uniq: str) -> SendResult:
         h = resp.header
@@ -574,6 +659,54 @@ class Producer(AsyncResource):
                 await self._client.unregister_client(addr, producer_group=self._wire_group())
             except RocketError as exc:
                 log.debug("unregister from %s failed: %s", addr, exc)
+
+
+def _deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None) -> int | None:
+    """The ``TIMER_DELIVER_MS`` of :meth:`Producer.send`'s timer arguments (``None``: neither).
+
+    Raises:
+        ConfigurationError: both given, a naive or non-datetime ``deliver_at``, a
+            ``deliver_after`` that is negative or not a finite number.
+    """
+    if deliver_at is None and deliver_after is None:
+        return None
+    if deliver_at is not None and deliver_after is not None:
+        raise ConfigurationError("give deliver_at or deliver_after, not both")
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime.datetime):
+            raise ConfigurationError(f"deliver_at must be a datetime, not {deliver_at!r}")
+        if deliver_at.utcoffset() is None:
+            # A naive time is ambiguous (local? UTC?): a timer off by hours must not be a guess.
+            raise ConfigurationError(
+                "deliver_at must be timezone-aware (e.g. datetime.now(timezone.utc) + delta)"
+            )
+        # Exact integer milliseconds, rounded up: never before the asked instant.
+        return -((_EPOCH - deliver_at) // _MS)
+    assert deliver_after is not None
+    if (
+        isinstance(deliver_after, bool)
+        or not isinstance(deliver_after, int | float)
+        or not math.isfinite(deliver_after)
+        or deliver_after < 0
+    ):
+        raise ConfigurationError(f"deliver_after must be >= 0 seconds, not {deliver_after!r}")
+    return -(-time.time_ns() // 1_000_000) + math.ceil(deliver_after * 1000)
+
+
+def _has_timer(props: Mapping[str, str]) -> bool:
+    return any(k in props for k in TIMER_KEYS)
+
+
+def _group_key(message_group: str | None, sharding_key: str | None) -> str | None:
+    # A message's 5.x message group is its sharding key (RocketMQ 5.x: __SHARDINGKEY).
+    if message_group is None:
+        return sharding_key
+    if sharding_key is not None and sharding_key != message_group:
+        raise ConfigurationError(
+            f"sharding_key {sharding_key!r} differs from the message's message_group "
+            f"{message_group!r}"
+        )
+    return message_group
 
 
 def _check_sharding_key(key: str | None) -> None:

@@ -27,11 +27,11 @@ from aiorocket._protocol.message import MessageRecord, decode_message
 from aiorocket._protocol.msgid import parse_offset_msg_id
 from aiorocket._protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
 from aiorocket._remoting import Connection, Dispatcher, RequestHandler
-from aiorocket.errors import RemoteProtocolError, RocketError
+from aiorocket.errors import ConfigurationError, RemoteProtocolError, RocketError
 from aiorocket.models import Message, ReceivedMessage, SendResult, SendStatus
 from aiorocket.settings import TransactionProducerSettings
 
-from .producer import Producer
+from .producer import Producer, _has_timer
 
 __all__ = ["TransactionProducer", "TransactionSendResult", "TransactionState"]
 
@@ -147,9 +147,19 @@ class TransactionProducer(Producer):
         logged, not raised — the check-back settles the transaction then.
 
         Raises:
+            ConfigurationError: the message has a ``message_group`` or timer properties:
+                RocketMQ 5.x refuses a transactional message that is also a FIFO or a timer
+                one ("Transactional message should not set messageGroup or
+                deliveryTimestamp").
             As :meth:`Producer.send` for the half message; nothing has been stored then and
             ``execute_local`` has not run.
         """
+        if msg.message_group is not None or _has_timer(msg.properties):
+            # PublishingMessageImpl (rocketmq-clients): the three message types exclude each
+            # other; over remoting a 5.x broker would deliver the commit at the timer's time.
+            raise ConfigurationError(
+                "a transactional message cannot have a message_group or a delivery time"
+            )
         group = self._wire_group()
         result = await self._send_one(
             msg,

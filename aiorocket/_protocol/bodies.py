@@ -72,8 +72,8 @@ __all__ = [
 ]
 
 # Java enum constants in ordinal order: fastjson reads an ordinal as the constant at that index.
-#: ``ConsumeType``: pull consumer, push consumer.
-CONSUME_TYPES: tuple[str, ...] = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+#: ``ConsumeType``: pull consumer, push consumer, and (5.x) POP consumer (docs/protocol.md §12.3).
+CONSUME_TYPES: tuple[str, ...] = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 #: ``MessageModel``.
 MESSAGE_MODELS: tuple[str, ...] = ("BROADCASTING", "CLUSTERING")
 #: ``ConsumeFromWhere``, deprecated constants included so ordinals line up.

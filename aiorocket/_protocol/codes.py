@@ -19,6 +19,8 @@ __all__ = [
     "MessageSysFlag",
     "Perm",
     "VERSION_V4_9_8",
+    "VERSION_V5_0_0",
+    "VERSION_V5_0_0_SNAPSHOT",
 ]
 
 #: flag bit 0: the frame is a response (docs/protocol.md §1.6).
@@ -29,6 +31,12 @@ FLAG_ONEWAY = 0x2
 #: ``MQVersion.Version.V4_9_8`` ordinal: what we send, and what the embedded broker answers with.
 #: >= 401 makes 4.9.4+ name servers emit standard JSON for routes (§0.3, §5.1).
 VERSION_V4_9_8 = 409
+#: ``V5_0_0_SNAPSHOT``: from this ordinal on a broker is 5.x: it has the timer wheel
+#: (``TimerMessageStore``, §12.4), and a request of this version comes from a 5.x client.
+VERSION_V5_0_0_SNAPSHOT = 412
+#: ``V5_0_0``: what the embedded broker stamps on its responses by default (it serves 5.x
+#: timer messages and POP).
+VERSION_V5_0_0 = 413
 
 
 class SerializeType(enum.IntEnum):
@@ -113,6 +121,18 @@ class RequestCode(enum.IntEnum):
     #: 5.x: one topic's configuration (``mqadmin topicStatus`` asks each broker first)
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    #: 5.x server-side assignment (§12.3): the queues a client is to consume, and their mode
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
+    GET_ALL_MESSAGE_REQUEST_MODE = 402
+    #: 5.x POP consumption (§12.3); beyond the binary header's int16, so always sent as JSON
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(enum.IntEnum):
@@ -142,6 +162,8 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
+    #: 5.x: a request field out of range (a POP of more than 32 messages, a bad queue id)
+    INVALID_PARAMETER = 29
     TRANSACTION_SHOULD_COMMIT = 200
     TRANSACTION_SHOULD_ROLLBACK = 201
     TRANSACTION_STATE_UNKNOW = 202
@@ -151,6 +173,10 @@ class ResponseCode(enum.IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    #: 5.x meanings (4.x used 209-211 for ACL admin failures, §3.1): too many held POPs,
+    #: a held POP that found nothing in its poll time
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
 
 

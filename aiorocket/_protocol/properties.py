@@ -18,6 +18,7 @@ __all__ = [
     "CLUSTER",
     "CONSUME_START_TIME",
     "DELAY",
+    "FIRST_POP_TIME",
     "INSTANCE_ID",
     "KEYS",
     "MAX_OFFSET",
@@ -27,6 +28,7 @@ __all__ = [
     "MSG_REGION",
     "NAME_VALUE_SEPARATOR",
     "ORIGIN_MESSAGE_ID",
+    "POP_CK",
     "PGROUP",
     "PROPERTY_SEPARATOR",
     "REAL_QID",
@@ -36,6 +38,15 @@ __all__ = [
     "SHARDING_KEY",
     "START_DELIVER_TIME",
     "TAGS",
+    "TIMER_DELAY_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELIVER_MS",
+    "TIMER_DEL_UNIQKEY",
+    "TIMER_DEQUEUE_MS",
+    "TIMER_ENQUEUE_MS",
+    "TIMER_KEYS",
+    "TIMER_OUT_MS",
+    "TIMER_ROLL_TIMES",
     "TRACE_ON",
     "TRANSACTION_CHECK_TIMES",
     "TRAN_MSG",
@@ -102,6 +113,33 @@ CLUSTER: Final[str] = "CLUSTER"
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
 #: Aliyun ONS timed delivery; the Java client hook only inspects it.
 START_DELIVER_TIME: Final[str] = "__STARTDELIVERTIME"
+
+#: PROPERTY_POP_CK: a popped message's receipt handle, when the broker writes it itself (a
+#: message re-encoded from a POP retry topic; docs/protocol.md §12.3).
+POP_CK: Final[str] = "POP_CK"
+#: PROPERTY_FIRST_POP_TIME: when the message was first popped (ms), kept across revives.
+FIRST_POP_TIME: Final[str] = "1ST_POP_TIME"
+
+# RocketMQ 5.x timer messages (MessageConst 5.3.3; docs/protocol.md §12.4).
+
+#: PROPERTY_TIMER_DELIVER_MS: deliver at this absolute time (ms since the epoch).
+TIMER_DELIVER_MS: Final[str] = "TIMER_DELIVER_MS"
+#: PROPERTY_TIMER_DELAY_SEC: deliver this many seconds after the broker stores the message.
+TIMER_DELAY_SEC: Final[str] = "TIMER_DELAY_SEC"
+#: PROPERTY_TIMER_DELAY_MS: deliver this many milliseconds after the broker stores it.
+TIMER_DELAY_MS: Final[str] = "TIMER_DELAY_MS"
+#: PROPERTY_TIMER_OUT_MS: set by the broker when it parks a timer message: its slot time.
+TIMER_OUT_MS: Final[str] = "TIMER_OUT_MS"
+#: PROPERTY_TIMER_ENQUEUE_MS: set by the broker: when the message entered the timer.
+TIMER_ENQUEUE_MS: Final[str] = "TIMER_ENQUEUE_MS"
+#: PROPERTY_TIMER_DEQUEUE_MS: set by the broker: when the message left the timer.
+TIMER_DEQUEUE_MS: Final[str] = "TIMER_DEQUEUE_MS"
+#: PROPERTY_TIMER_ROLL_TIMES: set by the broker each time it re-parks a far-off timer.
+TIMER_ROLL_TIMES: Final[str] = "TIMER_ROLL_TIMES"
+#: PROPERTY_TIMER_DEL_UNIQKEY: ``<topic>+<UNIQ_KEY>`` of the timer message this one cancels.
+TIMER_DEL_UNIQKEY: Final[str] = "TIMER_DEL_UNIQKEY"
+#: the properties that make a message a timer message (``HookUtils.checkIfTimerMessage``).
+TIMER_KEYS: Final[tuple[str, ...]] = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 
 #: MessageDecoder.NAME_VALUE_SEPARATOR.
 NAME_VALUE_SEPARATOR: Final[str] = "\x01"

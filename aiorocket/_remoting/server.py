@@ -96,11 +96,16 @@ class ServerConnection(Connection):
       that found messages) costs no task at all. One that does wait (a held pull) goes on in
       a task of the server's task group from where it stopped. Eager handlers run outside
       any task, so they must not need ``asyncio.current_task()`` before their first wait.
+    * With ``response_version`` set, every response carries it as its ``version``: a server
+      stamps its own release on each answer (docs/protocol.md §0.3).
     """
 
-    def __init__(self, *, eager_codes: frozenset[int], **kwargs: Any) -> None:
+    def __init__(
+        self, *, eager_codes: frozenset[int], response_version: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._eager_codes = eager_codes
+        self._version = response_version
 
     def send_response(
         self,
@@ -108,6 +113,8 @@ class ServerConnection(Connection):
         body_parts: list[bytes | bytearray | memoryview] | None = None,
     ) -> None:
         """Queue a response for the write at the end of this loop iteration."""
+        if self._version is not None:
+            cmd.version = self._version
         loop = self._loop
         if loop is None or self.is_closed:
             super().send_response(cmd, body_parts)
@@ -155,7 +162,9 @@ class Server(AsyncResource):
     Responses leave in one write per event-loop iteration. Requests whose code is in
     ``eager_codes`` start their handler inside the read callback instead of in a new task
     (see :class:`ServerConnection`): list only handlers that need no current task before their
-    first ``await``.
+    first ``await``. ``response_version`` (if set) is the ``version`` of every response written
+    through :meth:`ServerConnection.send_response`; frames a handler encodes itself
+    (``send_encoded``) must carry it already.
     """
 
     def __init__(
@@ -170,6 +179,7 @@ class Server(AsyncResource):
         tls_mode: TlsMode = "disabled",
         tls_handshake_timeout: float = 10.0,
         eager_codes: frozenset[int] = frozenset(),
+        response_version: int | None = None,
     ) -> None:
         if tls_mode != "disabled" and ssl_context is None:
             raise ValueError(f"TLS mode {tls_mode!r} needs an ssl_context")
@@ -183,6 +193,7 @@ class Server(AsyncResource):
         self._port = port
         self._max_frame_size = max_frame_size
         self._eager_codes = frozenset(int(c) for c in eager_codes)
+        self._response_version = response_version
         self._on_disconnect = on_disconnect
         self._server: asyncio.Server | None = None
         # Handlers and the accept loop run in the lifecycle's task group, not in the task that
@@ -210,6 +221,7 @@ class Server(AsyncResource):
             spawn=self._spawn,
             max_frame_size=self._max_frame_size,
             eager_codes=self._eager_codes,
+            response_version=self._response_version,
         )
         self.connections.add(conn)
 

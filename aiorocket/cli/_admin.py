@@ -90,6 +90,21 @@ def add_admin_parser(sub: Any) -> None:
     d = cmds.add_parser("delete-topic", parents=[leaf], help="delete a topic")
     d.add_argument("topic")
     d.add_argument("--cluster", default=None, help="only this cluster's brokers")
+    sc = cmds.add_parser(
+        "set-consume-mode",
+        parents=[leaf],
+        help="switch a group between pull and POP on a topic (RocketMQ 5.x)",
+    )
+    sc.add_argument("group")
+    sc.add_argument("topic")
+    sc.add_argument("mode", choices=["pull", "pop"])
+    sc.add_argument(
+        "--pop-share-queue-num",
+        type=int,
+        default=0,
+        help="POP: also read this many neighbours' queues (0: every client reads every queue)",
+    )
+    sc.add_argument("--cluster", default=None, help="only this cluster's brokers")
 
 
 def parse_time(text: str) -> str | int | dt.datetime:
@@ -283,6 +298,22 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
             brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
             value = {"topic": args.topic, "brokers": brokers}
             return value, f"topic {args.topic} deleted from {', '.join(brokers)}"
+        if cmd == "set-consume-mode":
+            brokers = await admin.set_consume_mode(
+                args.group,
+                args.topic,
+                args.mode,
+                pop_share_queue_num=args.pop_share_queue_num,
+                cluster=args.cluster,
+            )
+            value = {
+                "group": args.group,
+                "topic": args.topic,
+                "mode": args.mode,
+                "brokers": brokers,
+            }
+            text = f"{args.group} reads {args.topic} by {args.mode} on {', '.join(brokers)}"
+            return value, text
     raise ConfigurationError(f"unknown admin command {cmd!r}")  # pragma: no cover
 
 

@@ -49,7 +49,12 @@ from aiorocket._protocol.admin_bodies import (
     TopicStatsTable,
 )
 from aiorocket._protocol.bodies import ResetOffsetBody
-from aiorocket._protocol.codes import VERSION_V4_9_8, RequestCode, ResponseCode
+from aiorocket._protocol.codes import (
+    VERSION_V4_9_8,
+    VERSION_V5_0_0_SNAPSHOT,
+    RequestCode,
+    ResponseCode,
+)
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
     UNIQUE_KEY_QUERY,
@@ -92,11 +97,9 @@ _V3_1_8 = 62
 #: how long a forwarded request waits for the client (``Broker2Client.callClient``: 10 s)
 _CALL_CLIENT_TIMEOUT = 10.0
 _VERSION_DESC = "V4_9_8"
-#: ``MQVersion.Version.V5_0_0_SNAPSHOT.ordinal()``: a request from this version on comes from a
-#: 5.x client, whose tools read the runtime keys a 5.x broker adds
-_V5_0_0_SNAPSHOT = 412
 #: what a 5.x broker's runtime info adds to 4.9.8's (its thread pools for acks and lite pulls,
-#: timer progress, whether it is active), each at its value on an idle broker
+#: timer progress, whether it is active), each at its value on an idle broker; the timer keys
+#: are then replaced by the timer service's figures
 _V5_RUNTIME_EXTRA = {
     "ackThreadPoolQueueCapacity": "100000",
     "ackThreadPoolQueueHeadWaitTimeMills": "0",
@@ -245,10 +248,12 @@ class AdminProcessors(Processor):
         """GET_BROKER_RUNTIME_INFO: a :class:`KVTable` (``mqadmin brokerStatus``,
         ``clusterList``); to a 5.x client, with the keys a 5.x broker reports (its
         ``clusterList`` reads ``brokerActive`` and the timer keys, and the transfer rate under
-        its corrected name ``getTransferredTps``)."""
+        its corrected name ``getTransferredTps``); the timer keys are live (docs/protocol.md
+        §12.4)."""
         table = self.runtime_table()
-        if cmd.version >= _V5_0_0_SNAPSHOT:
+        if cmd.version >= VERSION_V5_0_0_SNAPSHOT:
             table.update(_V5_RUNTIME_EXTRA)
+            table.update(self._ctx.timers.runtime_info())
             table["getTransferredTps"] = table.pop("getTransferedTps")
         return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(table).to_json())
 

@@ -7,11 +7,18 @@ broker codes. Layout of the data directory::
     config/topics.json                              topics created at run time
     config/consumerOffset.json                      committed consumer offsets
     config/delayOffset.json                         progress of each delay level
+    config/timerProgress.json                       low-water offset of the timer messages
     config/subscriptionGroup.json, kvConfig.json    admin settings (``admin.py``)
+    config/consumerOrderInfo.json                   ordered-POP batches (``pop_order.py``)
+    config/messageRequestMode.json                  PULL/POP mode per topic and group
 
 Background work, all owned by the broker and stopped when it closes: one delivery task per
-delay level, a housekeeping task (expired channels and locks every ``channel_scan_interval``),
-and a task writing offsets and delay progress every ``offsets_flush_interval``.
+delay level, the timer-message delivery task, a housekeeping task (expired channels and locks
+every ``channel_scan_interval``), and a task writing offsets and delay and timer progress
+every ``offsets_flush_interval``.
+
+Every response carries ``remoting_version`` (5.0.0 by default: the broker serves timer
+messages; clients tell a 4.x broker apart by it, docs/protocol.md §0.3, §12.4).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from aiorocket.embedded.locks import QueueLocks
 from aiorocket.embedded.long_polling import PullWaiters
 from aiorocket.embedded.namesrv import NAMESRV_CODES, NameServer
 from aiorocket.embedded.offsets import ConsumerOffsets
+from aiorocket.embedded.pop import pop_processors
+from aiorocket.embedded.pop_service import PopService
 from aiorocket.embedded.processors import BrokerProcessors
 from aiorocket.embedded.pull import PullProcessor
 from aiorocket.embedded.schedule import ScheduleService
@@ -54,6 +63,7 @@ from aiorocket.embedded.send import SendProcessor
 from aiorocket.embedded.stats import BrokerStats
 from aiorocket.embedded.store import MessageStore
 from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
+from aiorocket.embedded.timers import TimerService
 from aiorocket.embedded.topics import TopicTable
 from aiorocket.embedded.transaction import TransactionService
 from aiorocket.embedded.writer import MessageWriter
@@ -143,6 +153,8 @@ class EmbeddedBroker(AsyncResource):
         self._store: MessageStore | None = None
         self._offsets: ConsumerOffsets | None = None
         self._schedule: ScheduleService | None = None
+        self._timers: TimerService | None = None
+        self._pop: PopService | None = None
         self._topics: TopicTable | None = None
         self._groups: ClientGroups | None = None
         self._locks: QueueLocks | None = None
@@ -234,6 +246,15 @@ class EmbeddedBroker(AsyncResource):
             ClientClosedError: the broker is not running.
         """
         return self._require(self._transactions if self._running else None)
+
+    @property
+    def timers(self) -> TimerService:
+        """The timer-message service (for inspection and tests).
+
+        Raises:
+            ClientClosedError: the broker is not running.
+        """
+        return self._require(self._timers if self._running else None)
 
     @property
     def held_pulls(self) -> int:
@@ -353,7 +374,7 @@ class EmbeddedBroker(AsyncResource):
         )
         self._locks = locks = QueueLocks(lease=config.lock_lease)
 
-        writer = MessageWriter(store, self._waiters, config, self._wake_schedule)
+        writer = MessageWriter(store, self._waiters, config, self._wake_schedule, self._parked)
         schedule = ScheduleService(
             writer,
             topics,
@@ -364,6 +385,18 @@ class EmbeddedBroker(AsyncResource):
         )
         schedule.load()
         self._schedule = schedule
+        timers = TimerService(
+            writer,
+            topics,
+            config=config,
+            path=conf_dir / "timerProgress.json",
+            durable=config.flush == "sync",
+            store_address=self._store_address,
+        )
+        timers.load()
+        # Before the server accepts sends: parks from then on reach the service directly.
+        timers.rebuild()
+        self._timers = timers
         self._stats = stats = BrokerStats(
             now=time.monotonic(),
             now_ms=now_ms(),
@@ -389,9 +422,13 @@ class EmbeddedBroker(AsyncResource):
             address=lambda: self.address,
             store_address=self._store_address,
             spawn=self._spawn,
+            timers=timers,
         )
         self._faults = BrokerFaults(ctx)
         self._transactions = transactions = TransactionService(ctx)
+        # POP state (docs/protocol.md §12.3): the revive log is replayed before serving.
+        self._pop = pop = PopService(ctx, conf_dir)
+        pop.load()
         install(
             self._dispatcher,
             (
@@ -402,6 +439,7 @@ class EmbeddedBroker(AsyncResource):
                 AdminProcessors(ctx),
                 ConfigAdmin(ctx),
                 NameServer(ctx),
+                *pop_processors(ctx, pop.context),
             ),
         )
 
@@ -417,6 +455,7 @@ class EmbeddedBroker(AsyncResource):
             # A pull that finds messages answers without waiting: no task for it (it only
             # waits, in a task then, when it is held).
             eager_codes=frozenset({int(RequestCode.PULL_MESSAGE)}),
+            response_version=config.remoting_version,
         )
         await server.__aenter__()
         self._server = server
@@ -431,13 +470,15 @@ class EmbeddedBroker(AsyncResource):
         self._advertised = (adv, config.advertised_port or bound_port)
         self._running = True
         await schedule.start()
+        await timers.start()
+        await pop.start()
         self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
         self._spawn(self._persist_loop(), "aiorocket-broker-persist")
         self._spawn(transactions.run(), "aiorocket-broker-transactions")
         log.info("embedded broker listening on %s (data in %s)", self.address, root)
 
     async def close(self) -> None:
-        """Stop serving, write offsets and delay progress, flush and close the store.
+        """Stop serving, write offsets and delay and timer progress, flush and close the store.
 
         Idempotent. Held pulls are dropped with their connections.
 
@@ -476,15 +517,23 @@ class EmbeddedBroker(AsyncResource):
                 await t
         if self._schedule is not None:
             await self._schedule.stop()
+        if self._timers is not None:
+            await self._timers.stop()
+        if self._pop is not None:
+            await self._pop.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.__aexit__(None, None, None)
         try:
             if self._store is not None and self._store.is_open:
+                if self._pop is not None:
+                    await self._pop.flush()  # the revive offset goes with the offsets
                 if self._offsets is not None:
                     await self._offsets.flush()
                 if self._schedule is not None:
                     await self._schedule.flush()
+                if self._timers is not None:
+                    await self._timers.flush()
         finally:
             store, self._store = self._store, None
             if store is not None:
@@ -501,11 +550,16 @@ class EmbeddedBroker(AsyncResource):
     def _tags_code_of(self, record: MessageRecord) -> int:
         # How the store re-indexes a record after a crash: the same codes the send path
         # writes (the delivery time for parked messages, with this broker's delay table).
-        return indexed_tags_code(record, self._config.delay_levels)
+        config = self._config
+        return indexed_tags_code(record, config.delay_levels, config.timer_precision_ms)
 
     def _wake_schedule(self, level_queue: int) -> None:
         if self._schedule is not None:
             self._schedule.wake(level_queue)
+
+    def _parked(self, queue_offset: int, due_ms: int, stored_ms: int) -> None:
+        if self._timers is not None:
+            self._timers.parked(queue_offset, due_ms, stored_ms)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         # A task of the broker's service; a failure of one is logged, never fatal to the
@@ -590,9 +644,13 @@ class EmbeddedBroker(AsyncResource):
                 # rate samples (clusterList's TPS) whether or not anything is read meanwhile
                 self._stats.tick(now=time.monotonic(), now_ms=now_ms())
             try:
+                if self._pop is not None:
+                    await self._pop.flush()
                 if self._offsets is not None:
                     await self._offsets.flush()
                 if self._schedule is not None:
                     await self._schedule.flush()
+                if self._timers is not None:
+                    await self._timers.flush()
             except Exception:
-                log.exception("writing consumer offsets or delay progress failed")
+                log.exception("writing consumer offsets, delay or timer progress failed")

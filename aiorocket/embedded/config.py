@@ -1,7 +1,8 @@
 """Settings of the embedded broker: every timing constant and limit in one frozen value.
 
-Defaults follow a 4.9.8 broker (docs/protocol.md §6.11); tests shorten the timers (delay levels,
-lock lease, channel expiry) rather than sleeping through the real ones.
+Defaults follow a 4.9.8 broker (docs/protocol.md §6.11), plus the timer-message settings of a
+5.3.3 one (§12.4); tests shorten the timers (delay levels, lock lease, channel expiry) rather
+than sleeping through the real ones.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from aiorocket._names import is_valid_name
+from aiorocket._protocol.codes import VERSION_V5_0_0, VERSION_V5_0_0_SNAPSHOT
 from aiorocket.errors import ConfigurationError
 from aiorocket.tls import TLS_MODES, TlsMode
 
@@ -21,6 +23,7 @@ __all__ = [
     "BrokerConfig",
     "parse_delay_levels",
 ]
+
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _LEVEL = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -106,9 +109,49 @@ class BrokerConfig:
     #: cap on the hold of a suspended pull; clients time out at 30 s (docs/protocol.md §6.4).
     long_poll_max_hold: float = 25.0
 
+    #: POP consumption (docs/protocol.md §12.3). ``popFromRetryProbability`` (20): the percentage
+    #: of POPs that read the group's POP retry topic before the topic itself; the others read it
+    #: after, when the topic did not fill the batch.
+    pop_from_retry_probability: int = 20
+    #: ``reviveInterval`` (1 s): the revive task looks for due POP checkpoints at least this
+    #: often (it also wakes when one is due sooner).
+    pop_revive_interval: float = 1.0
+    #: ``maxPopPollingSize``: held POP (and, apart, NOTIFICATION) requests at most; beyond it a
+    #: POP is answered POLLING_FULL (209).
+    pop_max_polling: int = 100_000
+    #: ``popPollingSize`` (1024): held requests per topic, group and queue at most.
+    pop_max_polling_per_queue: int = 1024
+    #: ``popResponseReturnActualRetryTopic``: off (Apache's default), a message popped from a
+    #: POP retry topic is re-encoded with the topic asked for and its ``POP_CK`` property.
+    pop_response_return_actual_retry_topic: bool = False
+    #: ``defaultMessageRequestMode``: how a group reads a topic it set no mode for
+    #: (QUERY_ASSIGNMENT); retry topics are always read by PULL.
+    default_message_request_mode: Literal["PULL", "POP"] = "PULL"
+    #: ``defaultPopShareQueueNum`` (-1): in POP mode without a set mode, <= 0 gives every client
+    #: every queue.
+    default_pop_share_queue_num: int = -1
+
     #: delay of each level, level 1 first (``messageDelayLevel``); its length is the number of
     #: queues of ``SCHEDULE_TOPIC_XXXX``.
     delay_levels: tuple[float, ...] = field(default=DEFAULT_DELAY_LEVELS)
+    #: ``timerWheelEnable``: serve timer messages (``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` /
+    #: ``TIMER_DELAY_MS``, docs/protocol.md §12.4). Off, such a send is refused with code 1, as
+    #: a 5.x broker refuses it. Only meaningful with ``remoting_version`` >= 412.
+    timer_wheel_enable: bool = True
+    #: ``timerMaxDelaySec`` (3 days): a timer message due later than this is refused (13).
+    timer_max_delay: float = 3 * 86400.0
+    #: ``timerPrecisionMs`` (Apache: 1000, at least 100): due times are rounded up to a multiple
+    #: of it. The embedded broker delivers at the millisecond by default.
+    timer_precision_ms: int = 1
+    #: ``timerRollWindowSlot`` x precision (2 days): a timer parked longer than this is parked
+    #: again (``TIMER_ROLL_TIMES`` + 1), so retention never removes a pending one.
+    timer_roll_window: float = 2 * 86400.0
+    #: The ``MQVersion`` ordinal stamped on every response (docs/protocol.md §0.3). Clients read a
+    #: broker's abilities off it: aiorocket sends timer messages only to brokers >= 412
+    #: (V5_0_0_SNAPSHOT). Below 412 the broker behaves as 4.9.8 does: timer properties are
+    #: plain properties and such a message is delivered at once.
+    remoting_version: int = VERSION_V5_0_0
+
     #: ``retryMaxTimes`` of a subscription group (16).
     max_reconsume_times: int = 16
     #: ``retryQueueNums`` of a subscription group (1).
@@ -127,6 +170,8 @@ class BrokerConfig:
     enable_property_filter: bool = False
     #: QUERY_CONSUMER_OFFSET for a group with no stored offset: True answers offset 0 while the
     #: queue still starts at offset 0, as a young 4.9.8 broker does; False always answers 22.
+    #: Likewise a group's first POP with ``initMode`` MAX starts at 0 on such a queue (5.x
+    #: ``initPopOffsetByCheckMsgInMem``); False: at the queue's last message.
     new_group_offset_zero: bool = True
     #: committed offsets and delay progress are written to disk at least this often. With
     #: sync flush an UPDATE_CONSUMER_OFFSET is on disk before it is answered; offsets
@@ -206,11 +251,25 @@ class BrokerConfig:
             "offsets_flush_interval",
             "transaction_check_interval",
             "transaction_timeout",
+            "timer_max_delay",
+            "timer_roll_window",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive")
+        if not 1 <= self.timer_precision_ms <= 1000:
+            raise ConfigurationError("timer_precision_ms must be in 1..1000")
+        if not 0 <= self.remoting_version <= 32767:
+            raise ConfigurationError("remoting_version must fit a binary header (0..32767)")
         if self.max_reconsume_times < 0 or self.retry_queue_nums < 1:
             raise ConfigurationError("max_reconsume_times >= 0 and retry_queue_nums >= 1")
+        if not 0 <= self.pop_from_retry_probability <= 100 or self.pop_revive_interval <= 0:
+            raise ConfigurationError(
+                "pop_from_retry_probability in 0..100, pop_revive_interval > 0"
+            )
+        if self.pop_max_polling < 0 or self.pop_max_polling_per_queue < 0:
+            raise ConfigurationError("pop_max_polling and pop_max_polling_per_queue must be >= 0")
+        if self.default_message_request_mode not in ("PULL", "POP"):
+            raise ConfigurationError("default_message_request_mode must be 'PULL' or 'POP'")
         if self.transaction_check_max < 1:
             raise ConfigurationError("transaction_check_max must be at least 1")
         if (self.access_key is None) != (self.secret_key is None):
@@ -232,6 +291,12 @@ class BrokerConfig:
         if self.tls_mode is not None:
             return self.tls_mode
         return "enforcing" if self.tls_cert is not None else "disabled"
+
+    @property
+    def timers_enabled(self) -> bool:
+        """Whether timer properties are interpreted at all: the broker answers as a 5.x one
+        (``remoting_version`` >= 412). A 4.9.8 broker stores them as plain properties."""
+        return self.remoting_version >= VERSION_V5_0_0_SNAPSHOT
 
     @property
     def acl_enabled(self) -> bool:

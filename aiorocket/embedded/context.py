@@ -23,6 +23,7 @@ from aiorocket.embedded.offsets import ConsumerOffsets
 from aiorocket.embedded.stats import BrokerStats
 from aiorocket.embedded.store import MessageStore
 from aiorocket.embedded.subscriptions import KVConfig, SubscriptionGroups
+from aiorocket.embedded.timers import TimerService
 from aiorocket.embedded.topics import TopicTable
 from aiorocket.embedded.writer import MessageWriter
 
@@ -73,6 +74,7 @@ class BrokerContext:
         address: returns the advertised ``"ip:port"`` (known once the broker listens).
         store_address: returns the advertised ``(ip, port)``, the store host of records.
         spawn: runs a coroutine as a task the broker owns (named by the second argument).
+        timers: the timer-message service (its runtime figures).
     """
 
     config: BrokerConfig
@@ -90,6 +92,7 @@ class BrokerContext:
     address: Callable[[], str]
     store_address: Callable[[], tuple[str, int]]
     spawn: Callable[[Coroutine[Any, Any, None], str], None]
+    timers: TimerService
 
 
 class Processor:

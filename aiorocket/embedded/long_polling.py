@@ -6,6 +6,9 @@ future is resolved in the same loop iteration and its pull re-executes within a 
 Java broker checks expiry every 5 s; here each waiter has its own timer, so a pull is held
 exactly its suspend time. A waiter disappears when its pull task is cancelled (the client's
 connection closed), through the ``finally`` of :meth:`PullWaiters.wait`.
+
+Other waiters (held POP and NOTIFICATION requests, ``pop_polling.py``) hear of every stored
+message through :meth:`PullWaiters.add_listener`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-__all__ = ["PullWaiters"]
+__all__ = ["ArrivalListener", "PullWaiters"]
 
 TagMatcher = Callable[[int], bool]
+#: ``(topic, queue id, queue offset, tags code)`` of a message just stored; must not raise
+ArrivalListener = Callable[[str, int, int, int], None]
 
 
 class _Waiter:
@@ -38,6 +43,7 @@ class PullWaiters:
 
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, int], list[_Waiter]] = {}
+        self._listeners: list[ArrivalListener] = []
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._waiters.values())
@@ -76,11 +82,22 @@ class PullWaiters:
                 if not current:
                     del self._waiters[key]
 
+    def add_listener(self, listener: ArrivalListener) -> None:
+        """Tell ``listener`` of every message :meth:`notify` hears of."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ArrivalListener) -> None:
+        """Stop telling ``listener`` (absent: nothing happens)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def notify(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> int:
         """A message was stored at ``queue_offset`` with ``tags_code``: wake the pulls it
-        satisfies (``NotifyMessageArrivingListener``). Returns how many were woken. Never
-        raises.
+        satisfies (``NotifyMessageArrivingListener``) and tell the listeners. Returns how many
+        pulls were woken. Never raises.
         """
+        for listener in self._listeners:
+            listener(topic, queue_id, queue_offset, tags_code)
         waiters = self._waiters.get((topic, queue_id))
         if not waiters:
             return 0

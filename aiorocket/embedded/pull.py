@@ -15,6 +15,7 @@ import struct
 
 from aiorocket._protocol.codes import (
     FLAG_RESPONSE,
+    VERSION_V4_9_8,
     PullSysFlag,
     RequestCode,
     ResponseCode,
@@ -29,11 +30,11 @@ from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket._remoting import Connection
 from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
-from aiorocket.embedded.store import GetResult, GetStatus
+from aiorocket.embedded.store import GetResult, GetStatus, MessageStore
 from aiorocket.embedded.topics import is_valid_name
 from aiorocket.errors import InvalidSelectorError, RemoteProtocolError
 
-__all__ = ["PullProcessor", "pull_code"]
+__all__ = ["PullProcessor", "pull_code", "read_matching"]
 
 log = logging.getLogger("aiorocket.embedded")
 
@@ -71,18 +72,19 @@ class FoundResponse:
 
     Only the opaque and three offsets change from one found pull to the next, so the header
     is a template (the general encoder's output with ``%d`` holes, see ``RequestTemplate``):
-    the frame is byte-identical to encoding ``cmd.make_response(...)``, at a fraction of the
-    cost.
+    the frame is byte-identical to encoding ``cmd.make_response(...)`` stamped with ``version``
+    (the broker's ``remoting_version``), at a fraction of the cost.
     """
 
     __slots__ = ("_template",)
 
     _PREFIX = struct.Struct(">iI")  # frameLength, headerWord (JSON: the type byte is 0)
 
-    def __init__(self) -> None:
+    def __init__(self, version: int = VERSION_V4_9_8) -> None:
         probe = RemotingCommand(
             _SUCCESS,
             flag=FLAG_RESPONSE,
+            version=version,
             remark=GetStatus.FOUND.value,
             ext_fields={
                 "suggestWhichBrokerId": "0",
@@ -121,6 +123,62 @@ def pull_code(status: GetStatus, request_offset: int, found: int) -> int:
     return _CODES[status]
 
 
+def read_matching(
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_msgs: int,
+    max_bytes: int,
+    sql: Sql92Filter,
+) -> GetResult:
+    """``getMessage`` with an SQL92 filter: read, keep the records whose properties match
+    (``ExpressionMessageFilter.isMatchedByCommitLog``), and read on while nothing matched
+    within the scan budget. Skipped records still advance ``next_begin_offset``.
+
+    Raises:
+        OSError: the store failed to read.
+    """
+    scanned = 0
+    while True:
+        result = store.get(topic, queue_id, offset, max_msgs=max_msgs, max_bytes=max_bytes)
+        if result.status is not GetStatus.FOUND:
+            # Nothing (more) to read: report the first read's status if nothing was
+            # examined, else what was skipped so far.
+            if scanned == 0:
+                return result
+            break
+        kept = [i for i, raw in enumerate(result.messages) if _sql_matches(raw, sql)]
+        scanned += result.scanned
+        if kept:
+            return dataclasses.replace(
+                result,
+                messages=[result.messages[i] for i in kept],
+                tags_codes=[result.tags_codes[i] for i in kept],
+                queue_offsets=[result.queue_offsets[i] for i in kept],
+                scanned=scanned,
+            )
+        offset = result.next_begin_offset
+        if scanned >= _MAX_SQL_SCAN:
+            break
+    return GetResult(
+        GetStatus.NO_MATCHED_MESSAGE,
+        offset,
+        result.min_offset,
+        result.max_offset,
+        scanned=scanned,
+    )
+
+
+def _sql_matches(raw: bytes, sql: Sql92Filter) -> bool:
+    try:
+        record, _ = decode_message(raw, decompress=False)
+    except RemoteProtocolError:
+        log.exception("a stored record does not decode; not delivered by SQL92")
+        return False
+    return sql.matches(record.properties)
+
+
 class PullProcessor(Processor):
     """Serves PULL_MESSAGE (and 5.x's LITE_PULL_MESSAGE) from the store, holding empty pulls.
 
@@ -137,7 +195,8 @@ class PullProcessor(Processor):
         self._on_served = ctx.stats.got
         # Every pull of a queue names the same group and topic and carries the same tag
         # expression: check and parse each once (bounded; cleared when full).
-        self._found = FoundResponse()
+        # Stamped like every other response (ServerConnection's response_version).
+        self._found = FoundResponse(ctx.config.remoting_version)
         self._valid_names: set[str] = set()
         self._tag_filters: dict[str, TagFilter] = {}
 
@@ -214,50 +273,9 @@ class PullProcessor(Processor):
     def _get_sql(
         self, topic: str, queue_id: int, offset: int, max_msgs: int, sql: Sql92Filter
     ) -> GetResult:
-        """``getMessage`` with an SQL92 filter: read, keep the records whose properties match
-        (``ExpressionMessageFilter.isMatchedByCommitLog``), and read on while nothing matched
-        within the scan budget. Skipped records still advance ``next_begin_offset``."""
-        config = self._config
-        scanned = 0
-        while True:
-            result = self._store.get(
-                topic, queue_id, offset, max_msgs=max_msgs, max_bytes=config.max_pull_bytes
-            )
-            if result.status is not GetStatus.FOUND:
-                # Nothing (more) to read: report the first read's status if nothing was
-                # examined, else what was skipped so far.
-                if scanned == 0:
-                    return result
-                break
-            kept = [i for i, raw in enumerate(result.messages) if self._sql_matches(raw, sql)]
-            scanned += result.scanned
-            if kept:
-                return dataclasses.replace(
-                    result,
-                    messages=[result.messages[i] for i in kept],
-                    tags_codes=[result.tags_codes[i] for i in kept],
-                    queue_offsets=[result.queue_offsets[i] for i in kept],
-                    scanned=scanned,
-                )
-            offset = result.next_begin_offset
-            if scanned >= _MAX_SQL_SCAN:
-                break
-        return GetResult(
-            GetStatus.NO_MATCHED_MESSAGE,
-            offset,
-            result.min_offset,
-            result.max_offset,
-            scanned=scanned,
+        return read_matching(
+            self._store, topic, queue_id, offset, max_msgs, self._config.max_pull_bytes, sql
         )
-
-    @staticmethod
-    def _sql_matches(raw: bytes, sql: Sql92Filter) -> bool:
-        try:
-            record, _ = decode_message(raw, decompress=False)
-        except RemoteProtocolError:
-            log.exception("pull: a stored record does not decode; not delivered by SQL92")
-            return False
-        return sql.matches(record.properties)
 
     # 5.x clients send LITE_PULL_MESSAGE (361) from DefaultLitePullConsumer; the 5.x broker
     # serves it with the same processor (BrokerController.registerProcessor).

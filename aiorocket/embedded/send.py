@@ -33,7 +33,7 @@ from aiorocket.embedded.topics import (
     is_valid_name,
     retry_topic,
 )
-from aiorocket.embedded.writer import copy_record
+from aiorocket.embedded.writer import TimerRefused, copy_record
 from aiorocket.errors import (
     ClientClosedError,
     LocalProtocolError,
@@ -249,6 +249,9 @@ class SendProcessor(Processor):
                 result = self._writer.store_half(rec)
             else:
                 result = self._writer.store_or_park(rec, wait=wait)
+        except TimerRefused as exc:
+            # SendMessageProcessor.handlePutMessageResult: WHEEL_TIMER_* (docs/protocol.md §12.4)
+            return self._response(cmd, exc.refusal.code, exc.refusal.remark)
         except (LocalProtocolError, MessageTooLargeError) as exc:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except (OSError, ClientClosedError) as exc:
@@ -256,9 +259,10 @@ class SendProcessor(Processor):
         host, port = self._store_address()
         ext = {
             "msgId": make_offset_msg_id(host, port, result.commit_log_offset),
-            # A parked (delayed) message is answered with its real queue and its offset in
-            # SCHEDULE_TOPIC_XXXX, as SendMessageProcessor does; a half message likewise with
-            # its offset in the half queue (the producer's tranStateTableOffset).
+            # A parked (delayed or timer) message is answered with its real queue and its offset
+            # in SCHEDULE_TOPIC_XXXX or rmq_sys_wheel_timer, as SendMessageProcessor does; a
+            # half message likewise with its offset in the half queue (the producer's
+            # tranStateTableOffset).
             "queueId": str(queue_id),
             "queueOffset": str(result.queue_offset),
             "MSG_REGION": "DefaultRegion",
@@ -425,7 +429,10 @@ class SendProcessor(Processor):
             reconsume_times=orig.reconsume_times + 1,
         )
         # consumerSendMsgBack sets waitStoreMsgOK false on the copy: a parked retry says so.
-        result = self._writer.store_or_park(rec, wait="false")
+        try:
+            result = self._writer.store_or_park(rec, wait="false")
+        except TimerRefused as exc:
+            return cmd.make_response(exc.refusal.code, remark=exc.refusal.remark)
         if not await self._writer.wait_durable(result):
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark="FLUSH_DISK_TIMEOUT")
         return cmd.make_response(ResponseCode.SUCCESS)

@@ -670,6 +670,23 @@ class MessageStore(AsyncResource):
             return []
         return [(offset + i, QueueEntry._make(e)) for i, e in enumerate(ENTRY.iter_unpack(raw))]
 
+    def set_tags_code(self, topic: str, queue_id: int, offset: int, tags_code: int) -> bool:
+        """Rewrite the tags code of an existing index entry (the timer service marks a parked
+        message done with it); False if the queue has no such entry. Recovery keeps a
+        rewritten code unless it rebuilds the whole queue.
+
+        Raises:
+            ClientClosedError: the store is not open.
+            OSError: the index could not be read or written.
+        """
+        self._check_open()
+        queue = self._queues.get((topic, queue_id))
+        entry = None if queue is None or offset < queue.min_offset else queue.entry(offset)
+        if queue is not None and entry is not None:
+            commit_log_offset, size, _, stored = entry
+            queue.write_at(offset, commit_log_offset, size, tags_code, stored)
+        return entry is not None
+
     def delete_topic(self, topic: str) -> int:
         """Forget every queue of ``topic`` and delete its index files (``cleanUnusedTopic``);
         returns how many queues went. The records stay in the commit log until retention

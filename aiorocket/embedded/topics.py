@@ -17,6 +17,7 @@ from aiorocket._names import (
     DLQ_PREFIX,
     RETRY_PREFIX,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     dlq_topic,
     is_valid_name,
     retry_topic,
@@ -33,14 +34,17 @@ __all__ = [
     "OFFSET_MOVED_EVENT",
     "OP_TOPIC",
     "RETRY_PREFIX",
+    "REVIVE_TOPIC_PREFIX",
     "SCHEDULE_TOPIC",
     "SELF_TEST_TOPIC",
     "TEMPLATE_TOPIC",
+    "TIMER_TOPIC",
     "TopicConfig",
     "TopicTable",
     "dlq_topic",
     "is_valid_name",
     "retry_topic",
+    "revive_topic",
 ]
 
 #: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``: the template of auto-created topics.
@@ -56,10 +60,22 @@ OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 #: ``TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``: halves checked too often.
 CHECK_MAX_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 
-#: ``TopicValidator.isNotAllowedSendTopic``: sending to these answers NO_PERMISSION (16).
+#: ``PopAckConstants.REVIVE_TOPIC``: the POP revive log of a cluster is this plus its name.
+REVIVE_TOPIC_PREFIX: Final = "rmq_sys_REVIVE_LOG_"
+
+
+def revive_topic(cluster: str) -> str:
+    """``PopAckConstants.buildClusterReviveTopic``: the POP revive log's topic."""
+    return REVIVE_TOPIC_PREFIX + cluster
+
+
+#: ``TopicValidator.isNotAllowedSendTopic``: sending to these answers NO_PERMISSION (16). The
+#: timer topic is added: 5.3.3 would store such a message as a rolled timer and fail to read its
+#: due time, so it is refused instead.
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     {
         SCHEDULE_TOPIC,
+        TIMER_TOPIC,
         HALF_TOPIC,
         OP_TOPIC,
         CHECK_MAX_TOPIC,
@@ -133,6 +149,14 @@ class TopicTable(PersistedTable):
                 write_queue_nums=len(config.delay_levels),
             ),
         ]
+        if config.timers_enabled and config.timer_wheel_enable:
+            # TopicConfigManager (5.x): created when timerWheelEnable, one queue.
+            out.append(TopicConfig(name=TIMER_TOPIC, read_queue_nums=1, write_queue_nums=1))
+        if config.timers_enabled:
+            # TopicConfigManager (5.x): the POP revive log (docs/protocol.md §12.3); one queue here
+            # (Apache: reviveQueueNum, 8), the only one the embedded broker writes.
+            name = revive_topic(config.cluster_name)
+            out.append(TopicConfig(name=name, read_queue_nums=1, write_queue_nums=1))
         if config.auto_create_topics:
             n = max(config.template_topic_queues, config.default_queues)
             out.append(

@@ -42,7 +42,7 @@ from aiorocket._remoting import Connection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
 from aiorocket.embedded.store import GetStatus, PutResult
 from aiorocket.embedded.topics import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, is_valid_name
-from aiorocket.embedded.writer import copy_record, reset_transaction_value
+from aiorocket.embedded.writer import broker_record, copy_record, reset_transaction_value
 from aiorocket.errors import ClientClosedError, ConnectionClosedError, RemoteProtocolError
 
 __all__ = ["SYSTEM_GROUP", "TransactionService"]
@@ -178,24 +178,12 @@ class TransactionService(Processor):
     def _put_op(self, half: MessageRecord) -> PutResult:
         # TransactionalMessageBridge.putOpMessage: tag "d", body = the half's queue offset,
         # in the op queue of the half's queue id.
-        host, port = self._store_address()
-        op = MessageRecord(
-            topic=OP_TOPIC,
-            body=str(half.queue_offset).encode(),
-            queue_id=half.queue_id,
-            flag=0,
-            queue_offset=0,
-            commit_log_offset=0,
-            sys_flag=0,
-            born_timestamp=now_ms(),
-            born_host=host,
-            born_port=port,
-            store_timestamp=0,
-            store_host=host,
-            store_port=port,
-            reconsume_times=0,
-            prepared_transaction_offset=0,
+        op = broker_record(
+            OP_TOPIC,
+            str(half.queue_offset).encode(),
+            self._store_address(),
             properties={mp.TAGS: REMOVE_TAG, mp.WAIT: "true"},
+            queue_id=half.queue_id,
         )
         return self._writer.store_message(op)
 

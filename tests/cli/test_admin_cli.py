@@ -142,6 +142,27 @@ async def test_reset_offset_and_topic_admin(
     assert broker.topics.get("cliNew") is None
 
 
+async def test_set_consume_mode(broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    n = ("-n", broker.address)
+    async with rmq.Admin(namesrv=broker.address) as admin:
+        await admin.create_topic("cliPopT", queues=2)
+    code, out, _ = await cli(capsys, "admin", "set-consume-mode", "cliPopG", "cliPopT", "pop", *n)
+    assert code == 0
+    assert "cliPopG reads cliPopT by pop" in out
+    table = json.loads((broker.data_dir / "config" / "messageRequestMode.json").read_text())
+    assert table["messageRequestModeMap"]["cliPopT"]["cliPopG"]["mode"] == "POP"
+    code, out, _ = await cli(
+        capsys, "admin", "set-consume-mode", "cliPopG", "cliPopT", "pull", "--json", *n
+    )
+    assert json.loads(out)["mode"] == "pull"
+    table = json.loads((broker.data_dir / "config" / "messageRequestMode.json").read_text())
+    assert table["messageRequestModeMap"]["cliPopT"]["cliPopG"]["mode"] == "PULL"
+    with pytest.raises(SystemExit) as exited:  # argparse: usage and exit 2
+        await cli(capsys, "admin", "set-consume-mode", "g", "t", "push", *n)
+    assert exited.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
 async def test_errors_are_one_line_with_a_nonzero_exit(
     broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]
 ) -> None:

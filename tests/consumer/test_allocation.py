@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiorocket._consumer.allocation import (
+from aiorocket._protocol.allocation import (
     allocate_averagely,
     allocate_by_circle,
     allocate_by_config,
@@ -106,7 +106,7 @@ def test_consistent_hash_uses_java_md5_key() -> None:
     # MD5("c-0") first four bytes, as Java's MD5Hash.hash returns them.
     import hashlib
 
-    from aiorocket._consumer.allocation import _java_mq_string, _md5_hash
+    from aiorocket._protocol.allocation import _java_mq_string, _md5_hash
 
     assert _md5_hash("c-0") == int.from_bytes(hashlib.md5(b"c-0").digest()[:4], "big")
     assert (

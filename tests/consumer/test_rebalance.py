@@ -6,8 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from aiorocket._consumer.allocation import allocate_averagely
 from aiorocket._consumer.rebalance import allocate_topic, plan_rebalance, start_policy
+from aiorocket._protocol.allocation import allocate_averagely
 from aiorocket.models import MessageQueue
 
 

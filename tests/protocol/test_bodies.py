@@ -177,7 +177,11 @@ def test_enum_names_pass_through_and_bad_ordinals_fail() -> None:
     )
     assert data.consume_type == "CONSUME_POP"
     assert data.consume_from_where == "CONSUME_FROM_LAST_OFFSET"
-    for bad in ({"consumeType": 2}, {"messageModel": -1}, {"consumeFromWhere": 6}):
+    # 5.x ConsumeType: CONSUME_ACTIVELY, CONSUME_PASSIVELY, CONSUME_POP
+    assert (
+        ConsumerData.from_dict({"groupName": "G", "consumeType": 2}).consume_type == "CONSUME_POP"
+    )
+    for bad in ({"consumeType": 3}, {"messageModel": -1}, {"consumeFromWhere": 6}):
         with pytest.raises(RemoteProtocolError, match="ordinal"):
             ConsumerData.from_dict({"groupName": "G", **bad})
 

@@ -1,0 +1,338 @@
+"""What every POP consumer does (RocketMQ 5.x; docs/protocol.md §12.3): pop a batch from one
+broker, turn the records into :class:`PoppedMessage` objects carrying their receipt handles,
+ack them (one by one or in batches), move their invisible time, and wait for a message with
+NOTIFICATION. Used by :class:`~aiorocket.SimpleConsumer` and by push consumers in POP mode.
+
+Dead letters follow the 5.x proxy (``PopMessageResultFilterImpl``): a popped message already
+delivered ``max_reconsume_times`` + 1 times goes to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK,
+delay level -1) and is acked instead of handed out; one whose tag does not match the
+subscription (a tag-hash collision the broker let through) is acked at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._client.pop import (
+    ack_message,
+    batch_ack,
+    batch_acks,
+    change_invisible_time,
+    notification,
+    pop_message,
+)
+from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.subscription import Subscription
+from aiorocket._names import now_ms, without_namespace, wrap_namespace
+from aiorocket._protocol.message import MessageRecord
+from aiorocket._protocol.pop import (
+    AckMessageRequestHeader,
+    BatchAckMessageRequestBody,
+    ChangeInvisibleTimeRequestHeader,
+    NotificationRequestHeader,
+    PopMessageRequestHeader,
+    ReceiptHandle,
+)
+from aiorocket._protocol.properties import TAGS
+from aiorocket.errors import (
+    BrokerError,
+    InvalidReceiptHandleError,
+    ReceiptHandleExpiredError,
+    TransportError,
+)
+from aiorocket.models import ReceivedMessage
+from aiorocket.settings import ConsumerSettings
+
+__all__ = ["MAX_MESSAGES", "PopClient", "PopTarget", "PoppedMessage"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+#: ``PopMessageProcessor``: a broker pops at most 32 messages per request
+MAX_MESSAGES = 32
+#: ``ConsumeInitMode``: a new group starts at the queue's end (MAX) or start (MIN)
+_INIT_MODE = {"last": 1, "first": 0}
+
+#: a subscription and the name of a broker serving it
+PopTarget = tuple[Subscription, str]
+
+
+class PoppedMessage(ReceivedMessage):
+    """A message received by POP (a :class:`~aiorocket.SimpleConsumer`, or a push consumer in
+    POP mode): a :class:`ReceivedMessage` that also carries its receipt handle, which acks
+    and changes of invisible time use (the latter renews it in place).
+
+    Attributes:
+        receipt_handle: the broker's handle of this delivery (its newest one).
+        invisible_until: when the message becomes visible to the group again unless acked.
+    """
+
+    __slots__ = ("_handle", "_owner", "_popped_topic")
+
+    _handle: ReceiptHandle
+    _owner: PopClient
+    _popped_topic: str
+
+    @property
+    def receipt_handle(self) -> str:
+        return self._handle.text
+
+    @property
+    def invisible_until(self) -> datetime:
+        return datetime.fromtimestamp(self._handle.visible_at_ms / 1000, UTC)
+
+    def _with_reconsume_times(self, times: int) -> PoppedMessage:
+        # A local retry keeps the handle: the message is still this delivery.
+        copy = PoppedMessage.__new__(PoppedMessage)
+        copy._r = self._r
+        copy._topic = self._topic
+        copy._broker_name = self._broker_name
+        copy._reconsume_times = times
+        copy._handle = self._handle
+        copy._owner = self._owner
+        copy._popped_topic = self._popped_topic
+        return copy
+
+
+class PopClient:
+    """The POP requests of one consumer group.
+
+    Args:
+        group: the wire consumer group (namespace applied).
+        sender: for dead letters.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: ClientInstance,
+        group: str,
+        settings: ConsumerSettings,
+        sender: SendBack,
+    ) -> None:
+        self._client = client
+        self._group = group
+        self._settings = settings
+        self._sender = sender
+        self._init_mode = _INIT_MODE["first" if settings.consume_from == "first" else "last"]
+
+    # -- popping ------------------------------------------------------------------------------
+
+    async def pop(
+        self,
+        target: PopTarget,
+        *,
+        max_messages: int,
+        invisible_ms: int,
+        poll_ms: int,
+        order: bool = False,
+        queue_id: int = -1,
+    ) -> list[PoppedMessage]:
+        """One POP from one broker (``queue_id`` -1: any of its queues), held up to
+        ``poll_ms`` while there is nothing.
+
+        Raises:
+            RequestCodeNotSupportedError: the broker does not serve POP (RocketMQ 4.x).
+            BrokerError, RemoteProtocolError, TransportError.
+        """
+        sub, broker_name = target
+        header = PopMessageRequestHeader(
+            consumer_group=self._group,
+            topic=sub.topic,
+            queue_id=queue_id,
+            max_msg_nums=max_messages,
+            invisible_time=invisible_ms,
+            poll_time=poll_ms,
+            born_time=now_ms(),
+            init_mode=self._init_mode,
+            exp_type=sub.expression_type,
+            exp=sub.expression,
+            order=order,
+            broker_name=broker_name,
+        )
+        addr = await self._client.find_broker(broker_name, sub.topic, master=True)
+        # The broker answers after its hold: the request timeout starts after it.
+        timeout = poll_ms / 1000 + self._settings.request_timeout
+        result = await pop_message(self._client, addr, broker_name, header, timeout=timeout)
+        return await self._deliverable(sub, broker_name, result.records)
+
+    async def _deliverable(
+        self,
+        sub: Subscription,
+        broker_name: str,
+        records: list[tuple[MessageRecord, ReceiptHandle]],
+    ) -> list[PoppedMessage]:
+        out: list[PoppedMessage] = []
+        max_reconsume = self._settings.effective_max_reconsume_times
+        topic = without_namespace(self._settings.namespace, sub.topic)
+        tag_filter = sub.filter
+        for rec, handle in records:
+            msg = PoppedMessage.__new__(PoppedMessage)
+            msg._r = rec
+            msg._topic = topic
+            msg._broker_name = broker_name
+            msg._reconsume_times = rec.reconsume_times
+            msg._handle = handle
+            msg._owner = self
+            # From the handle, not the record: a retried message may come under its original
+            # topic (ExtraInfoUtil.getRealTopic).
+            msg._popped_topic = handle.popped_topic(sub.topic, self._group)
+            if not tag_filter.match_all and rec.properties.get(TAGS) not in tag_filter.tags:
+                await self.ack_quietly(msg)
+            elif msg.reconsume_times > max_reconsume:
+                await self._dead_letter(msg)
+            else:
+                out.append(msg)
+        return out
+
+    async def dead_letter(self, msg: PoppedMessage) -> None:
+        """Send ``msg`` to ``%DLQ%<group>`` and ack it (a failure is logged: the message
+        then comes back after its invisible time)."""
+        await self._dead_letter(msg)
+
+    async def _dead_letter(self, msg: PoppedMessage) -> None:
+        # ConsumerProcessor's TO_DLQ: send back with delay level -1, then ack.
+        try:
+            addr = await self._client.find_broker(msg.broker_name, msg._popped_topic, master=True)
+            await self._sender.request(addr, msg, -1, msg.broker_name)
+        except (BrokerError, TransportError) as exc:
+            log.warning("dead-lettering %s failed (%s); it comes back later", msg.msg_id, exc)
+            return
+        log.info("message %s went to the DLQ after %d deliveries", msg.msg_id, msg.reconsume_times)
+        await self.ack_quietly(msg)
+
+    async def first_notified(self, targets: list[PopTarget], wait: float) -> PopTarget | None:
+        """Hold a NOTIFICATION at every target for up to ``wait`` seconds; the first that has
+        a message for the group, or None."""
+        poll_ms = int(wait * 1000)
+
+        async def ask(target: PopTarget) -> PopTarget | None:
+            sub, broker_name = target
+            header = NotificationRequestHeader(
+                consumer_group=self._group,
+                topic=sub.topic,
+                queue_id=-1,
+                poll_time=poll_ms,
+                born_time=now_ms(),
+                broker_name=broker_name,
+            )
+            try:
+                addr = await self._client.find_broker(broker_name, sub.topic, master=True)
+                has = await notification(
+                    self._client, addr, header, timeout=wait + self._settings.request_timeout
+                )
+            except (BrokerError, TransportError) as exc:
+                log.debug("notification from %s failed: %s", broker_name, exc)
+                await asyncio.sleep(min(wait, 1.0))
+                return None
+            return target if has else None
+
+        pending = {asyncio.ensure_future(ask(t)) for t in targets}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    found = fut.result()
+                    if found is not None:
+                        return found
+            return None
+        finally:
+            for fut in pending:
+                fut.cancel()
+            if pending:
+                await asyncio.wait(pending)
+
+    # -- settling -----------------------------------------------------------------------------
+
+    def check(self, msg: ReceivedMessage) -> PoppedMessage:
+        """``msg`` if it was popped by this group's client and its handle is still valid.
+
+        Raises:
+            InvalidReceiptHandleError: not popped by this consumer.
+            ReceiptHandleExpiredError: its invisible time has passed.
+        """
+        if not isinstance(msg, PoppedMessage) or msg._owner is not self:
+            raise InvalidReceiptHandleError(
+                f"message {msg.msg_id} was not received by this consumer ({self._group})"
+            )
+        if msg._handle.visible_at_ms <= now_ms():
+            raise ReceiptHandleExpiredError(
+                f"the receipt handle of {msg.msg_id} expired at {msg.invisible_until.isoformat()}"
+                ": the message may be delivered again"
+            )
+        return msg
+
+    async def ack(self, msg: PoppedMessage) -> None:
+        """ACK_MESSAGE of ``msg`` (checked with :meth:`check` first).
+
+        Raises:
+            InvalidReceiptHandleError, ReceiptHandleExpiredError: as :meth:`check`.
+            BrokerError, TransportError: the broker refused or could not be reached.
+        """
+        addr, fields = await self._addressed(msg)
+        await ack_message(self._client, addr, AckMessageRequestHeader(**fields))
+
+    async def ack_quietly(self, msg: PoppedMessage) -> bool:
+        """:meth:`ack`, logging a failure instead of raising it; whether it was acked."""
+        try:
+            await self.ack(msg)
+        except (BrokerError, TransportError, InvalidReceiptHandleError) as exc:
+            log.warning("ack of %s failed: %s", msg.msg_id, exc)
+            return False
+        return True
+
+    async def ack_all(self, msgs: Iterable[PoppedMessage]) -> None:
+        """Ack several messages, one BATCH_ACK_MESSAGE per broker (each checked first).
+
+        Raises:
+            As :meth:`ack` (before anything is sent when a handle is foreign or expired).
+        """
+        by_broker: dict[str, list[PoppedMessage]] = {}
+        for m in msgs:
+            self.check(m)
+            by_broker.setdefault(m._handle.broker_name, []).append(m)
+        for broker_name, popped in by_broker.items():
+            if len(popped) == 1:
+                await self.ack(popped[0])
+                continue
+            acks = batch_acks(self._group, [(self._wire_topic(p), p._handle) for p in popped])
+            addr = await self._client.find_broker(broker_name, popped[0]._popped_topic, master=True)
+            body = BatchAckMessageRequestBody(broker_name=broker_name, acks=tuple(acks))
+            await batch_ack(self._client, addr, body)
+
+    def _wire_topic(self, msg: PoppedMessage) -> str:
+        # BatchAck names the subscribed topic and marks the retry topic separately.
+        return wrap_namespace(self._settings.namespace, msg.topic)
+
+    async def change_invisible(self, msg: PoppedMessage, invisible_ms: int) -> None:
+        """CHANGE_MESSAGE_INVISIBLETIME: ``msg`` becomes visible ``invisible_ms`` from now;
+        its handle is renewed in place (the old one is spent).
+
+        Raises:
+            As :meth:`ack`.
+        """
+        addr, fields = await self._addressed(msg)
+        header = ChangeInvisibleTimeRequestHeader(**fields, invisible_time=invisible_ms)
+        answer = await change_invisible_time(self._client, addr, header)
+        msg._handle = msg._handle.renewed(answer.pop_time, answer.invisible_time, answer.revive_qid)
+
+    async def _addressed(self, msg: PoppedMessage) -> tuple[str, dict[str, Any]]:
+        """Check ``msg`` (:meth:`check`); the master to send its ack or change to, and the
+        header fields both requests share (Java's ``ackAsync`` / ``changePopInvisibleTimeAsync``:
+        the topic popped from, the handle's queue and offset)."""
+        self.check(msg)
+        h = msg._handle
+        addr = await self._client.find_broker(h.broker_name, msg._popped_topic, master=True)
+        fields = {
+            "consumer_group": self._group,
+            "topic": msg._popped_topic,
+            "queue_id": h.queue_id,
+            "extra_info": h.text,
+            "offset": h.offset,
+            "broker_name": h.broker_name,
+        }
+        return addr, fields

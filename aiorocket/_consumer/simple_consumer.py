@@ -1,0 +1,314 @@
+"""The simple consumer: RocketMQ 5.x POP consumption, asked for by the application
+(the 5.x SDKs' ``SimpleConsumer``, over the remoting protocol; docs/protocol.md §12.3).
+
+A POP broker hands out messages and keeps them invisible to the rest of the group until they
+are acked or their invisible time passes; then its revive service puts them back (in the
+group's POP retry topic, with ``reconsume_times`` + 1). There is no client-side rebalance: a
+group may have more consumers than queues, and a slow consumer holds messages, not queues.
+
+``receive`` pops from the subscribed topics' brokers in turn (``queueId`` -1: any queue of a
+broker). With one broker to ask it is one long-polled POP; with several, one quick POP each,
+then NOTIFICATION requests held by all of them at once, and a POP from the first that has
+something. An idle consumer so waits in the brokers, costing no CPU. Dead letters and handles:
+:mod:`~aiorocket._consumer.popping`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Literal
+
+from aiorocket._client.instance import ClientInstance
+from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.popping import MAX_MESSAGES, PopClient, PoppedMessage, PopTarget
+from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._consumer.subscription import Subscription, check_selector
+from aiorocket._protocol.codes import Perm
+from aiorocket.errors import (
+    BrokerError,
+    ClientClosedError,
+    ConfigurationError,
+    RocketError,
+    TransportError,
+)
+from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
+from aiorocket.settings import ConsumerSettings, build_settings
+
+__all__ = ["SimpleConsumer"]
+
+log = logging.getLogger("aiorocket.consumer")
+
+#: PUSH settings a simple consumer has no use for
+_PUSH_ONLY = frozenset(
+    {"orderly", "order_by", "concurrency", "consume_batch_size", "consume_timeout", "listener"}
+)
+
+
+class SimpleConsumer(GroupMember):
+    """A POP consumer the application drives: ``receive``, then ``ack`` (or let the invisible
+    time pass for a retry, or move it with ``change_invisible_duration``). Needs RocketMQ 5.x
+    brokers (or the embedded broker); a 4.x broker answers
+    :class:`~aiorocket.errors.RequestCodeNotSupportedError`.
+
+    Args:
+        group: the consumer group (shared with 5.x push consumers in POP mode and with the
+            5.x SDKs' simple consumers).
+        namesrv: name server address(es).
+        invisible_duration: seconds a received message stays invisible to the group unless
+            acked (the default of :meth:`receive`).
+        await_duration: seconds :meth:`receive` waits in the brokers for a message.
+        consume_from: where a new group starts: ``"last"`` (messages sent from now on) or
+            ``"first"``.
+        fifo: ordered POP (RocketMQ 5.x FIFO): a queue's messages go to one receiver at a time
+            and its later messages are held back until these are acked (or their invisible
+            time ends, when they come again in order), so the messages of a message group
+            (the producer's ``message_group`` / ``sharding_key``) are received in order.
+        **settings: client and consumer settings (:class:`~aiorocket.settings.ConsumerSettings`:
+            ``namespace``, ``max_reconsume_times`` (16 by default: the 17th delivery goes to
+            ``%DLQ%<group>``), TLS, ACL, timeouts, ...).
+
+    Raises:
+        ConfigurationError: a bad setting.
+    """
+
+    _consume_type: ClassVar[str] = "CONSUME_ACTIVELY"
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        namesrv: str | Sequence[str],
+        invisible_duration: float = 30.0,
+        await_duration: float = 20.0,
+        consume_from: Literal["last", "first"] = "last",
+        fifo: bool = False,
+        **settings: Any,
+    ) -> None:
+        refused = sorted(_PUSH_ONLY & set(settings))
+        if refused:
+            raise ConfigurationError(
+                f"{', '.join(refused)}: push consumer setting(s); a simple consumer has no handler"
+            )
+        built = build_settings(
+            ConsumerSettings,
+            {"group": group, "namesrv": namesrv, "consume_from": consume_from, **settings},
+        )
+        super().__init__(built)
+        self._invisible_ms = _duration_ms(invisible_duration, "invisible_duration")
+        if not await_duration >= 0:
+            raise ConfigurationError("await_duration must not be negative")
+        self._await = float(await_duration)
+        self._next_target = 0
+        self._fifo = fifo
+        self._pop: PopClient
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
+        """Receive ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A || B"``),
+        or, with ``sql=``, whose properties match an SQL92 expression (filtered by the broker).
+        Subscribing a topic again replaces its expression.
+
+        Raises:
+            InvalidNameError: a bad topic name.
+            InvalidSelectorError: ``sql`` does not compile.
+            ConfigurationError: both a tag expression and ``sql``, or already started.
+        """
+        self._check_not_started("subscribe")
+        check_selector(expression, sql)
+        validate_name(topic)
+        wire = self._wire_topic(topic)
+        self._subscriptions[wire] = Subscription.create(wire, expression, sql)
+
+    # -- lifecycle (GroupMember) --------------------------------------------------------------
+
+    def _check_startable(self) -> None:
+        if not self._subscriptions:
+            raise ConfigurationError("subscribe to a topic before starting")
+        if not self._clustering:
+            raise ConfigurationError("POP consumption is clustering only")
+
+    def _build(self) -> None:
+        s = self.settings
+        self._client = client = ClientInstance(s)
+        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
+        self._offsets = self._new_offset_store(client)  # unused: POP keeps offsets broker-side
+        sender = SendBack(client=client, group=self._group, settings=s)
+        self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        self._membership_timers()
+
+    async def _startup(self) -> None:
+        await self._refresh_routes(at_start=True)
+        await self._check_client_config()
+        await self._send_heartbeats(at_start=True)
+        self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
+        self._client.on_new_brokers = self._on_new_brokers
+        self._spawn(self._route_timer.run(), name="route refresh")
+
+    async def _shutdown(self) -> None:
+        for timer in (self._route_timer, self._heartbeat_timer):
+            timer.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await self._cleanup(self._unregister(), "unregister consumer")
+        await self._client.close()
+        log.info("simple consumer %s closed", self._group)
+
+    async def _rebalance(self) -> None:
+        """Nothing: POP brokers hand out messages, not queues."""
+
+    async def _flush_offsets(self) -> None:
+        """Nothing: POP brokers keep the group's offsets themselves."""
+
+    def held(self) -> list[MessageQueue]:
+        """No queue is held: every message is popped from whichever queue has it."""
+        return []
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        # The pull consumer's rule: not started is a usage error, closed a state.
+        if not self._started:
+            raise ConfigurationError("the consumer has not been started")
+        if self._closing:
+            if self._crash is not None:
+                raise ClientClosedError("the consumer crashed") from self._crash
+            raise ClientClosedError("the consumer is closed")
+
+    def _targets(self) -> list[PopTarget]:
+        """Every (subscription, broker name) with a readable queue, in a stable order."""
+        out: list[PopTarget] = []
+        for topic, sub in self._subscriptions.items():
+            route = self._client.route(topic)
+            if route is None:
+                continue
+            names = sorted({q.broker_name for q in route.queue_datas if q.perm & Perm.READ})
+            out.extend((sub, name) for name in names)
+        return out
+
+    async def receive(
+        self, max_messages: int = 16, invisible_duration: float | None = None
+    ) -> list[PoppedMessage]:
+        """Up to ``max_messages`` (1-32) messages, each invisible to the rest of the group for
+        ``invisible_duration`` seconds (the consumer's default if None) unless acked; waits up
+        to ``await_duration`` for the first; an empty list when none came.
+
+        Raises:
+            ConfigurationError: ``max_messages`` outside 1-32, a non-positive duration.
+            RequestCodeNotSupportedError: the broker does not serve POP (RocketMQ 4.x).
+            BrokerError: another refusal (an unknown topic, a missing subscription group).
+            TransportError: no broker could be reached.
+            ConfigurationError: the consumer was never started.
+            ClientClosedError: the consumer is closed.
+        """
+        if not 1 <= max_messages <= MAX_MESSAGES:
+            raise ConfigurationError(f"max_messages must be 1-{MAX_MESSAGES}, not {max_messages}")
+        invisible = (
+            self._invisible_ms
+            if invisible_duration is None
+            else _duration_ms(invisible_duration, "invisible_duration")
+        )
+        self._require_running()
+        deadline = time.monotonic() + self._await
+        targets = self._targets()
+        if not targets:
+            await self._refresh_routes()
+            targets = self._targets()
+            if not targets:
+                # No route yet (an unknown topic): wait a little rather than let a receive
+                # loop spin.
+                await asyncio.sleep(min(self._await, 1.0))
+                return []
+        start = self._next_target % len(targets)
+        self._next_target += 1
+        ordered = targets[start:] + targets[:start]
+        if len(ordered) == 1:
+            poll_ms = int(self._await * 1000)
+            return await self._pop.pop(
+                ordered[0],
+                max_messages=max_messages,
+                invisible_ms=invisible,
+                poll_ms=poll_ms,
+                order=self._fifo,
+            )
+        while True:
+            failed: list[RocketError] = []
+            for target in ordered:
+                try:
+                    got = await self._pop.pop(
+                        target,
+                        max_messages=max_messages,
+                        invisible_ms=invisible,
+                        poll_ms=0,
+                        order=self._fifo,
+                    )
+                except (BrokerError, TransportError) as exc:
+                    # One broker without a master (or unreachable) must not stop the others.
+                    log.debug("pop from %s failed: %s", target[1], exc)
+                    failed.append(exc)
+                    continue
+                if got:
+                    return got
+            if len(failed) == len(ordered):
+                raise failed[0]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0.05:
+                return []
+            ready = await self._pop.first_notified(ordered, remaining)
+            if ready is None:
+                return []
+            ordered = [ready] + [t for t in ordered if t is not ready]
+
+    # -- acknowledging ------------------------------------------------------------------------
+
+    async def ack(self, msg: ReceivedMessage) -> None:
+        """Acknowledge ``msg``: the group is done with it.
+
+        Raises:
+            InvalidReceiptHandleError: ``msg`` was not received by this consumer.
+            ReceiptHandleExpiredError: its invisible time passed (it may come again).
+            BrokerError, TransportError: the broker refused or could not be reached.
+            ClientClosedError: the consumer is closed.
+        """
+        self._require_running()
+        await self._pop.ack(self._pop.check(msg))
+
+    async def ack_all(self, msgs: Iterable[ReceivedMessage]) -> None:
+        """Acknowledge several messages, one BATCH_ACK_MESSAGE request per broker.
+
+        Raises:
+            As :meth:`ack` (before anything is sent when a handle is foreign or expired).
+        """
+        self._require_running()
+        await self._pop.ack_all([self._pop.check(m) for m in msgs])
+
+    async def change_invisible_duration(self, msg: ReceivedMessage, seconds: float) -> None:
+        """Make ``msg`` invisible to the group for ``seconds`` from now (to extend a long job,
+        or to retry it sooner); its receipt handle is renewed in place (the old one is spent).
+        The message counts as delivered once more only if it comes back (it is not acked
+        before the new time passes): the broker re-checkpoints it, and only a revived
+        checkpoint adds to ``reconsume_times``.
+
+        Raises:
+            ConfigurationError: a non-positive duration.
+            As :meth:`ack`.
+        """
+        invisible = _duration_ms(seconds, "seconds")
+        self._require_running()
+        await self._pop.change_invisible(self._pop.check(msg), invisible)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closing else "started" if self._started else "new"
+        return (
+            f"SimpleConsumer(group={self._group!r}, {state}, topics={sorted(self._subscriptions)})"
+        )
+
+
+def _duration_ms(seconds: float, name: str) -> int:
+    if not seconds > 0:
+        raise ConfigurationError(f"{name} must be positive, not {seconds!r}")
+    return max(1, int(seconds * 1000))

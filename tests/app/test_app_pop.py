@@ -1,0 +1,78 @@
+"""An App whose subscribers read by POP (``consumer={"consume_mode": "pop"}``): typed handlers
+and dead letters as with pull, and two apps sharing one group on a one-queue topic."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel
+
+from aiorocket import Admin, App, QueueReader
+from aiorocket.embedded import EmbeddedBroker
+from tests._harness.wait import wait_for
+from tests.app.test_app import FAST
+
+POP = dict(
+    FAST,
+    consume_from="first",
+    consume_mode="pop",
+    invisible_duration=2.0,
+    pop_retry_delays=(0.2,),
+    pull_suspend_timeout=1.0,
+    pull_timeout=3.0,
+)
+
+
+class Order(BaseModel):
+    id: int
+
+
+async def test_pop_subscribers_share_a_one_queue_topic(broker: EmbeddedBroker) -> None:
+    # One queue, two apps in one group: with pull one of them would hold the queue alone.
+    async with Admin(namesrv=broker.address) as admin:
+        await admin.create_topic("orders-pop", queues=1)
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    apps = []
+    for name in ("a", "b"):
+        app = App(namesrv=broker.address, consumer=dict(POP, pull_batch_size=4))
+
+        @app.subscriber("orders-pop", group="billing-pop")
+        async def bill(order: Order, name: str = name) -> None:
+            seen[name].append(order.id)
+            await asyncio.sleep(0.005)
+
+        apps.append(app)
+    async with apps[0], apps[1]:
+        for i in range(200):
+            await apps[0].publish("orders-pop", Order(id=i))
+            if i % 10 == 9:
+                await asyncio.sleep(0.02)
+        await wait_for(
+            lambda: len(seen["a"]) + len(seen["b"]) >= 200, timeout=20, what="200 orders"
+        )
+    assert sorted(seen["a"] + seen["b"]) == list(range(200))
+    assert seen["a"]
+    assert seen["b"]
+
+
+async def test_pop_subscriber_dead_letters_a_bad_message(broker: EmbeddedBroker) -> None:
+    app = App(namesrv=broker.address, consumer=POP)
+    seen: list[Order] = []
+
+    @app.subscriber("orders-pop-dlq", group="billing-pop-dlq")
+    async def bill(order: Order) -> None:
+        seen.append(order)
+
+    async with app:
+        await app.publish("orders-pop-dlq", b'{"id": "not a number"}')
+        await app.publish("orders-pop-dlq", Order(id=2))
+        await wait_for(
+            lambda: any(s.dead_lettered for s in app.statistics().values()) and bool(seen),
+            timeout=10.0,
+            what="a dead letter",
+        )
+    async with QueueReader(namesrv=broker.address) as reader:
+        [dlq] = await reader.queues("%DLQ%billing-pop-dlq")
+        read = await reader.read(dlq, 0, 10)
+    assert [m.body for m in read.messages] == [b'{"id": "not a number"}']
+    assert [o.id for o in seen] == [2]
