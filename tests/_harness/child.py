@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -219,6 +220,27 @@ async def broker_cli(
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
     )
+
+
+#: the line ``aiorocket broker`` prints once it serves
+_LISTENING = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+:\d+)")
+
+
+async def started_broker_cli(data_dir: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
+    """:func:`broker_cli`, once it says it is listening; the process and its address.
+
+    Raises:
+        AssertionError: it did not start (its first line and stderr say why).
+    """
+    proc = await broker_cli(data_dir, *extra)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 20)
+    m = _LISTENING.search(line)
+    if m is None:
+        proc.kill()
+        _, err = await proc.communicate()
+        raise AssertionError(f"broker did not start: {line!r} {err!r}")
+    return proc, m.group(1).decode()
 
 
 # -- the member side -------------------------------------------------------------------------

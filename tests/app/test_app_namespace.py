@@ -1,13 +1,18 @@
-"""A namespaced App: its dead letters land where RocketMQ puts a namespaced group's."""
+"""A namespaced App: its dead letters land where RocketMQ puts a namespaced group's (reading
+by pull or by POP)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from pydantic import BaseModel
 
 from aiorocket import App, QueueReader, ReceivedMessage
 from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 from tests.app.test_app import FAST
+from tests.app.test_app_pop import POP
 
 
 class Order(BaseModel):
@@ -22,12 +27,13 @@ async def _read_all(reader: QueueReader, topic: str) -> list[ReceivedMessage]:
     return out
 
 
+@pytest.mark.parametrize("consumer", [dict(FAST, consume_from="first"), POP], ids=["pull", "pop"])
 async def test_a_namespaced_apps_dead_letters_land_in_the_groups_dlq(
-    broker: EmbeddedBroker,
+    broker: EmbeddedBroker, consumer: dict[str, Any]
 ) -> None:
     # Java's NamespaceUtil: the DLQ of group `billing` in namespace `tenant` is
-    # %DLQ%tenant%billing (not tenant%%DLQ%billing).
-    app = App(namesrv=broker.address, namespace="tenant", consumer=dict(FAST, consume_from="first"))
+    # %DLQ%tenant%billing (not tenant%%DLQ%billing); by pull or by POP alike.
+    app = App(namesrv=broker.address, namespace="tenant", consumer=consumer)
     seen: list[Order] = []
 
     @app.subscriber("orders-ns", group="billing")

@@ -1,5 +1,5 @@
-"""An App whose subscribers read by POP (``consumer={"consume_mode": "pop"}``): typed handlers
-and dead letters as with pull, and two apps sharing one group on a one-queue topic."""
+"""An App whose subscribers read by POP (``consumer={"consume_mode": "pop"}``): two apps
+sharing one group on a one-queue topic (its dead letters: ``test_app_namespace.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 from pydantic import BaseModel
 
-from aiorocket import Admin, App, QueueReader
+from aiorocket import Admin, App
 from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 from tests.app.test_app import FAST
@@ -53,26 +53,3 @@ async def test_pop_subscribers_share_a_one_queue_topic(broker: EmbeddedBroker) -
     assert sorted(seen["a"] + seen["b"]) == list(range(200))
     assert seen["a"]
     assert seen["b"]
-
-
-async def test_pop_subscriber_dead_letters_a_bad_message(broker: EmbeddedBroker) -> None:
-    app = App(namesrv=broker.address, consumer=POP)
-    seen: list[Order] = []
-
-    @app.subscriber("orders-pop-dlq", group="billing-pop-dlq")
-    async def bill(order: Order) -> None:
-        seen.append(order)
-
-    async with app:
-        await app.publish("orders-pop-dlq", b'{"id": "not a number"}')
-        await app.publish("orders-pop-dlq", Order(id=2))
-        await wait_for(
-            lambda: any(s.dead_lettered for s in app.statistics().values()) and bool(seen),
-            timeout=10.0,
-            what="a dead letter",
-        )
-    async with QueueReader(namesrv=broker.address) as reader:
-        [dlq] = await reader.queues("%DLQ%billing-pop-dlq")
-        read = await reader.read(dlq, 0, 10)
-    assert [m.body for m in read.messages] == [b'{"id": "not a number"}']
-    assert [o.id for o in seen] == [2]

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import importlib.util
 import random
-import re
 import signal
 import zlib
 from pathlib import Path
@@ -17,22 +16,8 @@ import pytest
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import MessageRecord
 from aiorocket.errors import RocketError
-from tests._harness.child import broker_cli
+from tests._harness.child import broker_cli, started_broker_cli
 from tests.embedded.test_broker_kit import RawClient, running_broker
-
-_LISTENING = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+:\d+)")
-
-
-async def _start(data_dir: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await broker_cli(data_dir, *extra)
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 20)
-    m = _LISTENING.search(line)
-    if m is None:
-        proc.kill()
-        _, err = await proc.communicate()
-        raise AssertionError(f"broker did not start: {line!r} {err!r}")
-    return proc, m.group(1).decode()
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -41,7 +26,7 @@ async def test_cli_serves_and_exits_0_on_sigterm_with_data_flushed(
 ) -> None:
     if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         pytest.skip("uvloop is not installed")
-    proc, address = await _start(
+    proc, address = await started_broker_cli(
         tmp_path, "--flush", "async", "--default-queues", "2", "--loop", loop
     )
     try:
@@ -142,7 +127,9 @@ async def test_sigkill_during_sync_writes_keeps_every_acknowledged_message(
     seq = [0]
     rounds = 10
     for _ in range(rounds):
-        proc, address = await _start(tmp_path, "--flush", "sync", "--default-queues", "4")
+        proc, address = await started_broker_cli(
+            tmp_path, "--flush", "sync", "--default-queues", "4"
+        )
         c = RawClient(address)
         try:
             await c.__aenter__()
@@ -164,7 +151,7 @@ async def test_sigkill_during_sync_writes_keeps_every_acknowledged_message(
             with contextlib.suppress(RocketError):
                 await c.close()
 
-    proc, address = await _start(tmp_path, "--flush", "sync")
+    proc, address = await started_broker_cli(tmp_path, "--flush", "sync")
     try:
         async with RawClient(address) as c:
             seen: dict[str, tuple[int, int]] = {}

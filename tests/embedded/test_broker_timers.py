@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import re
 import signal
 import statistics
 from pathlib import Path
@@ -26,7 +25,7 @@ from aiorocket.embedded.delays import TimerRefusal, timer_due
 from aiorocket.embedded.timers import TIMER_DONE
 from aiorocket.embedded.topics import TIMER_TOPIC
 from aiorocket.errors import ConfigurationError
-from tests._harness.child import broker_cli
+from tests._harness.child import started_broker_cli
 from tests._harness.wait import wait_for
 from tests.embedded.test_broker_kit import RawClient, running_broker
 
@@ -34,7 +33,6 @@ _ILLEGAL = (
     "timer message illegal, the delay time should not be bigger than the max delay {}ms; or if "
     "set del msg, the delay time should be bigger than the current time"
 )
-_LISTENING = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+:\d+)")
 
 
 async def _all(c: RawClient, topic: str, queues: int = 4) -> list[MessageRecord]:
@@ -307,23 +305,11 @@ async def test_pending_timers_survive_a_clean_restart(tmp_path: Path) -> None:
     assert progress == {"offsetTable": {"0": 6}}
 
 
-async def _start_cli(data_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await broker_cli(data_dir, "--flush", "async")
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 20)
-    m = _LISTENING.search(line)
-    if m is None:
-        proc.kill()
-        _, err = await proc.communicate()
-        raise AssertionError(f"broker did not start: {line!r} {err!r}")
-    return proc, m.group(1).decode()
-
-
 async def test_pending_timers_survive_sigkill_and_arrive_once(tmp_path: Path) -> None:
     """The broker runs in a child process; killed with SIGKILL while timers are pending (and
     one is being delivered, maybe), restarted on the same data directory: every timer arrives,
     none twice, none early."""
-    proc, address = await _start_cli(tmp_path)
+    proc, address = await started_broker_cli(tmp_path, "--flush", "async")
     try:
         async with RawClient(address) as c:
             t0 = now_ms()
@@ -344,7 +330,7 @@ async def test_pending_timers_survive_sigkill_and_arrive_once(tmp_path: Path) ->
             await wait_for(first_ten, timeout=10, what="the first ten", interval=0.02)
         proc.send_signal(signal.SIGKILL)
         assert await proc.wait() == -signal.SIGKILL
-        proc, address = await _start_cli(tmp_path)
+        proc, address = await started_broker_cli(tmp_path, "--flush", "async")
         restarted = now_ms()
         async with RawClient(address) as c:
 

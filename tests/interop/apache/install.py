@@ -50,6 +50,7 @@ from aiorocket._protocol.frame import decode_frame, encode_command
 
 __all__ = [
     "ENV",
+    "JAVA5_SOURCES",
     "JAVA_SOURCES",
     "Install",
     "InstallError",
@@ -74,6 +75,11 @@ __all__ = [
 ENV = "ROCKETMQ_HOME"
 #: the Java client programs the tests compile (ours, written for these tests)
 JAVA_SOURCES = Path(__file__).with_name("java")
+#: the programs that need a 5.x install (``java5/``); they print with ``java/JsonOut.java``
+JAVA5_SOURCES = (
+    *sorted(Path(__file__).with_name("java5").glob("*.java")),
+    JAVA_SOURCES / "JsonOut.java",
+)
 
 #: seconds a name server or broker may take to be routed to (3-6 s on an idle 2-core machine;
 #: much more while the rest of the suite keeps both cores busy)

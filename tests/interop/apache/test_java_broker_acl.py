@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +39,13 @@ import aiorocket as rmq
 from aiorocket.errors import AccessDeniedError, BrokerSystemError
 from tests._harness.wait import wait_for
 from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
-from tests.interop.apache.install import Install, JavaCluster, compile_java, install
+from tests.interop.apache.install import (
+    JAVA5_SOURCES,
+    Install,
+    JavaCluster,
+    compile_java,
+    install,
+)
 from tests.interop.harness import unique_name
 
 _found = install()
@@ -108,12 +113,11 @@ def java_cluster(
     if rocketmq.v5:
         metadata = root / "acl2.txt"
         metadata.write_text(ACL2_METADATA)
-        sources = sorted((Path(__file__).with_name("java5")).glob("*.java"))
         cluster = JavaCluster(
             root / "cluster",
             broker_conf={**DEFAULT_BROKER_CONF, **ACL2_CONF},
             system_properties={"aiorocket.auth.file": str(metadata)},
-            broker_classpath=[compile_java(root / "classes", sources)],
+            broker_classpath=[compile_java(root / "classes", JAVA5_SOURCES)],
             install=rocketmq,
         )
     else:

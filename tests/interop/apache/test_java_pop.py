@@ -27,7 +27,13 @@ from aiorocket.errors import RequestCodeNotSupportedError
 from tests._harness.pop import drain_together
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic
-from tests.interop.apache.install import Install, JavaClient, JavaCluster, compile_java
+from tests.interop.apache.install import (
+    JAVA5_SOURCES,
+    Install,
+    JavaClient,
+    JavaCluster,
+    compile_java,
+)
 from tests.interop.harness import unique_name
 
 #: how long a JVM may take to start and get ready on a busy 2-core machine
@@ -200,8 +206,7 @@ async def _jpop(
 def java5_classes(rocketmq: Install, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``java5/*.java``, compiled against a 5.x install."""
     _require_5x(rocketmq)
-    sources = sorted(Path(__file__).with_name("java5").glob("*.java"))
-    return compile_java(tmp_path_factory.mktemp("java5-classes"), sources)
+    return compile_java(tmp_path_factory.mktemp("java5-classes"), JAVA5_SOURCES)
 
 
 async def test_java_pop_consumer_shares_a_group_with_aiorocket(

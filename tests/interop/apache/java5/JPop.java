@@ -6,7 +6,7 @@
 //
 // Prints {"ev":"ready"} once started, then a line {"ev":"msg","body","reconsume","queue",
 // "offset","pop_ck"} per message consumed (CONSUME_SUCCESS, acked by the client), and exits 0
-// after N messages or TIMEOUT_S seconds.
+// after N messages or TIMEOUT_S seconds. Compiled with ../java/JsonOut.java (its line helpers).
 import java.nio.charset.StandardCharsets;
 import java.util.concurrent.*;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -16,22 +16,6 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 
 public class JPop {
-    static synchronized void emit(String line) {
-        System.out.println(line);
-        System.out.flush();
-    }
-
-    static String q(String s) {
-        if (s == null) return "null";
-        StringBuilder b = new StringBuilder("\"");
-        for (char ch : s.toCharArray()) {
-            if (ch == '"' || ch == '\\') b.append('\\').append(ch);
-            else if (ch < 0x20 || ch > 0x7e) b.append(String.format("\\u%04x", (int) ch));
-            else b.append(ch);
-        }
-        return b.append('"').toString();
-    }
-
     public static void main(String[] a) throws Exception {
         if (a.length != 5) {
             System.err.println("usage: JPop NAMESRV TOPIC GROUP N TIMEOUT_S");
@@ -49,15 +33,15 @@ public class JPop {
         c.subscribe(a[1], "*");
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
-                emit("{\"ev\":\"msg\",\"body\":" + q(new String(m.getBody(), StandardCharsets.UTF_8))
+                JsonOut.emit("{\"ev\":\"msg\",\"body\":" + JsonOut.q(new String(m.getBody(), StandardCharsets.UTF_8))
                     + ",\"reconsume\":" + m.getReconsumeTimes() + ",\"queue\":" + m.getQueueId()
-                    + ",\"offset\":" + m.getQueueOffset() + ",\"pop_ck\":" + q(m.getProperty("POP_CK")) + "}");
+                    + ",\"offset\":" + m.getQueueOffset() + ",\"pop_ck\":" + JsonOut.q(m.getProperty("POP_CK")) + "}");
                 if (count.incrementAndGet() >= n) done.countDown();
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         c.start();
-        emit("{\"ev\":\"ready\"}");
+        JsonOut.emit("{\"ev\":\"ready\"}");
         done.await(timeoutMs, TimeUnit.MILLISECONDS);
         Thread.sleep(1000);  // the last acks are asynchronous
         c.shutdown();
