@@ -30,21 +30,26 @@ from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable, is_valid_name
 from aiorocket.embedded.writer import MessageWriter, copy_record
 from aiorocket.errors import LocalProtocolError, RemoteProtocolError
 
-__all__ = ["ScheduleService"]
+__all__ = ["DueDelivery", "ScheduleService"]
 
 log = logging.getLogger("aiorocket.embedded")
 
 _BATCH = 64
 
 
-class ScheduleService(PersistedTable):
-    """Re-stores delayed messages when they are due.
+class DueDelivery(PersistedTable):
+    """What the delay-level and timer services share: parked messages re-stored in their real
+    topics when due, by tasks of one :class:`Service`, and a progress table persisted only
+    once the re-stores it covers are durable (Java's ``ScheduleMessageService`` and
+    ``TimerMessageStore`` both persist their progress after their puts).
+
+    Subclasses give :meth:`_startup` (the tasks), :meth:`_progress` (the table to write, or
+    ``None`` when it did not move) and :meth:`_progress_written`.
 
     Args:
         writer: stores the due messages in their real topics.
         topics: to create a real topic that is missing (a retry topic, say).
-        levels: the delay of each level in seconds; level ``n`` uses queue ``n - 1``.
-        path: ``delayOffset.json``; ``None`` keeps progress in memory only.
+        path: the progress file; ``None`` keeps progress in memory only.
         durable: wait for the store's fsync before writing progress (sync flush mode).
         store_address: the broker's current ``(ip, port)``, the store host of re-stored
             messages.
@@ -57,7 +62,7 @@ class ScheduleService(PersistedTable):
         writer: MessageWriter,
         topics: TopicTable,
         *,
-        levels: tuple[float, ...],
+        name: str,
         path: Path | None,
         durable: bool,
         store_address: Callable[[], tuple[str, int]],
@@ -65,47 +70,31 @@ class ScheduleService(PersistedTable):
         self._writer = writer
         self._store: MessageStore = writer.store
         self._topics = topics
-        self._levels = levels
         self._path = path
         self._durable = durable
         self._store_address = store_address
-        self._progress: dict[int, int] = {}
-        self._written: dict[int, int] = {}
         self._last_put: PutResult | None = None
-        self._events: dict[int, asyncio.Event] = {}
-        self._service = Service("aiorocket-delay", startup=self._startup, logger=log)
         self._flush_lock = asyncio.Lock()
+        self._service = Service(name, startup=self._startup, logger=log)
+        #: messages re-stored in their real topics since start
         self.delivered = 0
 
-    def _decode(self, data: dict[str, Any]) -> None:
-        self._progress = {int(k): int(v) for k, v in data["offsetTable"].items()}
-        self._written = dict(self._progress)
+    async def _startup(self) -> None:
+        raise NotImplementedError
 
-    def progress(self, level_queue: int) -> int:
-        """The next schedule-queue offset the level's task will look at."""
-        return self._progress.get(level_queue, 0)
+    def _progress(self) -> dict[str, int] | None:
+        raise NotImplementedError
 
-    def wake(self, level_queue: int) -> None:
-        """A message was parked in ``level_queue``: let its task look. Never raises."""
-        event = self._events.get(level_queue)
-        if event is not None:
-            event.set()
+    def _progress_written(self, table: dict[str, int]) -> None:
+        raise NotImplementedError
 
     async def start(self) -> None:
-        """Start one delivery task per level, and one per schedule queue left by an earlier
-        run with a longer delay table (each message carries its own delivery time).
+        """Start the delivery tasks.
 
         Raises:
-            ClientClosedError: the store is not open.
+            ClientClosedError: the store is not open, or the service was stopped.
         """
         await self._service.start()
-
-    async def _startup(self) -> None:
-        queues = set(range(len(self._levels)))
-        queues.update(self._store.queues().get(SCHEDULE_TOPIC, []))
-        for q in sorted(queues):
-            self._events[q] = asyncio.Event()
-            self._service.spawn(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
 
     async def stop(self) -> None:
         """Stop the delivery tasks (progress is kept; call :meth:`flush` afterwards).
@@ -125,16 +114,77 @@ class ScheduleService(PersistedTable):
 
     async def _flush(self) -> None:
         async with self._flush_lock:
-            if self._progress == self._written:
+            table = self._progress()
+            if table is None:
                 return
-            snapshot = dict(self._progress)
             last = self._last_put
             if self._durable and last is not None:
                 await self._store.wait_durable(last.commit_log_end)
             if self._path is not None:
-                data = {"offsetTable": {str(k): v for k, v in sorted(snapshot.items())}}
+                data = {"offsetTable": table}
                 await asyncio.to_thread(write_json_atomically, self._path, data)
-            self._written = snapshot
+            self._progress_written(table)
+
+
+class ScheduleService(DueDelivery):
+    """Re-stores delayed messages when they are due (one task per delay level).
+
+    Args:
+        levels: the delay of each level in seconds; level ``n`` uses queue ``n - 1``.
+        (the others: :class:`DueDelivery`; ``path`` is ``delayOffset.json``)
+    """
+
+    def __init__(
+        self,
+        writer: MessageWriter,
+        topics: TopicTable,
+        *,
+        levels: tuple[float, ...],
+        path: Path | None,
+        durable: bool,
+        store_address: Callable[[], tuple[str, int]],
+    ) -> None:
+        super().__init__(
+            writer,
+            topics,
+            name="aiorocket-delay",
+            path=path,
+            durable=durable,
+            store_address=store_address,
+        )
+        self._levels = levels
+        self._done: dict[int, int] = {}
+        self._written: dict[int, int] = {}
+        self._events: dict[int, asyncio.Event] = {}
+
+    def _decode(self, data: dict[str, Any]) -> None:
+        self._done = {int(k): int(v) for k, v in data["offsetTable"].items()}
+        self._written = dict(self._done)
+
+    def progress(self, level_queue: int) -> int:
+        """The next schedule-queue offset the level's task will look at."""
+        return self._done.get(level_queue, 0)
+
+    def wake(self, level_queue: int) -> None:
+        """A message was parked in ``level_queue``: let its task look. Never raises."""
+        event = self._events.get(level_queue)
+        if event is not None:
+            event.set()
+
+    async def _startup(self) -> None:
+        queues = set(range(len(self._levels)))
+        queues.update(self._store.queues().get(SCHEDULE_TOPIC, []))
+        for q in sorted(queues):
+            self._events[q] = asyncio.Event()
+            self._service.spawn(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
+
+    def _progress(self) -> dict[str, int] | None:
+        if self._done == self._written:
+            return None
+        return {str(k): v for k, v in sorted(self._done.items())}
+
+    def _progress_written(self, table: dict[str, int]) -> None:
+        self._written = {int(k): v for k, v in table.items()}
 
     async def _run_level(self, q: int) -> None:
         event = self._events[q]
@@ -170,11 +220,11 @@ class ScheduleService(PersistedTable):
                     result.messages, result.tags_codes, result.queue_offsets, strict=True
                 ):
                     if deliver_at > now:
-                        self._progress[q] = qo
+                        self._done[q] = qo
                         return (deliver_at - now) / 1000.0
                     self._deliver(raw)
-                    self._progress[q] = qo + 1
-                self._progress[q] = max(self._progress.get(q, 0), result.next_begin_offset)
+                    self._done[q] = qo + 1
+                self._done[q] = max(self._done.get(q, 0), result.next_begin_offset)
                 # Yield between batches: a backlog (after a restart) must not stall the loop.
                 return 0.0
             if (
@@ -189,7 +239,7 @@ class ScheduleService(PersistedTable):
                 and result.next_begin_offset != offset
             ):
                 # Removed by retention, or the store lost a tail in a crash: skip ahead.
-                self._progress[q] = result.next_begin_offset
+                self._done[q] = result.next_begin_offset
                 continue
             return None
 

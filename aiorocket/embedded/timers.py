@@ -36,13 +36,11 @@ from typing import Any, Final
 
 from sortedcontainers import SortedList, SortedSet
 
-from aiorocket._concurrency import Service
 from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import MessageRecord, decode_message
 from aiorocket.embedded.config import BrokerConfig
-from aiorocket.embedded.files import PersistedTable, write_json_atomically
-from aiorocket.embedded.store import MessageStore, PutResult
+from aiorocket.embedded.schedule import DueDelivery
 from aiorocket.embedded.topics import TIMER_TOPIC, TopicTable, is_valid_name
 from aiorocket.embedded.writer import MessageWriter, copy_record
 from aiorocket.errors import (
@@ -89,20 +87,14 @@ class _Rate:
         return total / _RATE_WINDOW
 
 
-class TimerService(PersistedTable):
+class TimerService(DueDelivery):
     """Delivers parked timer messages when due; see the module docstring.
 
     Args:
-        writer: stores the due messages in their real topics and the rolled ones.
-        topics: to create a real topic that is missing.
         config: ``timer_roll_window``.
-        path: ``timerProgress.json``; ``None`` keeps the low-water offset in memory only.
-        durable: wait for the store's fsync before writing progress (sync flush mode).
-        store_address: the broker's current ``(ip, port)``, the store host of re-stored
-            messages.
+        (the others: :class:`~aiorocket.embedded.schedule.DueDelivery`; ``path`` is
+        ``timerProgress.json``, the low-water offset)
     """
-
-    _table_key = "offsetTable"
 
     def __init__(
         self,
@@ -114,28 +106,26 @@ class TimerService(PersistedTable):
         durable: bool,
         store_address: Callable[[], tuple[str, int]],
     ) -> None:
-        self._writer = writer
-        self._store: MessageStore = writer.store
-        self._topics = topics
+        super().__init__(
+            writer,
+            topics,
+            name="aiorocket-timer",
+            path=path,
+            durable=durable,
+            store_address=store_address,
+        )
         self._roll_ms = int(config.timer_roll_window * 1000)
-        self._path = path
-        self._durable = durable
-        self._store_address = store_address
         # (action_ms, queue_offset): the action is the delivery, or the roll when that comes
         # first; the offsets alone give the low-water mark.
         self._pending: Any = SortedList()
         self._offsets: Any = SortedSet()
         self._low = 0
         self._written = 0
-        self._last_put: PutResult | None = None
         self._handled: set[int] = set()
         self._event = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
-        self._service = Service("aiorocket-timer", startup=self._startup, logger=log)
         self._enqueued = _Rate()
         self._dequeued = _Rate()
-        #: messages re-stored in their real topics, parked again, and cancelled, since start
-        self.delivered = 0
+        #: messages parked again (rolled) and cancelled, since start
         self.rolled = 0
         self.cancelled = 0
 
@@ -200,43 +190,15 @@ class TimerService(PersistedTable):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start the delivery task.
-
-        Raises:
-            ClientClosedError: already stopped.
-        """
-        await self._service.start()
-
     async def _startup(self) -> None:
         self._service.spawn(self._run(), name="aiorocket-timer-delivery")
 
-    async def stop(self) -> None:
-        """Stop delivering (call :meth:`flush` afterwards). Idempotent, and a no-op before
-        :meth:`start`."""
-        await self._service.close()
+    def _progress(self) -> dict[str, int] | None:
+        low: int = self._offsets[0] if self._offsets else self._store.max_offset(TIMER_TOPIC, 0)
+        return None if low == self._written else {"0": low}
 
-    async def flush(self) -> None:
-        """Persist the low-water offset if it moved, once the deliveries below it are durable.
-        Shielded, like :meth:`ScheduleService.flush`.
-
-        Raises:
-            OSError: the store's fsync or the file write failed.
-        """
-        await asyncio.shield(self._flush())
-
-    async def _flush(self) -> None:
-        async with self._flush_lock:
-            low: int = self._offsets[0] if self._offsets else self._store.max_offset(TIMER_TOPIC, 0)
-            if low == self._written:
-                return
-            last = self._last_put
-            if self._durable and last is not None:
-                await self._store.wait_durable(last.commit_log_end)
-            if self._path is not None:
-                data = {"offsetTable": {"0": low}}
-                await asyncio.to_thread(write_json_atomically, self._path, data)
-            self._written = low
+    def _progress_written(self, table: dict[str, int]) -> None:
+        self._written = table["0"]
 
     # -- delivery -----------------------------------------------------------------------------
 
