@@ -22,9 +22,9 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import BrokerSystemError, ConfigurationError, InvalidSelectorError
 from aiorocket.models import Message, MessageQueue
+from tests._harness.child import started_broker_cli as start_cli
 from tests._harness.protocol import pull_header
 from tests._harness.wait import wait_for
-from tests.embedded.test_broker_cli import _start as start_cli
 from tests.embedded.test_broker_kit import RawClient
 
 from .conftest import FAST
