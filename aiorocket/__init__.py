@@ -3,7 +3,7 @@
 The public API grows here as it lands; everything not listed in ``__all__`` is private.
 """
 
-from aiorocket._admin import Admin, GroupLag, QueueLag, TopicRoute
+from aiorocket._admin import Admin, GroupLag, QueueLag, TopicRoute, TraceEntry
 from aiorocket._consumer import (
     ConsumeHook,
     ConsumeHookContext,
@@ -15,6 +15,7 @@ from aiorocket._consumer import (
     SimpleConsumer,
     TopicStatistics,
 )
+from aiorocket._producer.hooks import SendHook, SendHookContext
 from aiorocket._producer.producer import Producer
 from aiorocket._producer.transaction import (
     TransactionProducer,
@@ -65,12 +66,15 @@ __all__ = [
     "ReconsumeLater",
     "RetryPolicy",
     "RocketError",
+    "SendHook",
+    "SendHookContext",
     "SendResult",
     "SendStatus",
     "SimpleConsumer",
     "SyncQueueReader",
     "TopicRoute",
     "TopicStatistics",
+    "TraceEntry",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",

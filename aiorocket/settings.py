@@ -66,6 +66,15 @@ class ClientSettings(BaseModel):
             Requests a broker sends to the client are answered in their dialect, as Java's
             ``NettyRemotingAbstract`` does. The binary header carries codes and versions as
             int16 and drops empty ext values (Java reads them as null).
+        trace: record message traces as Java's ``enableMsgTrace`` does (producers: a Pub
+            record per send, EndTransaction for transactions; push consumers: SubBefore and
+            SubAfter per handler call; pull consumers: both at once per poll, as Java's lite
+            pull consumer; ``SimpleConsumer`` traces nothing), stored in
+            the trace topic where ``mqadmin queryMsgTraceById`` and ``aiorocket admin trace``
+            find them. Tracing never blocks or fails a send or a handler: records that do not
+            fit its bounded buffer are dropped (counted, logged).
+        trace_topic: the trace topic (Java ``customizedTraceTopic``); ``None``:
+            ``RMQ_SYS_TRACE_TOPIC``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -85,6 +94,8 @@ class ClientSettings(BaseModel):
     tls_ca: Path | None = None
     tls_verify: bool = True
     serialize_type: Literal["json", "rocketmq"] = "json"
+    trace: bool = False
+    trace_topic: str | None = None
 
     @model_validator(mode="after")
     def _check_tls(self) -> ClientSettings:

@@ -3,5 +3,6 @@ topic administration over the remoting protocol, against any RocketMQ 4.x cluste
 ``DefaultMQAdminExt``, the library behind ``mqadmin``)."""
 
 from aiorocket._admin.admin import Admin, GroupLag, QueueLag, TopicRoute
+from aiorocket._admin.trace import TraceEntry
 
-__all__ = ["Admin", "GroupLag", "QueueLag", "TopicRoute"]
+__all__ = ["Admin", "GroupLag", "QueueLag", "TopicRoute", "TraceEntry"]

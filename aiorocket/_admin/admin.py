@@ -11,7 +11,8 @@ works against a Java 4.9 cluster and against the embedded broker alike:
   is online the committed offsets are rewritten directly (``resetOffsetByTimestampOld``);
 * :meth:`Admin.message` views a message by its offset id (VIEW_MESSAGE_BY_ID at the store
   host the id names) or, with a topic, by its client id (QUERY_MESSAGE with the UNIQ_KEY
-  flag); :meth:`Admin.messages_by_key` is ``queryMsgByKey``;
+  flag); :meth:`Admin.messages_by_key` is ``queryMsgByKey``, :meth:`Admin.trace`
+  ``queryMsgTraceById`` (the same query on the trace topic, bodies decoded);
 * :meth:`Admin.create_topic` / :meth:`Admin.delete_topic` go to every master of the cluster
   (GET_BROKER_CLUSTER_INFO), then the name servers for deletion.
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from aiorocket._admin.trace import TraceEntry, trace_entries
 from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pop import set_message_request_mode
 from aiorocket._client.pull import to_received
@@ -43,6 +45,7 @@ from aiorocket._protocol.headers import (
 from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.msgid import parse_offset_msg_id
 from aiorocket._protocol.pop import SetMessageRequestModeRequestBody
+from aiorocket._trace import DEFAULT_TRACE_TOPIC
 from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
@@ -387,6 +390,22 @@ class Admin(ClientOwner):
         hits = [m for m in found if key in m.keys]
         hits.sort(key=lambda m: m.store_timestamp, reverse=True)
         return hits[:max_num]
+
+    async def trace(
+        self, msg_id: str, *, trace_topic: str = DEFAULT_TRACE_TOPIC, max_num: int = 64
+    ) -> list[TraceEntry]:
+        """The trace of the message with client id ``msg_id``, oldest record first (``mqadmin
+        queryMsgTraceById``): the trace messages keyed by the id (QUERY_MESSAGE by key on
+        ``trace_topic``), decoded as Java's ``TraceDataEncoder`` writes them; empty if none.
+
+        Raises:
+            InvalidNameError: a bad topic name.
+            TopicNotExistError: the trace topic has no route.
+            BrokerError, TransportError: a server failed or could not be reached.
+        """
+        validate_name(trace_topic)
+        found = await self._query(trace_topic, msg_id, max_num, unique=False)
+        return trace_entries(msg_id, (m for m in found if msg_id in m.keys))
 
     async def _query(
         self, topic: str, key: str, max_num: int, *, unique: bool

@@ -35,6 +35,7 @@ from aiorocket._protocol.allocation import AllocationStrategy, strategy_named
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import Connection
+from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
@@ -95,6 +96,8 @@ class GroupMember(AsyncResource):
         self._started = False
         self._closing = False
         self._start_wall = 0
+        #: the message trace's sender (``trace=True``; push and pull consumers build it)
+        self.tracer: TraceDispatcher | None = None
         # Built by start() (the subclass's _build): the client, stores and timers.
         self._client: ClientInstance
         self._stats: StatsRecorder

@@ -48,11 +48,13 @@ from aiorocket._client.time_search import first_offset_at, store_time
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import BrokerRequests
 from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.queue_table import OwnedQueue, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
+from aiorocket._consumer.trace_hook import install_trace, trace_polled
 from aiorocket._names import without_namespace
 from aiorocket.errors import (
     ClientClosedError,
@@ -315,6 +317,8 @@ class PullConsumer(GroupMember):
         self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
         self._offsets = self._new_offset_store(client)
         self._sender = SendBack(client=client, group=self._group, settings=s)
+        self._trace_hooks: list[ConsumeHook] = []  # trace only (Java's lite pull has no API)
+        self.tracer = install_trace(client, s, self._trace_hooks)
         self._rebalancer = Rebalancer(
             client=client,
             group=self._group,
@@ -351,6 +355,8 @@ class PullConsumer(GroupMember):
         self._spawn(self._route_timer.run(), name="route refresh")
         if self._auto_commit:
             self._spawn(self._commit_timer.run(), name="auto commit")
+        if self.tracer is not None:
+            self._spawn(self.tracer.run(), name="trace")
 
     async def close(self) -> None:
         """Commit and shut down: with ``auto_commit``, everything handed out counts as
@@ -392,6 +398,8 @@ class PullConsumer(GroupMember):
         if self._close_acks:
             self._queues.acknowledge()
         await self._cleanup(self._flush_offsets(), "flush offsets")
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
         for timer in (self._route_timer, self._commit_timer):
             timer.stop()
         for task in list(self._tasks):
@@ -482,7 +490,7 @@ class PullConsumer(GroupMember):
             queues.acknowledge()
         out = queues.take(max_messages)
         if out or timeout == 0:
-            return out
+            return trace_polled(self._trace_hooks, self.settings.group, out)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not out:
@@ -494,7 +502,7 @@ class PullConsumer(GroupMember):
             if self._closing:
                 return []
             out = queues.take(max_messages)
-        return out
+        return trace_polled(self._trace_hooks, self.settings.group, out)
 
     def __aiter__(self) -> PullConsumer:
         return self

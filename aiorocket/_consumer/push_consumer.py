@@ -64,6 +64,7 @@ from aiorocket._consumer.stats import (
     TopicStatistics,
 )
 from aiorocket._consumer.subscription import Subscription, check_selector
+from aiorocket._consumer.trace_hook import install_trace
 from aiorocket._protocol.codes import Perm
 from aiorocket._protocol.pop import QueryAssignmentRequestBody
 from aiorocket.errors import (
@@ -297,6 +298,8 @@ class PushConsumer(GroupMember):
         self._stop = asyncio.Event()
         self._stats = StatsRecorder(now=loop.time())
         self._offsets = self._new_offset_store(client)
+        if self.tracer is None:
+            self.tracer = install_trace(client, s, self._hooks)
         if self._orderly:
             self._service = OrderlyConsumeService(
                 handler=cast(OrderlyHandler, self._handler),
@@ -395,6 +398,8 @@ class PushConsumer(GroupMember):
         self._spawn(self._persist_timer.run(), name="persist offsets")
         if self._clean_timer is not None:
             self._spawn(self._clean_timer.run(), name="consume clean-up")
+        if self.tracer is not None:
+            self._spawn(self.tracer.run(), name="trace")
         self._client.on_new_brokers = self._on_new_brokers
 
     # -- periodic work ------------------------------------------------------------------------
@@ -511,6 +516,8 @@ class PushConsumer(GroupMember):
         for task in list(self._tasks):
             if task is not self._heartbeat_task:
                 task.cancel()
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
         # 4. Offsets flushed, orderly queues unlocked (after the flush, so the next owner
         #    reads the final offsets), client unregistered: shielded and bounded.
         await self._cleanup(self._flush_offsets(), "flush offsets")

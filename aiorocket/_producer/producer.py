@@ -15,8 +15,10 @@ from typing import Any, ClassVar, Final
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
-from aiorocket._names import without_namespace, wrap_namespace
+from aiorocket._names import now_ms, without_namespace, wrap_namespace
+from aiorocket._producer.hooks import SendHook, SendHookContext, run_send_after, run_send_before
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
+from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
 from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, MessageSysFlag
 from aiorocket._protocol.headers import SendMessageRequestHeader
@@ -29,11 +31,13 @@ from aiorocket._protocol.properties import (
     TAGS,
     TIMER_DELIVER_MS,
     TIMER_KEYS,
+    TRAN_MSG,
     UNIQ_KEY,
     WAIT,
     encode_properties,
 )
 from aiorocket._remoting import RequestHandler
+from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -111,6 +115,23 @@ class Producer(AsyncResource):
         )
         self._started = False
         self._closed = False
+        self._hooks: list[SendHook] = []
+        #: the message trace's sender (``trace=True``)
+        self.tracer: TraceDispatcher | None = None
+        if self.settings.trace:
+            self.tracer = TraceDispatcher(
+                self._client,
+                group=self.settings.group,
+                kind="PRODUCE",
+                trace_topic=self.settings.trace_topic,
+                namespace=self.settings.namespace,
+            )
+            self._hooks.append(SendTraceHook(self.tracer))
+
+    def register_hook(self, hook: SendHook) -> None:
+        """Add a hook called around every send attempt of :meth:`send` and
+        :meth:`send_oneway` (Java ``SendMessageHook``; batches are not hooked, as in Java)."""
+        self._hooks.append(hook)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -154,10 +175,14 @@ class Producer(AsyncResource):
         self._client.start(tg.create_task)
         tg.create_task(self._refresh.run(), name="route refresh")
         tg.create_task(self._heartbeat.run(), name="heartbeat")
+        if self.tracer is not None:
+            tg.create_task(self.tracer.run(), name="trace")
 
     async def _shutdown(self) -> None:
         self._refresh.stop()
         self._heartbeat.stop()
+        if self.tracer is not None:
+            await bounded(self.tracer.close(), "flush traces", _UNREGISTER_TIMEOUT, log)
         # Bounded: an unreachable broker must not hang the close.
         await bounded(self._unregister(), "unregister producer", _UNREGISTER_TIMEOUT, log)
         await self._client.close()
@@ -443,6 +468,7 @@ class Producer(AsyncResource):
             batch=False,
             oneway=oneway,
             timer=timer,
+            msg_type=_msg_type(fields),
         )
 
     async def _send_with_retries(
@@ -461,6 +487,7 @@ class Producer(AsyncResource):
         batch: bool,
         oneway: bool,
         timer: bool = False,
+        msg_type: str = "Normal",
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -508,15 +535,22 @@ class Producer(AsyncResource):
                 remaining = deadline - loop.time()
                 if remaining <= 0 and last_exc is not None:
                     raise last_exc
+                hook = None
                 try:
                     # sends need the master; without one the route is asked again at once
                     addr = await self._client.find_broker(mq.broker_name, wire_topic, master=True)
                     if timer:
                         await self._require_timers(addr)
+                    if self._hooks and msg is not None:
+                        hook = SendHookContext(s.group, msg, mq, addr, msg_type, started=now_ms())
+                        run_send_before(self._hooks, hook)
                     resp = await self._client.send_message(
                         addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
                     )
                 except RocketError as exc:
+                    if hook is not None:
+                        hook.exception = exc
+                        self._hook_after(hook, None, mq, uniq)
                     last_exc, last_broker = exc, mq.broker_name
                     remaining = deadline - loop.time()
                     if oneway or not is_retriable(exc) or attempt + 1 >= attempts or remaining <= 0:
@@ -536,13 +570,27 @@ class Producer(AsyncResource):
                         # name a new one (a DLedger group elects it in seconds); give it time
                         await asyncio.sleep(min(s.route_retry_interval, remaining / 2))
                     continue
+                if hook is not None:
+                    return self._hook_after(hook, resp, mq, uniq)
                 if resp is None:
                     return None
                 return self._result(resp, mq, uniq)
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             # The raised error's traceback holds this frame: unbound, no cycle is left.
-            last_exc = None
+            last_exc = hook = None
+
+    def _hook_after(
+        self, hook: SendHookContext, resp: SendResponse | None, mq: MessageQueue, uniq: str
+    ) -> SendResult | None:
+        # DefaultMQProducerImpl.sendKernelImpl: the after-hooks see the result or the error.
+        hook.cost_ms = now_ms() - hook.started
+        result = None
+        if resp is not None:
+            hook.result = result = self._result(resp, mq, uniq)
+            hook.region_id, hook.trace_on = resp.header.msg_region, resp.header.trace_on
+        run_send_after(self._hooks, hook)
+        return result
 
     async def _require_timers(self, addr: str) -> None:
         # A 4.x broker stores timer properties as plain ones and delivers the message at once:
@@ -691,6 +739,13 @@ def _deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | Non
     ):
         raise ConfigurationError(f"deliver_after must be >= 0 seconds, not {deliver_after!r}")
     return -(-time.time_ns() // 1_000_000) + math.ceil(deliver_after * 1000)
+
+
+def _msg_type(props: Mapping[str, str]) -> str:
+    # DefaultMQProducerImpl.sendKernelImpl: the MessageType a send hook sees.
+    if props.get(TRAN_MSG) == "true":
+        return "Trans"
+    return "Delay" if DELAY in props else "Normal"
 
 
 def _has_timer(props: Mapping[str, str]) -> bool:

@@ -25,13 +25,14 @@ from aiorocket._protocol.headers import (
 )
 from aiorocket._protocol.message import MessageRecord, decode_message
 from aiorocket._protocol.msgid import parse_offset_msg_id
-from aiorocket._protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
+from aiorocket._protocol.properties import KEYS, MSG_REGION, PGROUP, TRAN_MSG, UNIQ_KEY
 from aiorocket._remoting import Connection, Dispatcher, RequestHandler
 from aiorocket.errors import ConfigurationError, RemoteProtocolError, RocketError
 from aiorocket.models import Message, ReceivedMessage, SendResult, SendStatus
 from aiorocket.settings import TransactionProducerSettings
 
 from .producer import Producer, _has_timer
+from .trace_hook import trace_end_transaction
 
 __all__ = ["TransactionProducer", "TransactionSendResult", "TransactionState"]
 
@@ -186,6 +187,18 @@ class TransactionProducer(Producer):
             # sendMessageInTransaction: a half message not stored SEND_OK is rolled back.
             state = TransactionState.ROLLBACK
         await self._end(result, state, error)
+        if self.tracer is not None:
+            self._trace_end(
+                msg.topic,
+                msg.tags,
+                msg.keys,
+                result.queue.broker_name,
+                result.msg_id,
+                result.msg_id,
+                state,
+                from_check=False,
+                region=None,
+            )
         return TransactionSendResult(
             status=result.status,
             msg_id=result.msg_id,
@@ -228,6 +241,35 @@ class TransactionProducer(Producer):
                 state.name,
                 exc,
             )
+
+    def _trace_end(
+        self,
+        topic: str,
+        tags: str | None,
+        keys: Sequence[str],
+        broker: str,
+        msg_id: str,
+        transaction_id: str | None,
+        state: TransactionState,
+        *,
+        from_check: bool,
+        region: str | None,
+    ) -> None:
+        # DefaultMQProducerImpl.doExecuteEndTransactionHook, after both ends of a transaction.
+        assert self.tracer is not None
+        trace_end_transaction(
+            self.tracer,
+            group=self.settings.group,
+            topic=topic,
+            tags=tags,
+            keys=" ".join(keys) if keys else None,
+            broker_addr=self._client.master_address(broker) or broker,
+            msg_id=msg_id,
+            transaction_id=transaction_id,
+            state=state.value,
+            from_check=from_check,
+            region_id=region,
+        )
 
     # -- check-back ---------------------------------------------------------------------------
 
@@ -287,6 +329,19 @@ class TransactionProducer(Producer):
             transaction_id=header.transaction_id,
         )
         remark = f"checkLocalTransactionState Exception: {error!r}" if error else None
+        if self.tracer is not None:
+            keys = rec.properties.get(KEYS)
+            self._trace_end(
+                topic,
+                msg.tags,
+                keys.split(" ") if keys else (),
+                f"{conn.peer[0]}:{conn.peer[1]}",
+                uniq or header.msg_id or "",
+                header.transaction_id,
+                state,
+                from_check=True,
+                region=rec.properties.get(MSG_REGION),
+            )
         try:
             await conn.send_oneway(
                 RemotingCommand.request(

@@ -31,6 +31,8 @@ class AppSettings(BaseSettings):
         serialize_type: the header dialect of every client's requests, ``"json"`` or
             ``"rocketmq"`` (binary; see :class:`~aiorocket.settings.ClientSettings`;
             ``AIOROCKET_SERIALIZE_TYPE=rocketmq``).
+        trace, trace_topic: message trace for the producer and every subscriber (see
+            :class:`~aiorocket.settings.ClientSettings`; ``AIOROCKET_TRACE=true``).
         consumer: extra :class:`~aiorocket.settings.ConsumerSettings` for every consumer
             (e.g. ``{"rebalance_interval": 5}``); per-subscriber options win.
         producer: extra :class:`~aiorocket.settings.ProducerSettings` for the producer.
@@ -52,6 +54,8 @@ class AppSettings(BaseSettings):
     tls_ca: Path | None = None
     tls_verify: bool = True
     serialize_type: Literal["json", "rocketmq"] = "json"
+    trace: bool = False
+    trace_topic: str | None = None
     consumer: dict[str, Any] = Field(default_factory=dict)
     producer: dict[str, Any] = Field(default_factory=dict)
     stuck_after: float = Field(default=60.0, gt=0)
@@ -67,7 +71,7 @@ class AppSettings(BaseSettings):
     def client_settings(self) -> dict[str, Any]:
         """The settings every client of the app shares."""
         out: dict[str, Any] = {"namesrv": self.namesrv}
-        for name in ("namespace", "access_key", "secret_key", "tls_ca"):
+        for name in ("namespace", "access_key", "secret_key", "tls_ca", "trace_topic"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -75,6 +79,8 @@ class AppSettings(BaseSettings):
             out["tls"] = self.tls
         if not self.tls_verify:
             out["tls_verify"] = False
+        if self.trace:
+            out["trace"] = True
         if self.serialize_type != "json":
             out["serialize_type"] = self.serialize_type
         return out

@@ -9,6 +9,7 @@
     aiorocket admin reset-offset GROUP TOPIC --to earliest|latest|TIME
     aiorocket admin message ID [--topic T]        a message by offset id (or client id + topic)
     aiorocket admin message --key K --topic T     messages by key
+    aiorocket admin trace ID [--topic TRACE_TOPIC]  a message's trace (queryMsgTraceById)
     aiorocket admin create-topic TOPIC [--queues N]
     aiorocket admin delete-topic TOPIC
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -82,6 +84,12 @@ def add_admin_parser(sub: Any) -> None:
     m.add_argument("--key", default=None, help="look up by key (needs --topic)")
     m.add_argument("--topic", default=None, help="the topic (for --key and client ids)")
     m.add_argument("--max", type=int, default=64, help="most messages by key (64)")
+    tr = cmds.add_parser("trace", parents=[leaf], help="a message's trace (queryMsgTraceById)")
+    tr.add_argument("id", help="the message's client id (UNIQ_KEY)")
+    tr.add_argument(
+        "--topic", default="RMQ_SYS_TRACE_TOPIC", help="the trace topic (RMQ_SYS_TRACE_TOPIC)"
+    )
+    tr.add_argument("--max", type=int, default=64, help="most trace messages (64)")
     c = cmds.add_parser("create-topic", parents=[leaf], help="create or update a topic")
     c.add_argument("topic")
     c.add_argument("--queues", type=int, default=8, help="read and write queues (8)")
@@ -288,6 +296,26 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
             if args.id is not None:
                 value = value[0]
             return value, render_table(headers, rows) if rows else "no message"
+        if cmd == "trace":
+            entries = await admin.trace(args.id, trace_topic=args.topic, max_num=args.max)
+            rows = [
+                [
+                    e.type,
+                    _time(e.timestamp),
+                    e.group,
+                    e.client_host,
+                    e.topic,
+                    e.keys,
+                    e.cost_ms,
+                    str(e.success).lower(),
+                    e.status,
+                ]
+                for e in entries
+            ]
+            headers = ["TYPE", "TIME", "GROUP", "CLIENT HOST", "TOPIC", "KEYS", "COST MS"]
+            value = [dataclasses.asdict(e) for e in entries]
+            text = render_table([*headers, "SUCCESS", "STATUS"], rows)
+            return value, text if rows else f"no trace of {args.id}"
         if cmd == "create-topic":
             brokers = await admin.create_topic(
                 args.topic, queues=args.queues, cluster=args.cluster, order=args.order

@@ -98,6 +98,12 @@ class BrokerConfig:
     auto_create_topics: bool = True
     #: queue count of ``TBW102`` (``defaultTopicQueueNums``, 8); at least ``default_queues``.
     template_topic_queues: int = 8
+    #: ``traceTopicEnable``: create the message trace topic at start (one queue), so clients
+    #: tracing with the default topic and ``mqadmin queryMsgTraceById`` find it. Java's
+    #: default is false; an idle one-queue topic costs nothing here.
+    trace_topic_enable: bool = True
+    #: ``msgTraceTopicName``.
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
 
     #: ``maxMessageSize``: larger bodies (or batch bodies) are refused with code 13.
     max_message_size: int = 4 * 1024 * 1024
@@ -208,10 +214,10 @@ class BrokerConfig:
     tls_handshake_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in (self.broker_name, self.cluster_name):
+        for name in (self.broker_name, self.cluster_name, self.msg_trace_topic_name):
             # Java creates topics named after both, so they follow the topic-name rule.
             if not is_valid_name(name):
-                raise ConfigurationError(f"invalid broker or cluster name {name!r}")
+                raise ConfigurationError(f"invalid broker, cluster or trace topic name {name!r}")
         if self.advertised_host is not None:
             try:
                 ipaddress.IPv4Address(self.advertised_host)

@@ -160,6 +160,11 @@ class SendProcessor(Processor):
                 f"topicConfig.writeQueueNums:[{cfg.write_queue_nums}]",
             )
         props = mp.decode_properties(props_text)
+        # AbstractSendMessageProcessor.buildMsgContext: every sent message (a batch: each
+        # member) is stored with the broker's region and trace switch; Java's consume trace
+        # hook drops its records without a region.
+        props[mp.MSG_REGION] = "DefaultRegion"
+        props[mp.TRACE_ON] = "true"
         if header.batch and props.get(mp.TRAN_MSG, "").lower() == "true":
             # The Java client never batches half messages; a batch has no single half to end.
             return self._response(

@@ -149,6 +149,10 @@ class TopicTable(PersistedTable):
                 write_queue_nums=len(config.delay_levels),
             ),
         ]
+        if config.trace_topic_enable:
+            # TopicConfigManager: traceTopicEnable creates msgTraceTopicName, one queue.
+            name = config.msg_trace_topic_name
+            out.append(TopicConfig(name=name, read_queue_nums=1, write_queue_nums=1))
         if config.timers_enabled and config.timer_wheel_enable:
             # TopicConfigManager (5.x): created when timerWheelEnable, one queue.
             out.append(TopicConfig(name=TIMER_TOPIC, read_queue_nums=1, write_queue_nums=1))

@@ -1,0 +1,351 @@
+"""Trace records and their text format (Java ``TraceContext``, ``TraceBean``,
+``TraceDataEncoder``).
+
+A trace message's body is a run of records, each ending with ``\\x02`` (``FIELD_SPLITOR``),
+fields separated by ``\\x01`` (``CONTENT_SPLITOR``); the first field names the record type.
+Java writes absent strings with ``StringBuilder.append(null)``, i.e. as ``"null"``: so do we
+(a message without keys is traced with keys ``null``), so that the bytes match.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "CONTENT_SPLITOR",
+    "DEFAULT_TRACE_TOPIC",
+    "FIELD_SPLITOR",
+    "MessageType",
+    "TraceBean",
+    "TraceContext",
+    "TraceType",
+    "TransferBean",
+    "decode_trace",
+    "encode_trace",
+    "trace_group_name",
+]
+
+log = logging.getLogger("aiorocket.trace")
+
+#: ``TopicValidator.RMQ_SYS_TRACE_TOPIC``: where traces go unless a topic is configured.
+DEFAULT_TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
+#: ``TraceConstants.CONTENT_SPLITOR``: between the fields of a record.
+CONTENT_SPLITOR: Final = "\x01"
+#: ``TraceConstants.FIELD_SPLITOR``: after each record.
+FIELD_SPLITOR: Final = "\x02"
+#: ``TraceConstants.GROUP_NAME_PREFIX``: the trace producer's group starts with this.
+_GROUP_PREFIX: Final = "_INNER_TRACE_PRODUCER"
+
+
+class TraceType(enum.Enum):
+    """Java ``TraceType``: the record types (their names are written)."""
+
+    Pub = "Pub"
+    Recall = "Recall"
+    SubBefore = "SubBefore"
+    SubAfter = "SubAfter"
+    EndTransaction = "EndTransaction"
+
+
+class MessageType(enum.IntEnum):
+    """Java ``MessageType``; its ordinal is written."""
+
+    Normal_Msg = 0
+    Trans_Msg_Half = 1
+    Trans_msg_Commit = 2
+    Delay_Msg = 3
+    Order_Msg = 4
+
+
+def _s(value: str | None) -> str:
+    # StringBuilder.append((String) null) appends "null".
+    return "null" if value is None else value
+
+
+def _b(value: bool) -> str:
+    return "true" if value else "false"
+
+
+@dataclass(slots=True)
+class TraceBean:
+    """One message in a trace record (Java ``TraceBean``); ``None`` strings are Java nulls.
+
+    Attributes:
+        topic, msg_id, offset_msg_id, tags, keys: the message's (keys space-joined as in its
+            ``KEYS`` property).
+        store_host: the broker address it was sent to (Pub) or stored at.
+        client_host: the tracing client's address.
+        store_time: epoch ms (Pub: send start plus half the cost, as Java estimates it).
+        retry_times: the message's reconsume times (SubBefore).
+        body_length: the body's size in bytes (Pub).
+        msg_type: the Java ``MessageType`` (Pub, EndTransaction).
+        transaction_state: ``COMMIT_MESSAGE``, ``ROLLBACK_MESSAGE`` or ``UNKNOW``.
+        transaction_id: the transaction id (EndTransaction).
+        from_transaction_check: whether the state answers a broker check-back.
+    """
+
+    topic: str | None = ""
+    msg_id: str | None = ""
+    offset_msg_id: str | None = ""
+    tags: str | None = ""
+    keys: str | None = ""
+    store_host: str | None = ""
+    client_host: str | None = ""
+    store_time: int = 0
+    retry_times: int = 0
+    body_length: int = 0
+    msg_type: MessageType | None = None
+    transaction_state: str | None = None
+    transaction_id: str | None = None
+    from_transaction_check: bool = False
+
+
+@dataclass(slots=True)
+class TraceContext:
+    """One trace record (Java ``TraceContext``): a type, its context and its messages.
+
+    Attributes:
+        trace_type: what happened.
+        timestamp: epoch ms when it started.
+        region_id: the broker's region (``MSG_REGION``; Java traces nothing without one).
+        group: the producer or consumer group, without namespace.
+        cost_ms: the send's or the handler's time, per message.
+        success: whether the send or the handler succeeded.
+        request_id: ties a SubBefore to its SubAfter (a client message id in Java).
+        context_code: the ``ConsumeReturnType`` ordinal (SubAfter).
+        beans: the messages (one for Pub and EndTransaction, the batch for Sub records).
+    """
+
+    trace_type: TraceType
+    timestamp: int = 0
+    region_id: str | None = ""
+    group: str | None = ""
+    cost_ms: int = 0
+    success: bool = True
+    request_id: str | None = ""
+    context_code: int = 0
+    beans: list[TraceBean] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferBean:
+    """An encoded record and the keys its trace message is found by (Java
+    ``TraceTransferBean``): each message id, then each of its keys."""
+
+    data: str
+    keys: tuple[str, ...]
+
+
+def encode_trace(ctx: TraceContext) -> TransferBean:
+    """Java ``TraceDataEncoder.encoderFromContextBean`` (local access channel)."""
+    c, f = CONTENT_SPLITOR, FIELD_SPLITOR
+    parts: list[str] = []
+    t = ctx.trace_type
+    if t is TraceType.Pub:
+        b = ctx.beans[0]
+        parts.append(
+            c.join(
+                (
+                    t.value,
+                    str(ctx.timestamp),
+                    _s(ctx.region_id),
+                    _s(ctx.group),
+                    _s(b.topic),
+                    _s(b.msg_id),
+                    _s(b.tags),
+                    _s(b.keys),
+                    _s(b.store_host),
+                    str(b.body_length),
+                    str(ctx.cost_ms),
+                    _ordinal(b.msg_type),
+                    _s(b.offset_msg_id),
+                    _b(ctx.success),
+                )
+            )
+            + f
+        )
+    elif t is TraceType.SubBefore:
+        for b in ctx.beans:
+            fields: tuple[str, ...] = (
+                t.value,
+                str(ctx.timestamp),
+                _s(ctx.region_id),
+                _s(ctx.group),
+                _s(ctx.request_id),
+                _s(b.msg_id),
+                str(b.retry_times),
+                _s(b.keys),
+            )
+            parts.append(c.join(fields) + f)
+    elif t is TraceType.SubAfter:
+        for b in ctx.beans:
+            fields = (
+                t.value,
+                _s(ctx.request_id),
+                _s(b.msg_id),
+                str(ctx.cost_ms),
+                _b(ctx.success),
+                _s(b.keys),
+                str(ctx.context_code),
+                str(ctx.timestamp),
+                _s(ctx.group),
+            )
+            parts.append(c.join(fields) + f)
+    elif t is TraceType.EndTransaction:
+        b = ctx.beans[0]
+        fields = (
+            t.value,
+            str(ctx.timestamp),
+            _s(ctx.region_id),
+            _s(ctx.group),
+            _s(b.topic),
+            _s(b.msg_id),
+            _s(b.tags),
+            _s(b.keys),
+            _s(b.store_host),
+            _ordinal(b.msg_type),
+            _s(b.transaction_id),
+            _s(b.transaction_state),
+            _b(b.from_transaction_check),
+        )
+        parts.append(c.join(fields) + f)
+    elif t is TraceType.Recall:
+        b = ctx.beans[0]
+        fields = (
+            t.value,
+            str(ctx.timestamp),
+            _s(ctx.region_id),
+            _s(ctx.group),
+            _s(b.topic),
+            _s(b.msg_id),
+            _b(ctx.success),
+        )
+        parts.append(c.join(fields) + f)
+    keys: list[str] = []
+    for b in ctx.beans:
+        keys.append(_s(b.msg_id))
+        if b.keys:
+            # MessageConst.KEY_SEPARATOR is one space; String.split drops trailing empties.
+            keys.extend(k for k in b.keys.split(" ") if k)
+    return TransferBean("".join(parts), tuple(keys))
+
+
+def _ordinal(t: MessageType | None) -> str:
+    # Java would throw on a null type; Normal is what every hook sets when in doubt.
+    return str(int(t if t is not None else MessageType.Normal_Msg))
+
+
+def _bool(text: str) -> bool:
+    # Boolean.parseBoolean: "true" in any case, anything else false.
+    return text.lower() == "true"
+
+
+def decode_trace(text: str) -> list[TraceContext]:
+    """Java ``TraceDataEncoder.decoderFromTraceDataString``: the records of a trace
+    message's body. Malformed records are skipped (logged), unknown types ignored."""
+    out: list[TraceContext] = []
+    for record in text.split(FIELD_SPLITOR):
+        if not record:
+            continue
+        line = record.split(CONTENT_SPLITOR)
+        while line and not line[-1]:
+            line.pop()  # Java's String.split drops trailing empty fields
+        try:
+            ctx = _decode_one(line)
+        except (IndexError, ValueError):
+            log.warning("malformed trace record %r", record)
+            continue
+        if ctx is not None:
+            out.append(ctx)
+    return out
+
+
+def _decode_one(line: list[str]) -> TraceContext | None:
+    kind = line[0]
+    if kind == "Pub":
+        bean = TraceBean(
+            topic=line[4],
+            msg_id=line[5],
+            tags=line[6],
+            keys=line[7],
+            store_host=line[8],
+            body_length=int(line[9]),
+            msg_type=MessageType(int(line[11])),
+        )
+        ctx = TraceContext(
+            TraceType.Pub,
+            timestamp=int(line[1]),
+            region_id=line[2],
+            group=line[3],
+            cost_ms=int(line[10]),
+            beans=[bean],
+        )
+        if len(line) == 13:
+            ctx.success = _bool(line[12])
+        elif len(line) >= 14:
+            bean.offset_msg_id = line[12]
+            ctx.success = _bool(line[13])
+            if len(line) >= 15:
+                bean.client_host = line[14]
+        return ctx
+    if kind == "SubBefore":
+        bean = TraceBean(msg_id=line[5], retry_times=int(line[6]), keys=line[7])
+        return TraceContext(
+            TraceType.SubBefore,
+            timestamp=int(line[1]),
+            region_id=line[2],
+            group=line[3],
+            request_id=line[4],
+            beans=[bean],
+        )
+    if kind == "SubAfter":
+        ctx = TraceContext(
+            TraceType.SubAfter,
+            request_id=line[1],
+            cost_ms=int(line[3]),
+            success=_bool(line[4]),
+            beans=[TraceBean(msg_id=line[2], keys=line[5])],
+        )
+        if len(line) >= 7:
+            ctx.context_code = int(line[6])
+        if len(line) >= 9:
+            ctx.timestamp = int(line[7])
+            ctx.group = line[8]
+        return ctx
+    if kind == "EndTransaction":
+        bean = TraceBean(
+            topic=line[4],
+            msg_id=line[5],
+            tags=line[6],
+            keys=line[7],
+            store_host=line[8],
+            msg_type=MessageType(int(line[9])),
+            transaction_id=line[10],
+            transaction_state=line[11],
+            from_transaction_check=_bool(line[12]),
+        )
+        return TraceContext(
+            TraceType.EndTransaction,
+            timestamp=int(line[1]),
+            region_id=line[2],
+            group=line[3],
+            beans=[bean],
+        )
+    if kind == "Recall":
+        return TraceContext(
+            TraceType.Recall,
+            timestamp=int(line[1]),
+            region_id=line[2],
+            group=line[3],
+            success=_bool(line[6]),
+            beans=[TraceBean(topic=line[4], msg_id=line[5])],
+        )
+    return None
+
+
+def trace_group_name(group: str, kind: str, n: int) -> str:
+    """``AsyncTraceDispatcher.genGroupNameForTrace``: the trace producer's group."""
+    return f"{_GROUP_PREFIX}-{group}-{kind}-{n}"

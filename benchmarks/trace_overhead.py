@@ -1,0 +1,133 @@
+"""What message trace costs: pipelined send rate and per-message drain rate, trace off beside
+trace on, same broker, same run, alternating ``--rounds`` times.
+
+The broker is the embedded one in a child process (``aiorocket broker``), so this process's
+CPU is the client's. ``send``: a producer keeps ``--in-flight`` sends going for ``--seconds``.
+``drain``: a push consumer with a per-message handler drains ``--messages`` messages from the
+first offset. With trace on every send writes a Pub record and every handler call SubBefore /
+SubAfter records, batched by the trace dispatcher into ``RMQ_SYS_TRACE_TOPIC``. Prints the
+medians and the on/off ratios; writes ``benchmarks/results/trace_overhead-<timestamp>.json``.
+
+    python benchmarks/trace_overhead.py [--seconds 5] [--in-flight 256] [--messages 50000]
+        [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import aiorocket as rmq  # noqa: E402
+from tests._harness.child import started_broker_cli  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+async def send_rate(namesrv: str, topic: str, seconds: float, in_flight: int, trace: bool) -> float:
+    """Acknowledged sends a second, ``in_flight`` at a time."""
+    done = 0
+    async with rmq.Producer(namesrv=namesrv, group=f"TraceBenchP{os.getpid()}", trace=trace) as p:
+        await p.send(rmq.Message(topic, b"warm"))
+        stop = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < stop:
+                await p.send(rmq.Message(topic, b"x" * 128))
+                done += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        took = time.perf_counter() - start
+    return done / took
+
+
+async def drain_rate(namesrv: str, topic: str, n: int, trace: bool, group: str) -> float:
+    """Messages a second a per-message handler drains (``n`` from the first offset)."""
+    got = 0
+    done = asyncio.Event()
+    consumer = rmq.PushConsumer(
+        group=group, namesrv=namesrv, consume_from="first", trace=trace, shutdown_grace=30.0
+    )
+    consumer.subscribe(topic)
+
+    @consumer.listener
+    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
+        nonlocal got
+        got += len(msgs)
+        if got >= n:
+            done.set()
+
+    start = time.perf_counter()
+    async with consumer:
+        await asyncio.wait_for(done.wait(), timeout=600)
+        took = time.perf_counter() - start
+    return n / took
+
+
+async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
+    topic = "TraceBench"
+    async with rmq.Producer(namesrv=namesrv, group="TraceBenchFill") as p:
+        for start in range(0, args.messages, 1000):
+            await asyncio.gather(
+                *(
+                    p.send(rmq.Message(topic, b"y" * 128))
+                    for _ in range(min(1000, args.messages - start))
+                )
+            )
+    rates: dict[str, list[float]] = {"send off": [], "send on": [], "drain off": [], "drain on": []}
+    for r in range(args.rounds):
+        for trace in (False, True):
+            label = "on" if trace else "off"
+            s = await send_rate(namesrv, "TraceBenchSend", args.seconds, args.in_flight, trace)
+            rates[f"send {label}"].append(s)
+            d = await drain_rate(namesrv, topic, args.messages, trace, f"TraceBench-{r}-{label}")
+            rates[f"drain {label}"].append(d)
+            print(
+                f"round {r + 1} trace {label:>3}: send {s:>9,.0f}/s  drain {d:>9,.0f}/s", flush=True
+            )
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print()
+    for what in ("send", "drain"):
+        on, off = med[f"{what} on"], med[f"{what} off"]
+        print(f"{what:>5}: off {off:>9,.0f}/s  on {on:>9,.0f}/s  ({on / off:.2f}x)")
+    return {"rates": rates, "median": med}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        proc, address = await started_broker_cli(Path(d), "--flush", "async")
+        try:
+            return await run(address, args)
+        finally:
+            proc.terminate()
+            await proc.wait()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--in-flight", type=int, default=256)
+    p.add_argument("--messages", type=int, default=50_000)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    result = asyncio.run(main_async(args))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"trace_overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps({"args": vars(args), **result}, indent=2))
+    print(f"written {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
