@@ -7,8 +7,16 @@ from typing import Any
 
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import MessageRecord
+from aiorocket._protocol.pop import PopMessageRequestHeader
 
-__all__ = ["CLUSTER_5_4", "RESET_5_7", "ROUTE_5_3", "message_record", "pull_header"]
+__all__ = [
+    "CLUSTER_5_4",
+    "RESET_5_7",
+    "ROUTE_5_3",
+    "message_record",
+    "pop_header",
+    "pull_header",
+]
 
 #: the topic route of docs/protocol.md §5.3 (bare integer keys)
 ROUTE_5_3 = (
@@ -61,6 +69,25 @@ def pull_header(*, consumer_group: str, topic: str, **fields: Any) -> PullMessag
     """A PULL_MESSAGE header: ``fields`` over queue 0, offset 0, 32 messages, no flags."""
     return PullMessageRequestHeader(
         consumer_group=consumer_group, topic=topic, **{**_PULL_DEFAULTS, **fields}
+    )
+
+
+#: the fields of POP_MESSAGE a test leaves alone: any queue, 32 messages, 60 s invisible, no
+#: hold, born at 1 ms, from the queue's start
+_POP_DEFAULTS: dict[str, Any] = {
+    "queue_id": -1,
+    "max_msg_nums": 32,
+    "invisible_time": 60_000,
+    "poll_time": 0,
+    "born_time": 1,
+    "init_mode": 0,
+}
+
+
+def pop_header(*, consumer_group: str, topic: str, **fields: Any) -> PopMessageRequestHeader:
+    """A POP_MESSAGE header: ``fields`` over any queue, 32 messages, 60 s, no hold."""
+    return PopMessageRequestHeader(
+        consumer_group=consumer_group, topic=topic, **{**_POP_DEFAULTS, **fields}
     )
 
 

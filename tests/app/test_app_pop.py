@@ -11,16 +11,10 @@ from aiorocket import Admin, App
 from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 from tests.app.test_app import FAST
+from tests.consumer.test_push_pop import POP as PUSH_POP
 
-POP = dict(
-    FAST,
-    consume_from="first",
-    consume_mode="pop",
-    invisible_duration=2.0,
-    pop_retry_delays=(0.2,),
-    pull_suspend_timeout=1.0,
-    pull_timeout=3.0,
-)
+#: the push consumer tests' POP settings, with the app tests' fast rebalance
+POP = dict(FAST, **PUSH_POP)
 
 
 class Order(BaseModel):

@@ -19,10 +19,10 @@ from aiorocket._protocol.pop import (
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
     NotificationRequestHeader,
-    PopMessageRequestHeader,
     PopMessageResponseHeader,
     ReceiptHandle,
 )
+from tests._harness.protocol import pop_header
 from tests.embedded.test_broker_kit import RawClient
 
 __all__ = ["Popped", "ack", "batch_ack", "change_invisible", "notification", "pop", "popped"]
@@ -69,7 +69,7 @@ async def pop(
     timeout: float = 5.0,
 ) -> tuple[RemotingCommand, list[Popped]]:
     """POP_MESSAGE; the answer and, on SUCCESS, its messages."""
-    header = PopMessageRequestHeader(
+    header = pop_header(
         consumer_group=group,
         topic=topic,
         queue_id=queue_id,

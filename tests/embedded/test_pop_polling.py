@@ -9,7 +9,8 @@ import time
 
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.pop import NotificationResponseHeader, PopMessageRequestHeader
+from aiorocket._protocol.pop import NotificationResponseHeader
+from tests._harness.protocol import pop_header
 from tests.embedded import pop_kit as pk
 from tests.embedded.test_broker_kit import RawClient, running_broker
 
@@ -47,15 +48,8 @@ async def test_a_held_pop_times_out_with_polling_timeout() -> None:
         assert resp.remark is not None
         assert "timeout too much" in resp.remark
         # bornTime 0 is "now" (the processor fills it in)
-        ext = PopMessageRequestHeader(
-            consumer_group="G",
-            topic="T",
-            queue_id=-1,
-            max_msg_nums=1,
-            invisible_time=1000,
-            poll_time=0,
-            born_time=1,
-            init_mode=0,
+        ext = pop_header(
+            consumer_group="G", topic="T", max_msg_nums=1, invisible_time=1000
         ).to_ext()
         ext["bornTime"] = "0"
         resp = await c.request(RequestCode.POP_MESSAGE, ext)

@@ -26,7 +26,7 @@ from aiorocket._protocol.pop import (
 )
 from aiorocket.errors import BrokerError, RemoteProtocolError, RequestCodeNotSupportedError
 from aiorocket.models import MessageQueue
-from tests._harness.protocol import message_record
+from tests._harness.protocol import message_record, pop_header
 
 # ExtraInfoUtil.buildExtraInfo(10, 1700000000000, 30000, 3, "%RETRY%G_T", "broker-a", 2, 12)
 HANDLE = "10 1700000000000 30000 3 1 broker-a 2 12"
@@ -200,18 +200,7 @@ def test_pop_statuses_and_refusals() -> None:
 
 
 def test_pop_request_header_wire_names() -> None:
-    header = PopMessageRequestHeader(
-        consumer_group="G",
-        topic="T",
-        queue_id=-1,
-        max_msg_nums=32,
-        invisible_time=60000,
-        poll_time=20000,
-        born_time=1,
-        init_mode=0,
-        order=True,
-        broker_name="b",
-    )
+    header = pop_header(consumer_group="G", topic="T", poll_time=20000, order=True, broker_name="b")
     assert header.to_ext() == {
         "consumerGroup": "G",
         "topic": "T",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any
 
 import pytest
 
@@ -15,12 +14,7 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
-
-FAST: dict[str, Any] = {
-    "rebalance_interval": 1.0,
-    "offset_persist_interval": 0.5,
-    "shutdown_grace": 5.0,
-}
+from tests.consumer.conftest import FAST
 
 
 @pytest.fixture
@@ -81,34 +75,11 @@ async def test_pub_and_sub_rows(broker: EmbeddedBroker) -> None:
     assert (pub2.tags, pub2.keys) == ("null", "null")
     assert [e.success for e in others if e.type == "SubAfter"] == [True]
 
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aiorocket",
-        "admin",
-        "trace",
-        sent.msg_id,
-        "-n",
-        broker.address,
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0
+    code, out = await _admin_trace(sent.msg_id, broker.address, "--json")
+    assert code == 0
     rows = json.loads(out)
     assert [r["type"] for r in rows].count("SubAfter") == 2
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aiorocket",
-        "admin",
-        "trace",
-        sent.msg_id,
-        "-n",
-        broker.address,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await proc.communicate()
+    code, out = await _admin_trace(sent.msg_id, broker.address)
     text = out.decode()
     assert text.splitlines()[0].split()[:3] == ["TYPE", "TIME", "GROUP"]
     assert "trace-cg" in text
@@ -172,3 +143,14 @@ async def test_transaction_pub_and_end_transaction(broker: EmbeddedBroker) -> No
         "COMMIT_MESSAGE",
     )
     assert end.store_host == broker.address
+
+
+async def _admin_trace(msg_id: str, namesrv: str, *extra: str) -> tuple[int | None, bytes]:
+    """``python -m aiorocket admin trace MSG_ID -n NAMESRV *extra``: exit code and stdout."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "aiorocket", "admin", "trace", msg_id, "-n", namesrv, *extra),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode, out

@@ -54,6 +54,12 @@ async def _topic(cluster: JavaCluster, prefix: str, queues: int = 2) -> str:
     return topic
 
 
+async def _topic_and_group(cluster: JavaCluster, rocketmq: Install, prefix: str) -> tuple[str, str]:
+    """A 5.x install (else the test skips): a new 2-queue topic and a new group name."""
+    _require_5x(rocketmq)
+    return await _topic(cluster, prefix), unique_name(f"{prefix}_g")
+
+
 async def _send(namesrv: str, topic: str, bodies: list[str], **kw: Any) -> None:
     async with rmq.Producer(namesrv=namesrv, group=unique_name("pop_producer")) as p:
         for chunk in range(0, len(bodies), 200):
@@ -111,9 +117,7 @@ async def test_four_simple_consumers_drain_a_two_queue_topic(
 async def test_unacked_comes_back_then_goes_to_the_dlq(
     java_cluster: JavaCluster, rocketmq: Install
 ) -> None:
-    _require_5x(rocketmq)
-    topic = await _topic(java_cluster, "popretry")
-    group = unique_name("popretry_g")
+    topic, group = await _topic_and_group(java_cluster, rocketmq, "popretry")
     await _send(java_cluster.namesrv, topic, ["again"])
     deliveries: list[rmq.PoppedMessage] = []
     async with _simple(
@@ -212,9 +216,7 @@ def java5_classes(rocketmq: Install, tmp_path_factory: pytest.TempPathFactory) -
 async def test_java_pop_consumer_shares_a_group_with_aiorocket(
     java_cluster: JavaCluster, rocketmq: Install, java5_classes: Path, tmp_path: Path
 ) -> None:
-    _require_5x(rocketmq)
-    topic = await _topic(java_cluster, "popshare")
-    group = unique_name("popshare_g")
+    topic, group = await _topic_and_group(java_cluster, rocketmq, "popshare")
     async with rmq.Admin(namesrv=java_cluster.namesrv) as admin:
         await admin.set_consume_mode(group, topic, "pop")
     n = 3000
@@ -270,9 +272,7 @@ def flip(group: str, topic: str, mode: str) -> list[str]:
 async def test_mqadmin_set_consume_mode_flips_a_push_consumer(
     java_cluster: JavaCluster, rocketmq: Install
 ) -> None:
-    _require_5x(rocketmq)
-    topic = await _topic(java_cluster, "popflip")
-    group = unique_name("popflip_g")
+    topic, group = await _topic_and_group(java_cluster, rocketmq, "popflip")
     got: list[bytes] = []
     consumer = rmq.PushConsumer(
         group=group,

@@ -75,20 +75,7 @@ async def test_aiorocket_pub_java_sub(
         ok = await producer.send(rmq.Message(topic, b"fine", tags="a", keys=["ka"]))
         bad = await producer.send(rmq.Message(topic, b"will fail", tags="b", keys=["kb"]))
     jgroup = unique_name("JTraceSub")
-    client = await JavaClient.start(
-        java_classes,
-        "JTrace",
-        "consume",
-        java_cluster.namesrv,
-        topic,
-        jgroup,
-        "2",
-        tmp=tmp_path / "java",
-    )
-    try:
-        await client.wait_event("done", BOOT)
-    finally:
-        await client.stop()
+    await _jtrace(java_classes, tmp_path, "consume", java_cluster.namesrv, topic, jgroup, "2")
     # mqadmin: our Pub row, then the Java group's Sub rows (failed, then success)
     rows = await _wait_trace(java_cluster, bad.msg_id, 3)
     pubs = [r for r in rows if r[0] == "Pub"]
@@ -115,19 +102,7 @@ async def test_java_pub_aiorocket_sub(
     java_cluster: JavaCluster, java_classes: Path, tmp_path: Path
 ) -> None:
     topic = await _topic(java_cluster, "TraceJ")
-    client = await JavaClient.start(
-        java_classes,
-        "JTrace",
-        "produce",
-        java_cluster.namesrv,
-        topic,
-        "2",
-        tmp=tmp_path / "java",
-    )
-    try:
-        await client.wait_event("done", BOOT)
-    finally:
-        await client.stop()
+    client = await _jtrace(java_classes, tmp_path, "produce", java_cluster.namesrv, topic, "2")
     sent = [e["msg_id"] for e in client.of("sent")]
     assert len(sent) == 2
     group = unique_name("PyTraceSub")
@@ -190,20 +165,7 @@ async def test_java_sub_on_the_embedded_broker(
     async with rmq.Producer(namesrv=broker.address, group=group, trace=True) as producer:
         sent = await producer.send(rmq.Message(topic, b"will fail", keys=["ke"]))
     jgroup = unique_name("JTraceSubE")
-    client = await JavaClient.start(
-        java_classes,
-        "JTrace",
-        "consume",
-        broker.address,
-        topic,
-        jgroup,
-        "1",
-        tmp=tmp_path / "java",
-    )
-    try:
-        await client.wait_event("done", BOOT)
-    finally:
-        await client.stop()
+    await _jtrace(java_classes, tmp_path, "consume", broker.address, topic, jgroup, "1")
     async with rmq.Admin(namesrv=broker.address) as admin:
         entries = await admin.trace(sent.msg_id)
     afters = [e for e in entries if e.type == "SubAfter"]
@@ -216,3 +178,13 @@ async def test_java_sub_on_the_embedded_broker(
     assert [r[0] for r in rows] == ["Pub", "Sub", "Sub"]
     assert rows[0][1] == group
     assert {r[1] for r in rows[1:]} == {jgroup}
+
+
+async def _jtrace(classes: Path, tmp: Path, *args: str) -> JavaClient:
+    """Run ``JTrace *args`` until it prints ``done`` (stopped either way); its events."""
+    client = await JavaClient.start(classes, "JTrace", *args, tmp=tmp / "java")
+    try:
+        await client.wait_event("done", BOOT)
+    finally:
+        await client.stop()
+    return client
