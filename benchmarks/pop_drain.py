@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -33,8 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _five import drain, on_broker, write_results  # noqa: E402
+
 import aiorocket as rmq  # noqa: E402
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TOPIC = "PopDrainBench"
@@ -49,34 +48,6 @@ async def fill(namesrv: str, n: int) -> None:
             await asyncio.gather(
                 *(p.send(rmq.Message(TOPIC, body)) for _ in range(min(500, n - start)))
             )
-
-
-async def drain_push(namesrv: str, group: str, n: int, mode: str) -> float:
-    """Seconds a push consumer (``consume_mode=mode``) takes to hand all ``n`` over."""
-    got = 0
-    done = asyncio.Event()
-    consumer = rmq.PushConsumer(
-        group=group,
-        namesrv=namesrv,
-        consume_mode=mode,
-        consume_from="first",
-        consume_batch_size=32,
-        shutdown_grace=30.0,
-    )
-    consumer.subscribe(TOPIC)
-
-    @consumer.listener
-    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        nonlocal got
-        got += len(msgs)
-        if got >= n:
-            done.set()
-
-    start = time.perf_counter()
-    async with consumer:
-        await asyncio.wait_for(done.wait(), timeout=600)
-        took = time.perf_counter() - start
-    return took
 
 
 async def drain_simple(namesrv: str, group: str, n: int) -> float:
@@ -114,7 +85,9 @@ async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
             if mode == "simple":
                 took = await drain_simple(namesrv, group, args.messages)
             else:
-                took = await drain_push(namesrv, group, args.messages, mode)
+                took = await drain(
+                    namesrv, group, TOPIC, args.messages, batch=32, consume_mode=mode
+                )
             rates[mode].append(args.messages / took)
             print(f"round {r + 1} {mode:>6}: {args.messages / took:>10,.0f} msg/s", flush=True)
     med = {m: statistics.median(v) for m, v in rates.items()}
@@ -124,29 +97,6 @@ async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"rates": rates, "median": med}
 
 
-async def main_embedded(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as d:
-        config = BrokerConfig(default_queues=args.queues)
-        async with EmbeddedBroker(data_dir=Path(d), config=config) as broker:
-            return await run(broker.address, args)
-
-
-def main_apache(args: argparse.Namespace) -> dict[str, Any]:
-    os.environ["ROCKETMQ_HOME"] = args.rocketmq_home
-    from tests.interop.apache._groups import create_topic
-    from tests.interop.apache.install import JavaCluster, install
-
-    found = install()
-    assert found is not None
-    with tempfile.TemporaryDirectory() as d, JavaCluster(Path(d), install=found) as cluster:
-
-        async def go() -> dict[str, Any]:
-            await create_topic([cluster.broker_addr("broker-a")], TOPIC, args.queues)
-            return await run(cluster.namesrv, args)
-
-        return asyncio.run(go())
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--messages", type=int, default=20_000)
@@ -154,12 +104,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--rocketmq-home", default=None, help="a 5.x Apache install to run against")
     args = p.parse_args()
-    broker = "apache" if args.rocketmq_home else "embedded"
-    result = main_apache(args) if args.rocketmq_home else asyncio.run(main_embedded(args))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"pop_drain-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"broker": broker, "args": vars(args), **result}, indent=2))
-    print(f"\nwritten {out.relative_to(ROOT)}")
+    result = on_broker(args, TOPIC, args.queues, lambda namesrv: run(namesrv, args))
+    write_results("pop_drain", args, result)
 
 
 if __name__ == "__main__":

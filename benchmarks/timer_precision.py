@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,8 +26,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _five import on_broker, write_results  # noqa: E402
+
 import aiorocket as rmq  # noqa: E402
-from aiorocket.embedded import EmbeddedBroker  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TOPIC = "TimerPrecision"
@@ -74,40 +73,14 @@ async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-async def main_embedded(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as d:
-        async with EmbeddedBroker(data_dir=Path(d)) as broker:
-            return await run(broker.address, args)
-
-
-def main_apache(args: argparse.Namespace) -> dict[str, Any]:
-    os.environ["ROCKETMQ_HOME"] = args.rocketmq_home
-    from tests.interop.apache._groups import create_topic
-    from tests.interop.apache.install import JavaCluster, install
-
-    found = install()
-    assert found is not None
-    with tempfile.TemporaryDirectory() as d, JavaCluster(Path(d), install=found) as cluster:
-
-        async def go() -> dict[str, Any]:
-            await create_topic([cluster.broker_addr("broker-a")], TOPIC, 4)
-            return await run(cluster.namesrv, args)
-
-        return asyncio.run(go())
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--count", type=int, default=50)
     p.add_argument("--spread", type=float, default=60.0)
     p.add_argument("--rocketmq-home", default=None, help="a 5.x Apache install to run against")
     args = p.parse_args()
-    broker = "apache" if args.rocketmq_home else "embedded"
-    result = main_apache(args) if args.rocketmq_home else asyncio.run(main_embedded(args))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"timer_precision-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"broker": broker, "args": vars(args), **result}, indent=2))
-    print(f"written {out.relative_to(ROOT)}")
+    result = on_broker(args, TOPIC, 4, lambda namesrv: run(namesrv, args))
+    write_results("timer_precision", args, result)
 
 
 if __name__ == "__main__":

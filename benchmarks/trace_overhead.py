@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -27,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _five import drain, write_results  # noqa: E402
 
 import aiorocket as rmq  # noqa: E402
 from tests._harness.child import started_broker_cli  # noqa: E402
@@ -53,29 +54,6 @@ async def send_rate(namesrv: str, topic: str, seconds: float, in_flight: int, tr
     return done / took
 
 
-async def drain_rate(namesrv: str, topic: str, n: int, trace: bool, group: str) -> float:
-    """Messages a second a per-message handler drains (``n`` from the first offset)."""
-    got = 0
-    done = asyncio.Event()
-    consumer = rmq.PushConsumer(
-        group=group, namesrv=namesrv, consume_from="first", trace=trace, shutdown_grace=30.0
-    )
-    consumer.subscribe(topic)
-
-    @consumer.listener
-    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        nonlocal got
-        got += len(msgs)
-        if got >= n:
-            done.set()
-
-    start = time.perf_counter()
-    async with consumer:
-        await asyncio.wait_for(done.wait(), timeout=600)
-        took = time.perf_counter() - start
-    return n / took
-
-
 async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
     topic = "TraceBench"
     async with rmq.Producer(namesrv=namesrv, group="TraceBenchFill") as p:
@@ -92,7 +70,10 @@ async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
             label = "on" if trace else "off"
             s = await send_rate(namesrv, "TraceBenchSend", args.seconds, args.in_flight, trace)
             rates[f"send {label}"].append(s)
-            d = await drain_rate(namesrv, topic, args.messages, trace, f"TraceBench-{r}-{label}")
+            took = await drain(
+                namesrv, f"TraceBench-{r}-{label}", topic, args.messages, trace=trace
+            )
+            d = args.messages / took
             rates[f"drain {label}"].append(d)
             print(
                 f"round {r + 1} trace {label:>3}: send {s:>9,.0f}/s  drain {d:>9,.0f}/s", flush=True
@@ -123,10 +104,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     result = asyncio.run(main_async(args))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"trace_overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"args": vars(args), **result}, indent=2))
-    print(f"written {out.relative_to(ROOT)}")
+    write_results("trace_overhead", args, result)
 
 
 if __name__ == "__main__":
