@@ -2,7 +2,7 @@
 
 The same objects as :mod:`aiorocket.integrations.spark` — the ``rocketmq`` data source
 (:func:`register`, :class:`RocketMQDataSource`) and :class:`SparkForwarder`. Importing it
-without the ``spark`` extra raises ImportError saying ``pip install "aiorocket[spark]"``.
+without the ``spark`` extra raises ImportError saying ``pip install "aiorocketmq[spark]"``.
 """
 
 from aiorocket.integrations.spark import ARROW_SCHEMA as ARROW_SCHEMA

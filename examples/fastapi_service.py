@@ -1,6 +1,6 @@
 """A FastAPI service: POST /orders publishes an event; a subscriber in the same process handles it.
 
-    pip install "aiorocket[fastapi,prometheus]"     # the fastapi extra brings uvicorn
+    pip install "aiorocketmq[fastapi,prometheus]"     # the fastapi extra brings uvicorn
     AIOROCKET_NAMESRV=127.0.0.1:9876 uvicorn examples.fastapi_service:api
 
 GET /healthz, /readyz (503 naming a stuck queue) and /metrics (Prometheus) come with it.

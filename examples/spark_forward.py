@@ -11,7 +11,7 @@ Spark works on a batch, that batch is delivered again on the next start, nothing
 Without ``--namesrv`` an embedded broker runs in this process and the example sends
 ``--messages`` orders first. Stops once every order was written (or on Ctrl-C).
 
-Needs ``pip install "aiorocket[spark]"`` and a Java runtime.
+Needs ``pip install "aiorocketmq[spark]"`` and a Java runtime.
 """
 
 from __future__ import annotations

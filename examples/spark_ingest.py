@@ -9,7 +9,7 @@ was there at its start is written (``Trigger.AvailableNow``), and reads the Parq
 it again with the same ``--out``: the query resumes from its checkpoint and writes only the
 new messages.
 
-Needs ``pip install "aiorocket[spark]"`` and a Java runtime.
+Needs ``pip install "aiorocketmq[spark]"`` and a Java runtime.
 """
 
 from __future__ import annotations

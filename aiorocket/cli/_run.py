@@ -54,7 +54,7 @@ def add_run_parser(sub: Any) -> None:
         type=int,
         default=None,
         help="serve /metrics (Prometheus), /healthz and /readyz on this port "
-        '(needs "aiorocket[prometheus]"; with --workers N, worker i uses port + i)',
+        '(needs "aiorocketmq[prometheus]"; with --workers N, worker i uses port + i)',
     )
     p.add_argument(
         "--metrics-host", default="0.0.0.0", help="address of the metrics server (0.0.0.0)"
@@ -228,7 +228,7 @@ def _run_one(args: argparse.Namespace) -> int:
         except ImportError:
             if args.loop == "uvloop":
                 print(
-                    'aiorocket run: uvloop is not installed (pip install "aiorocket[uvloop]")',
+                    'aiorocket run: uvloop is not installed (pip install "aiorocketmq[uvloop]")',
                     file=sys.stderr,
                 )
                 return 2

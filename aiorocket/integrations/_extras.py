@@ -8,4 +8,4 @@ __all__ = ["missing_extra"]
 def missing_extra(module: str, needs: str, extra: str) -> ImportError:
     """The ImportError of ``module`` telling which packages it ``needs`` and the extra of
     aiorocket that installs them (raise it ``from`` the original ImportError)."""
-    return ImportError(f'{module} needs {needs}: pip install "aiorocket[{extra}]"')
+    return ImportError(f'{module} needs {needs}: pip install "aiorocketmq[{extra}]"')

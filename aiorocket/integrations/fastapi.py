@@ -9,7 +9,7 @@
     rocket = App(namesrv="127.0.0.1:9876")
     api = FastAPI(lifespan=rocket.lifespan)
     api.include_router(health_router(rocket))
-    api.include_router(metrics_router(rocket))   # GET /metrics (aiorocket[prometheus])
+    api.include_router(metrics_router(rocket))   # GET /metrics (aiorocketmq[prometheus])
 
     @api.post("/orders")
     async def create(order: Order, producer: Producer = Depends(producer_dependency(rocket))):
@@ -76,7 +76,7 @@ def health_router(
 
 def metrics_router(app: App, *, path: str = "/metrics") -> APIRouter:
     """A ``GET /metrics`` route with the app's Prometheus metrics
-    (:mod:`aiorocket.integrations.prometheus`; needs ``aiorocket[prometheus]``).
+    (:mod:`aiorocket.integrations.prometheus`; needs ``aiorocketmq[prometheus]``).
 
     Raises:
         ImportError: prometheus-client is not installed.

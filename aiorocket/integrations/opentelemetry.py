@@ -1,5 +1,5 @@
 """OpenTelemetry metrics of a running :class:`~aiorocket.App` (``pip install
-"aiorocket[opentelemetry]"``).
+"aiorocketmq[opentelemetry]"``).
 
 ::
 

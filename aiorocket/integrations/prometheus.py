@@ -1,5 +1,5 @@
 """Prometheus metrics of a running :class:`~aiorocket.App` (``pip install
-"aiorocket[prometheus]"``).
+"aiorocketmq[prometheus]"``).
 
 Nothing is recorded on the hot path: a collector reads the consumers' statistics and the
 subscribers' counters when Prometheus scrapes, on the event loop (the worker's metrics server

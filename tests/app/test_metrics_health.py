@@ -333,4 +333,4 @@ def test_metrics_port_without_prometheus_says_which_extra(tmp_path: Path) -> Non
         check=False,
     )
     assert proc.returncode == 2, proc.stderr
-    assert 'pip install "aiorocket[prometheus]"' in proc.stderr
+    assert 'pip install "aiorocketmq[prometheus]"' in proc.stderr

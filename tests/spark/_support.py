@@ -44,7 +44,7 @@ def spark_missing() -> str | None:
         import pyarrow  # noqa: F401
         import pyspark.sql.datasource  # noqa: F401
     except ImportError as exc:
-        return f'pyspark >= 4.0 and pyarrow are needed ({exc}): pip install "aiorocket[spark]"'
+        return f'pyspark >= 4.0 and pyarrow are needed ({exc}): pip install "aiorocketmq[spark]"'
     java_home = os.environ.get("JAVA_HOME")
     if shutil.which("java") is None and not (java_home and Path(java_home, "bin", "java").exists()):
         return "no Java runtime (java on PATH or JAVA_HOME) for Spark"

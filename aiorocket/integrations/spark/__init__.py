@@ -12,7 +12,7 @@
         .load()
     )
 
-Needs pyspark >= 4.0 (Python Data Source API) and pyarrow: ``pip install "aiorocket[spark]"``.
+Needs pyspark >= 4.0 (Python Data Source API) and pyarrow: ``pip install "aiorocketmq[spark]"``.
 """
 
 from aiorocket.integrations._extras import missing_extra
