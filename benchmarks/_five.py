@@ -56,10 +56,18 @@ def on_broker(args: argparse.Namespace, topic: str, queues: int, run: Run) -> di
 
 
 async def drain(
-    namesrv: str, group: str, topic: str, n: int, *, batch: int = 1, **settings: Any
+    namesrv: str,
+    group: str,
+    topic: str,
+    n: int,
+    *,
+    batch: int = 1,
+    keep: list[rmq.PushConsumer] | None = None,
+    **settings: Any,
 ) -> float:
     """Seconds a push consumer of ``group`` (``settings``) takes to hand ``n`` messages of
-    ``topic`` (from the first offset) to a no-op handler of ``batch``-message calls."""
+    ``topic`` (from the first offset) to a no-op handler of ``batch``-message calls; the
+    consumer is appended to ``keep`` (to read its statistics once closed)."""
     got = 0
     done = asyncio.Event()
     consumer = rmq.PushConsumer(
@@ -71,6 +79,8 @@ async def drain(
         **settings,
     )
     consumer.subscribe(topic)
+    if keep is not None:
+        keep.append(consumer)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:

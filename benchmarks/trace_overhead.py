@@ -65,25 +65,33 @@ async def run(namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
     rates: dict[str, list[float]] = {"send off": [], "send on": [], "drain off": [], "drain on": []}
+    dropped: list[int] = []  # handler calls whose trace records the dispatcher had to drop
     for r in range(args.rounds):
         for trace in (False, True):
             label = "on" if trace else "off"
             s = await send_rate(namesrv, "TraceBenchSend", args.seconds, args.in_flight, trace)
             rates[f"send {label}"].append(s)
+            kept: list[rmq.PushConsumer] = []
             took = await drain(
-                namesrv, f"TraceBench-{r}-{label}", topic, args.messages, trace=trace
+                namesrv, f"TraceBench-{r}-{label}", topic, args.messages, trace=trace, keep=kept
             )
             d = args.messages / took
             rates[f"drain {label}"].append(d)
+            tracer = kept[0].tracer
+            lost = f"  trace records dropped {tracer.dropped:,}" if tracer is not None else ""
+            if tracer is not None:
+                dropped.append(tracer.dropped)
             print(
-                f"round {r + 1} trace {label:>3}: send {s:>9,.0f}/s  drain {d:>9,.0f}/s", flush=True
+                f"round {r + 1} trace {label:>3}: send {s:>9,.0f}/s  drain {d:>9,.0f}/s{lost}",
+                flush=True,
             )
     med = {k: statistics.median(v) for k, v in rates.items()}
     print()
     for what in ("send", "drain"):
         on, off = med[f"{what} on"], med[f"{what} off"]
         print(f"{what:>5}: off {off:>9,.0f}/s  on {on:>9,.0f}/s  ({on / off:.2f}x)")
-    return {"rates": rates, "median": med}
+    print(f"trace records dropped while draining: {dropped}")
+    return {"rates": rates, "median": med, "dropped": dropped}
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+from aiorocket._protocol.properties import KEYS, MSG_REGION, TRACE_ON
+
+if TYPE_CHECKING:
+    from aiorocket.models import ReceivedMessage
 
 __all__ = [
     "CONTENT_SPLITOR",
     "DEFAULT_TRACE_TOPIC",
+    "ConsumeCall",
     "FIELD_SPLITOR",
     "MessageType",
     "TraceBean",
@@ -24,6 +31,7 @@ __all__ = [
     "TraceType",
     "TransferBean",
     "decode_trace",
+    "encode_consume",
     "encode_trace",
     "trace_group_name",
 ]
@@ -130,7 +138,7 @@ class TraceContext:
     beans: list[TraceBean] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is built per traced handler call
 class TransferBean:
     """An encoded record and the keys its trace message is found by (Java
     ``TraceTransferBean``): each message id, then each of its keys."""
@@ -231,6 +239,61 @@ def encode_trace(ctx: TraceContext) -> TransferBean:
             # MessageConst.KEY_SEPARATOR is one space; String.split drops trailing empties.
             keys.extend(k for k in b.keys.split(" ") if k)
     return TransferBean("".join(parts), tuple(keys))
+
+
+#: One traced handler call: its messages, start and end (epoch ms), success and
+#: ``ConsumeReturnType`` ordinal. A plain tuple: the consume hook builds one per call on the
+#: hot path, and its SubBefore / SubAfter records are encoded only when they are sent.
+ConsumeCall: TypeAlias = "tuple[Sequence[ReceivedMessage], int, int, bool, int]"
+
+
+def encode_consume(call: ConsumeCall, group: str, request_id: str) -> TransferBean | None:
+    """The SubBefore and SubAfter records of one handler call, byte for byte what
+    :func:`encode_trace` writes for the two contexts Java's ``ConsumeMessageTraceHookImpl``
+    builds (messages with ``TRACE_ON=false`` left out; the region is the last traced
+    message's); ``None`` when no message is traced."""
+    msgs, started, ended, success, code = call
+    c, f = CONTENT_SPLITOR, FIELD_SPLITOR
+    ok = "true" if success else "false"
+    if len(msgs) == 1:  # the usual call: one string, no lists
+        m = msgs[0]
+        props = m.properties
+        if props.get(TRACE_ON) == "false":
+            return None
+        raw = props.get(KEYS)
+        k = "null" if raw is None else raw
+        msg_id = m.msg_id
+        data = (
+            f"SubBefore{c}{started}{c}{props.get(MSG_REGION, '')}{c}{group}{c}{request_id}{c}"
+            f"{msg_id}{c}{m.reconsume_times}{c}{k}{f}"
+            f"SubAfter{c}{request_id}{c}{msg_id}{c}{ended - started}{c}{ok}{c}{k}{c}{code}{c}"
+            f"{ended}{c}{group}{f}"
+        )
+        if not raw:
+            return TransferBean(data, (msg_id,))
+        return TransferBean(data, (msg_id, *(x for x in raw.split(" ") if x)))
+    traced = [m for m in msgs if m.properties.get(TRACE_ON) != "false"]
+    if not traced:
+        return None
+    region = traced[-1].properties.get(MSG_REGION, "")
+    # Java divides the call's time by every message handed over, traced or not.
+    cost = (ended - started) // len(msgs)
+    head = f"SubBefore{c}{started}{c}{region}{c}{group}{c}{request_id}{c}"
+    tail = f"{c}{cost}{c}{ok}{c}"
+    end = f"{c}{code}{c}{ended}{c}{group}{f}"
+    before: list[str] = []
+    after: list[str] = []
+    keys: list[str] = []
+    for m in traced:
+        msg_id = m.msg_id
+        raw = m.properties.get(KEYS)
+        k = _s(raw)
+        before.append(f"{head}{msg_id}{c}{m.reconsume_times}{c}{k}{f}")
+        after.append(f"SubAfter{c}{request_id}{c}{msg_id}{tail}{k}{end}")
+        keys.append(msg_id)
+        if raw:
+            keys.extend(x for x in raw.split(" ") if x)
+    return TransferBean("".join(before) + "".join(after), tuple(keys))
 
 
 def _ordinal(t: MessageType | None) -> str:

@@ -4,6 +4,7 @@ the flush on close; and the producer's send hooks."""
 from __future__ import annotations
 
 import asyncio
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -74,23 +75,54 @@ async def test_batches_by_count_then_by_interval() -> None:
     client = FakeClient()
     d = _dispatcher(client, flush_interval=0.3, batch_size=10)
     task = asyncio.create_task(d.run())
-    for i in range(25):
+    for i in range(10):
         assert d.append(_record(i))
-    # two full batches go at once; the last five wait for the interval
-    await wait_for(lambda: len(client.sent) == 2, timeout=2.0, what="two batches")
+    # a full batch goes at once; the next five wait for the interval
+    await wait_for(lambda: len(client.sent) == 1, timeout=2.0, what="a full batch")
+    for i in range(10, 15):
+        assert d.append(_record(i))
     await asyncio.sleep(0.1)
-    assert len(client.sent) == 2
-    await wait_for(lambda: len(client.sent) == 3, timeout=2.0, what="the interval's batch")
+    assert len(client.sent) == 1
+    await wait_for(lambda: len(client.sent) == 2, timeout=2.0, what="the interval's batch")
     await d.close()
     await asyncio.wait_for(task, 1.0)  # run() returns once closed
     counts = [len(decode_trace(body.decode())) for _, body in client.sent]
-    assert counts == [10, 10, 5]
+    assert counts == [10, 5]
     header, _body = client.sent[0]
     assert header.topic == "RMQ_SYS_TRACE_TOPIC"
     assert header.producer_group.startswith("_INNER_TRACE_PRODUCER-g-PRODUCE-")
     keys = decode_properties(header.properties or "")["KEYS"].split(" ")
     # every message id and key of the batch, so QUERY_MESSAGE by key finds it
     assert keys == [x for i in range(10) for x in (f"ID{i}", f"k{i}")]
+
+
+async def test_a_backlog_goes_in_fewer_bigger_messages() -> None:
+    client = FakeClient()
+    d = _dispatcher(client, batch_size=10)
+    for i in range(25):
+        assert d.append(_record(i))
+    task = asyncio.create_task(d.run())
+    # more than a batch waits: one batch takes them all, one trace message
+    await wait_for(lambda: len(client.sent) == 1, timeout=2.0, what="the packed batch")
+    await d.close()
+    await asyncio.wait_for(task, 1.0)
+    assert [len(decode_trace(b.decode())) for _, b in client.sent] == [25]
+
+
+async def test_a_message_stops_growing_at_the_keys_budget() -> None:
+    client = FakeClient()
+    d = _dispatcher(client)
+    for i in range(8):
+        long_keys = " ".join(f"key-{i}-{j:04d}-" + "x" * 40 for j in range(100))  # ~5,000 chars
+        bean = TraceBean(topic="T", msg_id=f"ID{i}", keys=long_keys)
+        d.append(TraceContext(TraceType.Pub, timestamp=i, region_id="R", group="g", beans=[bean]))
+    await d.close()
+    sizes = [len(decode_properties(h.properties or "")["KEYS"]) for h, _ in client.sent]
+    assert len(client.sent) > 1
+    assert max(sizes) < 32767
+    # bodies over 4 KiB go compressed, as the trace producer's would
+    bodies = [zlib.decompress(b).decode() for _, b in client.sent]
+    assert sum(len(decode_trace(b)) for b in bodies) == 8
 
 
 async def test_grouped_per_topic_and_split_by_size() -> None:

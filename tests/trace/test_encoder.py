@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from aiorocket._trace import (
     MessageType,
     TraceBean,
@@ -10,6 +12,8 @@ from aiorocket._trace import (
     decode_trace,
     encode_trace,
 )
+from aiorocket._trace.data import encode_consume
+from aiorocket.models import ReceivedMessage
 
 C, F = "\x01", "\x02"
 
@@ -113,6 +117,57 @@ def test_sub_before_and_after_one_record_per_message() -> None:
         f"SubAfter{C}REQ1{C}ID1{C}25{C}false{C}a{C}2{C}1700000000250{C}billing{F}"
         f"SubAfter{C}REQ1{C}ID2{C}25{C}false{C}null{C}2{C}1700000000250{C}billing{F}"
     )
+
+
+def _received(msg_id: str, keys: str | None, retry: int, **props: str) -> ReceivedMessage:
+    base = {"UNIQ_KEY": msg_id, "MSG_REGION": "DefaultRegion", **props}
+    if keys is not None:
+        base["KEYS"] = keys
+    return ReceivedMessage.create(topic="Orders", body=b"x", properties=base, reconsume_times=retry)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_handler_call_encodes_as_its_two_contexts(count: int) -> None:
+    # The consume hook queues the call; the dispatcher encodes it later, and the bytes must be
+    # those of Java's SubBefore and SubAfter contexts (one record per traced message each).
+    msgs = [
+        _received("ID1", "a b", 0),
+        _received("ID2", None, 2),
+        _received("ID3", "c", 1, TRACE_ON="false"),  # left out, as Java does
+    ][:count]
+    traced = [m for m in msgs if m.properties.get("TRACE_ON") != "false"]
+    beans = [
+        TraceBean(msg_id=m.msg_id, keys=m.properties.get("KEYS"), retry_times=m.reconsume_times)
+        for m in traced
+    ]
+    before = TraceContext(
+        TraceType.SubBefore,
+        timestamp=1000,
+        region_id="DefaultRegion",
+        group="billing",
+        request_id="REQ1",
+        beans=beans,
+    )
+    after = TraceContext(
+        TraceType.SubAfter,
+        timestamp=1090,
+        region_id="DefaultRegion",
+        group="billing",
+        request_id="REQ1",
+        cost_ms=90 // len(msgs),
+        success=False,
+        context_code=4,
+        beans=beans,
+    )
+    bean = encode_consume((msgs, 1000, 1090, False, 4), "billing", "REQ1")
+    assert bean is not None
+    assert bean.data == encode_trace(before).data + encode_trace(after).data
+    assert set(bean.keys) == set(encode_trace(before).keys)
+
+
+def test_a_call_of_untraced_messages_encodes_nothing() -> None:
+    msgs = [_received("ID1", None, 0, TRACE_ON="false")]
+    assert encode_consume((msgs, 1, 2, True, 0), "g", "R") is None
 
 
 def test_end_transaction_record() -> None:
