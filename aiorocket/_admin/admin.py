@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from aiorocket._admin import dlq
 from aiorocket._admin.trace import TraceEntry, trace_entries
 from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pop import set_message_request_mode
@@ -428,6 +429,50 @@ class Admin(ClientOwner):
             _check(resp)
             out.extend(self._decode(resp.body, name))
         return out
+
+    async def dead_letters(
+        self,
+        group: str,
+        *,
+        namespace: str | None = None,
+        max_reconsume_times: int = dlq.DEFAULT_MAX_RECONSUME_TIMES,
+        limit: int = 1000,
+    ) -> list[dlq.DlqEntry]:
+        """The dead letters of ``group`` with their original topic and reason
+        (:func:`aiorocket._admin.dlq.dead_letters`); empty when it has none.
+
+        Raises:
+            ConfigurationError: ``limit`` below 1.
+            InvalidNameError: a bad group name.
+            BrokerError, TransportError: a server failed or could not be reached.
+        """
+        return await dlq.dead_letters(
+            self._require(),
+            group,
+            namespace=namespace,
+            max_reconsume_times=max_reconsume_times,
+            limit=limit,
+        )
+
+    async def resend_dead_letters(
+        self,
+        group: str,
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+        limit: int = 1000,
+    ) -> list[dlq.ResendOutcome]:
+        """Send ``group``'s dead letters back to their original topics, each once however
+        often this runs (:func:`aiorocket._admin.dlq.resend_dead_letters`).
+
+        Raises:
+            ConfigurationError: ``limit`` below 1.
+            InvalidNameError: a bad group name.
+            BrokerError, TransportError: a server failed or could not be reached.
+        """
+        return await dlq.resend_dead_letters(
+            self._require(), group, namespace=namespace, dry_run=dry_run, limit=limit
+        )
 
     @staticmethod
     def _decode(body: bytes, broker_name: str) -> list[ReceivedMessage]:

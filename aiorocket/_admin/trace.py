@@ -19,7 +19,8 @@ class TraceEntry:
         type: ``Pub``, ``SubBefore``, ``SubAfter``, ``EndTransaction`` or ``Recall``.
         timestamp: epoch ms when the send or the handler call started (SubAfter: ended).
         group: the producer or consumer group.
-        client_host: the tracing client's address (the trace message's born host).
+        client_host: the tracing client's IP address (the trace message's born host without
+            its port, as ``TraceView`` takes it with ``getBornHostString``).
         topic: the message's topic (only Pub and EndTransaction records carry it; the
             others take it from a Pub record of the same message when there is one).
         msg_id: the message's client id.
@@ -58,6 +59,7 @@ def trace_entries(msg_id: str, messages: Iterable[ReceivedMessage]) -> list[Trac
     out: list[TraceEntry] = []
     for m in messages:
         text = bytes(m.body).decode("utf-8", "replace")
+        client_host = m.born_host.rsplit(":", 1)[0]
         for ctx in decode_trace(text):
             bean = ctx.beans[0]
             if bean.msg_id != msg_id:
@@ -67,7 +69,7 @@ def trace_entries(msg_id: str, messages: Iterable[ReceivedMessage]) -> list[Trac
                     type=ctx.trace_type.value,
                     timestamp=ctx.timestamp,
                     group=ctx.group or "",
-                    client_host=m.born_host,
+                    client_host=client_host,
                     topic=bean.topic or "",
                     msg_id=msg_id,
                     tags=bean.tags or "",

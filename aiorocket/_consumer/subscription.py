@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 from aiorocket._protocol.bodies import SubscriptionData
-from aiorocket._protocol.sql92 import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, compile_sql92
+from aiorocket._protocol.sql92 import (
+    EXPRESSION_TYPE_SQL92,
+    EXPRESSION_TYPE_TAG,
+    IgnoredSelectorTextWarning,
+    compile_sql92,
+)
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket.errors import ConfigurationError
 
@@ -17,6 +23,11 @@ __all__ = ["Subscription", "check_selector"]
 def check_selector(expression: str | None, sql: str | None) -> None:
     """Check the arguments of ``subscribe``: a tag expression or ``sql=``, not both (Java's
     ``MessageSelector`` is one or the other), and an SQL92 expression that compiles.
+
+    Text after the SQL92 expression (``region = 'eu' garbage``) is accepted, as RocketMQ's
+    parser accepts it (and the broker filters by the expression alone), with an
+    :class:`~aiorocket._protocol.sql92.IgnoredSelectorTextWarning` naming the ignored text, at
+    the caller of ``subscribe``.
 
     Raises:
         ConfigurationError: both were given, or ``sql`` is not a string.
@@ -31,7 +42,15 @@ def check_selector(expression: str | None, sql: str | None) -> None:
             "subscribe takes a tag expression or sql=..., not both "
             f"(got expression {expression!r} and sql {sql!r})"
         )
-    compile_sql92(sql)
+    selector = compile_sql92(sql)
+    if selector.ignored:
+        effective = sql[: selector.end].strip()
+        warnings.warn(
+            f"SQL92 selector {sql!r}: {selector.ignored!r} after the expression is ignored "
+            f"(RocketMQ's parser ignores it too); messages are filtered by {effective!r}",
+            IgnoredSelectorTextWarning,
+            stacklevel=3,  # the caller of subscribe()
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from aiorocket.errors import InvalidSelectorError
 __all__ = [
     "EXPRESSION_TYPE_SQL92",
     "EXPRESSION_TYPE_TAG",
+    "IgnoredSelectorTextWarning",
     "Sql92EvaluationError",
     "Sql92Filter",
     "compile_sql92",
@@ -70,6 +71,14 @@ class _Long(int):
 Value: TypeAlias = "int | float | str | bool | None"
 Props: TypeAlias = Mapping[str, str]
 _Ev: TypeAlias = Callable[[Props], Value]
+
+
+class IgnoredSelectorTextWarning(UserWarning):
+    """An SQL92 selector has text after the expression that RocketMQ's parser ignores
+    (``region = 'eu' garbage`` filters by ``region = 'eu'``); issued by ``subscribe``, which
+    still accepts the selector as a Java client and broker do. Filter it with
+    ``warnings.simplefilter("ignore", IgnoredSelectorTextWarning)`` or make it an error with
+    ``"error"``."""
 
 
 class Sql92EvaluationError(Exception):
@@ -412,10 +421,13 @@ class _Parser:
             return _bool_node(ev, node.pos)
         raise self.error(node, "expression will not result in a boolean value")
 
-    def parse(self) -> _Node:
+    def parse(self) -> tuple[_Node, int]:
+        """The expression and where the text it ignores starts (its length when none)."""
         # JmsSelector has no <EOF>: the expression ends where no rule can go on, and what
-        # follows is ignored, as by Java ("a = 1 )" is "a = 1").
-        return self.as_boolean(self.or_expr())
+        # follows is ignored, as by Java ("a = 1 )" is "a = 1"). The parser has already
+        # looked at the next token (JavaCC's lookahead), so finding it lexes nothing new.
+        node = self.as_boolean(self.or_expr())
+        return node, self.peek().pos
 
     def or_expr(self) -> _Node:
         left = self.and_expr()
@@ -613,6 +625,16 @@ class Sql92Filter:
     #: the expression as given (what travels as ``subString``)
     expression: str
     _ev: _Ev
+    #: where the text the parser ignores starts (``len(expression)`` when there is none)
+    end: int = -1
+
+    @property
+    def ignored(self) -> str:
+        """The text after the expression that the parser ignores, as Java's does (``""``
+        when the whole text is the expression)."""
+        if self.end < 0:
+            return ""
+        return self.expression[self.end :].strip()
 
     def evaluate(self, properties: Props) -> bool | None:
         """The expression's value for a message with these properties: True, False or
@@ -643,4 +665,5 @@ def compile_sql92(expression: str) -> Sql92Filter:
         InvalidSelectorError: RocketMQ's parser would refuse the expression; the error gives
             the position of the fault.
     """
-    return Sql92Filter(expression, _Parser(expression).parse().ev)
+    node, end = _Parser(expression).parse()
+    return Sql92Filter(expression, node.ev, end)

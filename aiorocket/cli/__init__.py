@@ -7,7 +7,31 @@ import logging
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["HelpFormatter", "main"]
+
+_DESCRIPTION = (
+    "aiorocket: an asyncio RocketMQ client and embedded broker. Run a broker, run an App as a "
+    "worker, try the demo, or administer a cluster; `aiorocket COMMAND --help` for each."
+)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` of every subcommand: each option's default appended, as
+    :class:`argparse.ArgumentDefaultsHelpFormatter` does, except where there is nothing to
+    show (``None``, a flag's ``False``) or the help text already tells it (mentions a default,
+    or ends with the value in parentheses)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            default is None
+            or default is False
+            or "default" in text.lower()
+            or text.rstrip().endswith(f"({default})")
+        ):
+            return text
+        return super()._get_help_string(action)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -15,8 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--log-level", default=None, help="logging level (default WARNING; INFO for run)"
     )
-    parser = argparse.ArgumentParser(prog="aiorocket", description=__doc__, parents=[common])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="aiorocket",
+        description=_DESCRIPTION,
+        parents=[common],
+        formatter_class=HelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from aiorocket.cli._admin import add_admin_parser
     from aiorocket.cli._broker import add_broker_parser
     from aiorocket.cli._demo import add_demo_parser
@@ -39,6 +68,7 @@ class _WithParents:
         self._common = common
 
     def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
+        kwargs.setdefault("formatter_class", HelpFormatter)
         return self._sub.add_parser(name, parents=[self._common], **kwargs)  # type: ignore[arg-type]
 
 

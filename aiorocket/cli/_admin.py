@@ -12,10 +12,13 @@
     aiorocket admin trace ID [--topic TRACE_TOPIC]  a message's trace (queryMsgTraceById)
     aiorocket admin create-topic TOPIC [--queues N]
     aiorocket admin delete-topic TOPIC
+    aiorocket admin dlq GROUP [--resend [--dry-run]]  a group's dead letters, with reasons;
+                                                  resend them to their original topics
 
 Every command takes ``-n/--namesrv`` (default ``$AIOROCKET_NAMESRV``, else 127.0.0.1:9876) and
 ``--json``; output is a plain table on a terminal, JSON for scripts. Errors are one line on
-stderr: exit 1 when the server refuses or cannot be reached, 2 for bad input.
+stderr: exit 1 when the server refuses or cannot be reached (a missing topic or group is named),
+2 for bad input. ``--help`` shows every option's default.
 """
 
 from __future__ import annotations
@@ -31,7 +34,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiorocket import Admin, GroupLag, ReceivedMessage
-from aiorocket.errors import ConfigurationError, RocketError, TransportError
+from aiorocket._admin.dlq import DEFAULT_MAX_RECONSUME_TIMES, DlqEntry, ResendOutcome
+from aiorocket._names import RETRY_PREFIX
+from aiorocket.cli import HelpFormatter
+from aiorocket.errors import (
+    BrokerError,
+    ConfigurationError,
+    RocketError,
+    SubscriptionGroupNotExistError,
+    TopicNotExistError,
+    TransportError,
+)
 
 __all__ = ["add_admin_parser", "parse_time", "render_table", "run_admin"]
 
@@ -42,8 +55,9 @@ def add_admin_parser(sub: Any) -> None:
     """Add the ``admin`` subcommand (and its own subcommands) to a subparsers object."""
     p: argparse.ArgumentParser = sub.add_parser(
         "admin",
-        help="inspect and administer a cluster: topics, routes, lag, offsets, messages",
-        description="Operate a RocketMQ 4.x cluster (embedded or Java) from Python.",
+        help="inspect and administer a cluster: topics, routes, lag, offsets, messages, "
+        "dead letters",
+        description="Operate a RocketMQ cluster (embedded or Java) from Python.",
     )
     leaf = argparse.ArgumentParser(add_help=False)
     leaf.add_argument(
@@ -54,7 +68,7 @@ def add_admin_parser(sub: Any) -> None:
         f"or {_DEFAULT_NAMESRV})",
     )
     leaf.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    leaf.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
+    leaf.add_argument("--timeout", type=float, default=5.0, help="seconds per request")
     leaf.add_argument("--access-key", default=None, help="ACL access key")
     leaf.add_argument("--secret-key", default=None, help="ACL secret key")
     leaf.add_argument("--tls", action="store_true", help="connect over TLS (verifying)")
@@ -64,13 +78,20 @@ def add_admin_parser(sub: Any) -> None:
         action="store_true",
         help="TLS without certificate checks (test clusters only); implies --tls",
     )
-    cmds = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
-    cmds.add_parser("topics", parents=[leaf], help="list every topic")
-    r = cmds.add_parser("route", parents=[leaf], help="where a topic's queues live")
+    sub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(
+            name, parents=[leaf], help=help, description=help, formatter_class=HelpFormatter
+        )
+        return parser
+
+    command("topics", "list every topic")
+    r = command("route", "where a topic's queues live")
     r.add_argument("topic")
-    lag = cmds.add_parser("lag", parents=[leaf], help="a consumer group's lag per queue")
+    lag = command("lag", "a consumer group's lag per queue")
     lag.add_argument("group")
-    rs = cmds.add_parser("reset-offset", parents=[leaf], help="move a group's offsets of a topic")
+    rs = command("reset-offset", "move a group's offsets of a topic")
     rs.add_argument("group")
     rs.add_argument("topic")
     rs.add_argument(
@@ -79,29 +100,25 @@ def add_admin_parser(sub: Any) -> None:
         help="earliest, latest, epoch milliseconds, or an ISO time (2024-05-01T12:00:00+00:00; "
         "local time without an offset)",
     )
-    m = cmds.add_parser("message", parents=[leaf], help="look a message up by id or key")
+    m = command("message", "look a message up by id or key")
     m.add_argument("id", nargs="?", help="offset message id, or client id with --topic")
     m.add_argument("--key", default=None, help="look up by key (needs --topic)")
     m.add_argument("--topic", default=None, help="the topic (for --key and client ids)")
-    m.add_argument("--max", type=int, default=64, help="most messages by key (64)")
-    tr = cmds.add_parser("trace", parents=[leaf], help="a message's trace (queryMsgTraceById)")
+    m.add_argument("--max", type=int, default=64, help="most messages by key")
+    tr = command("trace", "a message's trace (queryMsgTraceById)")
     tr.add_argument("id", help="the message's client id (UNIQ_KEY)")
-    tr.add_argument(
-        "--topic", default="RMQ_SYS_TRACE_TOPIC", help="the trace topic (RMQ_SYS_TRACE_TOPIC)"
-    )
-    tr.add_argument("--max", type=int, default=64, help="most trace messages (64)")
-    c = cmds.add_parser("create-topic", parents=[leaf], help="create or update a topic")
+    tr.add_argument("--topic", default="RMQ_SYS_TRACE_TOPIC", help="the trace topic")
+    tr.add_argument("--max", type=int, default=64, help="most trace messages")
+    c = command("create-topic", "create or update a topic")
     c.add_argument("topic")
-    c.add_argument("--queues", type=int, default=8, help="read and write queues (8)")
+    c.add_argument("--queues", type=int, default=8, help="read and write queues")
     c.add_argument("--cluster", default=None, help="only this cluster's brokers")
     c.add_argument("--order", action="store_true", help="mark the topic ordered")
-    d = cmds.add_parser("delete-topic", parents=[leaf], help="delete a topic")
+    d = command("delete-topic", "delete a topic")
     d.add_argument("topic")
     d.add_argument("--cluster", default=None, help="only this cluster's brokers")
-    sc = cmds.add_parser(
-        "set-consume-mode",
-        parents=[leaf],
-        help="switch a group between pull and POP on a topic (RocketMQ 5.x)",
+    sc = command(
+        "set-consume-mode", "switch a group between pull and POP on a topic (RocketMQ 5.x)"
     )
     sc.add_argument("group")
     sc.add_argument("topic")
@@ -113,6 +130,28 @@ def add_admin_parser(sub: Any) -> None:
         help="POP: also read this many neighbours' queues (0: every client reads every queue)",
     )
     sc.add_argument("--cluster", default=None, help="only this cluster's brokers")
+    dl = command(
+        "dlq",
+        "a consumer group's dead letters (%DLQ%GROUP) with their original topic and reason; "
+        "--resend sends them back to their original topics, each once",
+    )
+    dl.add_argument("group", help="the consumer group (without namespace)")
+    dl.add_argument("--namespace", default=None, help="the group's client namespace")
+    dl.add_argument(
+        "--resend",
+        action="store_true",
+        help="publish each dead letter not resent before to its original topic (every group "
+        "of that topic receives it); a consumer-group marker (AIOROCKET_DLQ_RESEND offsets on "
+        "the DLQ) keeps a second run from sending it again",
+    )
+    dl.add_argument("--dry-run", action="store_true", help="with --resend: only list what would go")
+    dl.add_argument(
+        "--max-reconsume-times",
+        type=int,
+        default=DEFAULT_MAX_RECONSUME_TIMES,
+        help="the group's retry limit, which the reasons are told against",
+    )
+    dl.add_argument("--limit", type=int, default=1000, help="most dead letters read")
 
 
 def parse_time(text: str) -> str | int | dt.datetime:
@@ -205,6 +244,74 @@ def _message_json(m: ReceivedMessage) -> dict[str, Any]:
     }
 
 
+def _dlq_json(e: DlqEntry) -> dict[str, Any]:
+    return {
+        "msg_id": e.msg_id,
+        "offset_msg_id": e.message.offset_msg_id,
+        "queue": e.message.queue_id,
+        "queue_offset": e.message.queue_offset,
+        "origin_topic": e.origin_topic,
+        "origin_msg_id": e.origin_msg_id,
+        "reconsume_times": e.reconsume_times,
+        "store_timestamp": e.store_timestamp,
+        "keys": e.keys,
+        "tags": e.message.tags,
+        "reason": e.reason,
+        "resent": e.resent,
+    }
+
+
+def _dlq_table(entries: Sequence[DlqEntry]) -> str:
+    rows = [
+        [
+            e.msg_id,
+            e.origin_topic or "?",
+            e.reconsume_times,
+            _time(e.store_timestamp),
+            " ".join(e.keys),
+            "yes" if e.resent else "no",
+            e.reason,
+        ]
+        for e in entries
+    ]
+    headers = ["MSG ID", "TOPIC", "RECONSUMED", "STORED", "KEYS", "RESENT", "REASON"]
+    return render_table(headers, rows)
+
+
+def _resend_text(group: str, outcomes: Sequence[ResendOutcome], dry_run: bool) -> str:
+    if not outcomes:
+        return f"nothing to resend for {group}"
+    if dry_run:
+        return f"would resend {len(outcomes)}:\n" + _dlq_table([o.entry for o in outcomes])
+    rows = [
+        [o.entry.msg_id, o.entry.origin_topic or "?", o.new_msg_id or "-", o.error or "resent"]
+        for o in outcomes
+    ]
+    sent = sum(1 for o in outcomes if o.new_msg_id)
+    table = render_table(["MSG ID", "TOPIC", "NEW OFFSET ID", "RESULT"], rows)
+    return f"{table}\n\nresent {sent} of {len(outcomes)} dead letters of {group}"
+
+
+async def _dlq(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    if args.resend:
+        outcomes = await admin.resend_dead_letters(
+            args.group, namespace=args.namespace, dry_run=args.dry_run, limit=args.limit
+        )
+        value = [
+            {**_dlq_json(o.entry), "new_offset_msg_id": o.new_msg_id, "error": o.error}
+            for o in outcomes
+        ]
+        return value, _resend_text(args.group, outcomes, args.dry_run)
+    entries = await admin.dead_letters(
+        args.group,
+        namespace=args.namespace,
+        max_reconsume_times=args.max_reconsume_times,
+        limit=args.limit,
+    )
+    text = _dlq_table(entries) if entries else f"no dead letters for {args.group}"
+    return [_dlq_json(e) for e in entries], text
+
+
 async def _run(args: argparse.Namespace) -> tuple[Any, str]:
     """Run the command; returns ``(json value, table text)``."""
     settings: dict[str, Any] = {
@@ -224,6 +331,8 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
         raise ConfigurationError("give a message id, or --key with --topic")
     if cmd == "message" and args.key is not None and args.topic is None:
         raise ConfigurationError("--key needs --topic")
+    if cmd == "dlq" and args.dry_run and not args.resend:
+        raise ConfigurationError("--dry-run goes with --resend")
     async with Admin(namesrv=args.namesrv, **settings) as admin:
         if cmd == "topics":
             topics = await admin.topics()
@@ -326,6 +435,8 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
             brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
             value = {"topic": args.topic, "brokers": brokers}
             return value, f"topic {args.topic} deleted from {', '.join(brokers)}"
+        if cmd == "dlq":
+            return await _dlq(admin, args)
         if cmd == "set-consume-mode":
             brokers = await admin.set_consume_mode(
                 args.group,
@@ -345,6 +456,25 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
     raise ConfigurationError(f"unknown admin command {cmd!r}")  # pragma: no cover
 
 
+def _first_line(exc: BaseException) -> str:
+    # A Java name server's remark ends with a FAQ link on a second line.
+    return str(exc).strip().split("\n", 1)[0]
+
+
+def _missing(args: argparse.Namespace, exc: BrokerError) -> str:
+    """The one-line error for a topic or group the cluster does not know."""
+    group = getattr(args, "group", None)
+    if args.admin_command == "lag" or isinstance(exc, SubscriptionGroupNotExistError):
+        # examineConsumeStats starts from the route of %RETRY%<group>, which only a member's
+        # heartbeat creates: no route means no broker has seen the group.
+        return (
+            f"consumer group {group} not found: no broker knows it "
+            f"(no route for {RETRY_PREFIX}{group}; {_first_line(exc)})"
+        )
+    topic = getattr(args, "topic", None)
+    return f"topic {topic} not found ({_first_line(exc)})"
+
+
 def run_admin(args: argparse.Namespace) -> int:
     """Entry point of ``aiorocket admin``; returns the exit code."""
     try:
@@ -355,8 +485,11 @@ def run_admin(args: argparse.Namespace) -> int:
     except TransportError as exc:
         print(f"aiorocket admin: cannot reach {args.namesrv}: {exc}", file=sys.stderr)
         return 1
+    except (TopicNotExistError, SubscriptionGroupNotExistError) as exc:
+        print(f"aiorocket admin: {_missing(args, exc)}", file=sys.stderr)
+        return 1
     except RocketError as exc:
-        print(f"aiorocket admin: {type(exc).__name__}: {exc}".rstrip(), file=sys.stderr)
+        print(f"aiorocket admin: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"aiorocket admin: {exc}", file=sys.stderr)

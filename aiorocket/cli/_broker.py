@@ -31,6 +31,14 @@ def add_broker_parser(sub: Any) -> None:
         action="store_false",
         help="refuse unknown topics instead of creating them",
     )
+    p.add_argument(
+        "--no-create-topics-on-lookup",
+        dest="create_topics_on_lookup",
+        action="store_false",
+        help="answer route lookups of unknown topics TOPIC_NOT_EXIST as a Java name server "
+        "does (consumers then find a new topic at their next route poll); by default a lookup "
+        "creates the topic, an operator's `admin route X` or `admin lag G` too",
+    )
     p.add_argument("--retention-hours", type=float, default=72.0, help="message retention")
     p.add_argument(
         "--max-pull-messages", type=int, default=32, help="messages served per pull at most"
@@ -62,7 +70,7 @@ def add_broker_parser(sub: Any) -> None:
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
         default="asyncio",
-        help="event loop (auto: uvloop when it is installed; default asyncio)",
+        help="event loop (auto: uvloop when it is installed)",
     )
 
 
@@ -77,6 +85,7 @@ async def _serve(args: argparse.Namespace) -> int:
         flush=args.flush,
         default_queues=args.default_queues,
         auto_create_topics=args.auto_create_topics,
+        create_topics_on_lookup=args.create_topics_on_lookup,
         retention_hours=args.retention_hours,
         max_pull_messages=args.max_pull_messages,
         enable_property_filter=args.enable_property_filter,

@@ -325,9 +325,14 @@ class TopicTable(PersistedTable):
         return None
 
     def create_on_lookup(self, name: str) -> TopicConfig | None:
-        """The embedded name server's shortcut (docs/protocol.md §7.5): with auto-creation on, an
-        unknown valid topic is created with ``default_queues`` queues when a client asks for
-        its route, so consumers that start before any producer find it too.
+        """The topic a route lookup answers for, or ``None`` (TOPIC_NOT_EXIST).
+
+        The embedded name server's shortcut (docs/protocol.md §7.5): with ``auto_create_topics``
+        and ``create_topics_on_lookup`` on, an unknown valid topic is created with
+        ``default_queues`` queues (1 for retry and DLQ topics) when a client asks for its
+        route, so consumers that start before any producer find it too. With either off, an
+        unknown topic stays unknown, as with a Java name server (``pickupTopicRouteData``
+        only reads).
 
         Raises:
             OSError: the table cannot be written.
@@ -335,7 +340,10 @@ class TopicTable(PersistedTable):
         existing = self._topics.get(name)
         if existing is not None:
             return existing
-        if not self._config.auto_create_topics or not is_valid_name(name):
+        config = self._config
+        if not (config.auto_create_topics and config.create_topics_on_lookup):
+            return None
+        if not is_valid_name(name):
             return None
         if name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
             n = self._config.retry_queue_nums if name.startswith(RETRY_PREFIX) else 1

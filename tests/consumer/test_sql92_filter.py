@@ -6,6 +6,7 @@ subscribe."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from aiorocket._producer.producer import Producer
 from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import decode_messages
+from aiorocket._protocol.sql92 import IgnoredSelectorTextWarning
 from aiorocket.app import App
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
@@ -256,6 +258,28 @@ def test_bad_expressions_are_refused_at_subscribe_with_their_position() -> None:
         app.subscriber("T", group="g", sql="a = NULL")
     with pytest.raises(ConfigurationError, match="not both"):
         app.subscriber("T", group="g", tags="A", sql="a = 1")
+
+
+def test_text_after_the_expression_is_accepted_with_a_warning_naming_it() -> None:
+    # Java's parser stops where no rule goes on and ignores the rest; subscribe accepts the
+    # selector as Java does, with a warning at the caller's line naming what is ignored.
+    push = rmq.PushConsumer(group="sql-tail", namesrv="127.0.0.1:1")
+    with pytest.warns(IgnoredSelectorTextWarning) as caught:
+        push.subscribe("T", sql="region = 'eu' garbage")
+    (w,) = caught
+    assert w.filename == __file__
+    assert "'garbage' after the expression is ignored" in str(w.message)
+    assert "filtered by \"region = 'eu'\"" in str(w.message)
+    pull = PullConsumer(group="sql-tail", namesrv="127.0.0.1:1")
+    with pytest.warns(IgnoredSelectorTextWarning, match=r"'\)' after the expression"):
+        pull.subscribe("T", sql="a = 1 )")
+    app = App(namesrv="127.0.0.1:1")
+    with pytest.warns(IgnoredSelectorTextWarning, match="'extra words'"):
+        app.subscriber("T", group="g", sql="a = 1 AND b = 2 extra words")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a whole expression, comments and spaces: no warning
+        push.subscribe("T2", sql="region = 'eu' /* a comment */  ")
+        push.subscribe("T3", sql="a = 1 -- a line comment ends with its line\n")
 
 
 async def test_cli_flag_enables_property_filtering(tmp_path: Path) -> None:

@@ -74,3 +74,29 @@ async def test_all_interfaces_never_advertise_0000() -> None:
     config = BrokerConfig(advertised_host="10.1.2.3")
     async with EmbeddedBroker(config=config) as broker:
         assert broker.address.startswith("10.1.2.3:")
+
+
+async def test_lookups_without_the_shortcut_answer_17_and_create_nothing() -> None:
+    # create_topics_on_lookup off: lookups only read, as Java's getRouteInfoByTopic; creation
+    # stays where Java does it (a send through TBW102, a consumer heartbeat's %RETRY% topic).
+    async with (
+        running_broker(create_topics_on_lookup=False) as broker,
+        RawClient(broker.address) as c,
+    ):
+        before = TopicList.from_json(
+            (await c.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body
+        ).topic_list
+        for topic in ("Unknown_T", "%RETRY%unknownG", "%DLQ%unknownG"):
+            resp, route = await c.route(topic)
+            assert (resp.code, route) == (ResponseCode.TOPIC_NOT_EXIST, None)
+            assert resp.remark == (
+                f"No topic route info in name server for the topic: {topic}\n"
+                "See http://rocketmq.apache.org/docs/faq/ for further details."
+            )
+        resp = await c.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        assert TopicList.from_json(resp.body).topic_list == before
+        assert "Unknown_T" not in broker.topics
+        resp, route = await c.route("TBW102")  # the template is still served
+        assert resp.code == 0
+        assert route is not None
+        assert route.queue_datas[0].perm == 7

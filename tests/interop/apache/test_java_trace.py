@@ -15,6 +15,9 @@ The Java broker runs with ``traceTopicEnable=true`` (it creates ``RMQ_SYS_TRACE_
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,36 @@ async def _mqadmin_trace(cluster: JavaCluster, msg_id: str) -> list[list[str]]:
     return [line.split() for line in out.splitlines() if line.startswith(("Pub ", "Sub "))]
 
 
+async def _agrees_with_mqadmin(cluster: JavaCluster, msg_id: str) -> int:
+    """``aiorocket admin trace ID --json`` and ``mqadmin queryMsgTraceById -i ID`` show the
+    same rows (mqadmin prints Pub and SubAfter records: type, group, client host, time to the
+    second, cost, status; Sub rows grouped per consumer group); returns how many."""
+    theirs = sorted(await _mqadmin_trace(cluster, msg_id))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "aiorocket", "admin", "trace", msg_id, "-n", cluster.namesrv, "--json"),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    shown = {"Pub": "Pub", "SubAfter": "Sub"}
+    ours = sorted(
+        [
+            shown[e["type"]],
+            e["group"],
+            e["client_host"],
+            # DateFormatUtils.format(ts, "yyyy-MM-dd HH:mm:ss"): the JVM's local time zone
+            *time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["timestamp"] / 1000)).split(),
+            f"{e['cost_ms']}ms",
+            e["status"],
+        ]
+        for e in json.loads(out)
+        if e["type"] in shown
+    )
+    assert ours == theirs
+    return len(ours)
+
+
 async def _wait_trace(
     cluster: JavaCluster, msg_id: str, want: int, timeout: float = 60.0
 ) -> list[list[str]]:
@@ -87,6 +120,9 @@ async def test_aiorocket_pub_java_sub(
     assert sorted(r[-1] for r in subs) == ["failed", "success"]
     rows = await _wait_trace(java_cluster, ok.msg_id, 2)
     assert [r[0] for r in rows] == ["Pub", "Sub"]
+    # `aiorocket admin trace` shows what mqadmin shows, row by row
+    assert await _agrees_with_mqadmin(java_cluster, bad.msg_id) == 3
+    assert await _agrees_with_mqadmin(java_cluster, ok.msg_id) == 2
     # our reader agrees
     async with rmq.Admin(namesrv=java_cluster.namesrv) as admin:
         entries = await admin.trace(bad.msg_id)
@@ -131,6 +167,9 @@ async def test_java_pub_aiorocket_sub(
     subs = [r for r in rows if r[0] == "Sub"]
     assert [r[1] for r in subs] == [group, group]
     assert sorted(r[-1] for r in subs) == ["failed", "success"]
+    for msg_id, rows_shown in ((sent[0], 3), (sent[1], 2)):
+        await _wait_trace(java_cluster, msg_id, rows_shown)
+        assert await _agrees_with_mqadmin(java_cluster, msg_id) == rows_shown
     # The Java client's own records: our encoder writes the same bytes.
     async with rmq.Admin(namesrv=java_cluster.namesrv) as admin:
         raw = await admin.messages_by_key("RMQ_SYS_TRACE_TOPIC", sent[1])
