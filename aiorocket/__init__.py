@@ -15,7 +15,8 @@ from aiorocket._consumer import (
     SimpleConsumer,
     TopicStatistics,
 )
-from aiorocket._producer.hooks import SendHook, SendHookContext
+from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext
+from aiorocket._producer.hooks import SendCallContext, SendCallHook, SendHook, SendHookContext
 from aiorocket._producer.producer import Producer
 from aiorocket._producer.transaction import (
     TransactionProducer,
@@ -62,10 +63,14 @@ __all__ = [
     "QueueStatistics",
     "ReadBatch",
     "ReadStatus",
+    "ReceiveHook",
+    "ReceiveHookContext",
     "ReceivedMessage",
     "ReconsumeLater",
     "RetryPolicy",
     "RocketError",
+    "SendCallContext",
+    "SendCallHook",
     "SendHook",
     "SendHookContext",
     "SendResult",

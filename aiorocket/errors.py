@@ -57,6 +57,7 @@ import re
 from typing import ClassVar
 
 __all__ = [
+    "IgnoredSelectorTextWarning",
     "AccessDeniedError",
     "BrokerError",
     "BrokerSystemError",
@@ -577,3 +578,11 @@ def broker_error(code: int, remark: str | None = None) -> BrokerError:
     if cls is None:
         return BrokerError(remark or "", code=code)
     return cls(remark or "")
+
+
+class IgnoredSelectorTextWarning(UserWarning):
+    """An SQL92 selector has text after the expression that RocketMQ's parser ignores
+    (``region = 'eu' garbage`` filters by ``region = 'eu'``); issued by ``subscribe``, which
+    still accepts the selector as a Java client and broker do. Filter it with
+    ``warnings.simplefilter("ignore", IgnoredSelectorTextWarning)`` or make it an error with
+    ``"error"``."""

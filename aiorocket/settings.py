@@ -6,8 +6,9 @@ Every timing constant is a setting so tests can shrink it.
 
 from __future__ import annotations
 
+import difflib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -24,6 +25,8 @@ __all__ = [
     "ProducerSettings",
     "TransactionProducerSettings",
     "build_settings",
+    "closest_name",
+    "describe_errors",
 ]
 
 
@@ -231,6 +234,11 @@ class ConsumerSettings(ClientSettings):
         offset_persist_interval: how often offsets are persisted (5 s).
         rebalance_interval: how often queues are re-allocated (20 s); a broker notification
             triggers it at once.
+        missing_route_retry: a subscribed topic with no route (it does not exist yet: the
+            consumer started before any producer) is looked up again after this long, then
+            after twice as long each time up to ``route_refresh_interval``; when it appears the
+            consumer heartbeats and rebalances at once (1 s). Java waits for its next route
+            poll (``pollNameServerInterval``, 30 s).
         pull_suspend_timeout: how long the broker may hold a pull with no message (15 s).
         pull_timeout: timeout of a held pull (30 s); must exceed ``pull_suspend_timeout``.
         pull_retry_max_delay: the longest pause between pull retries after errors (1 s; the
@@ -309,6 +317,7 @@ class ConsumerSettings(ClientSettings):
     send_back_timeout: float = Field(default=5.0, gt=0)
     offset_persist_interval: float = Field(default=5.0, gt=0)
     rebalance_interval: float = Field(default=20.0, gt=0)
+    missing_route_retry: float = Field(default=1.0, gt=0)
     pull_suspend_timeout: float = Field(default=15.0, gt=0)
     pull_timeout: float = Field(default=30.0, gt=0)
     pull_retry_max_delay: float = Field(default=1.0, ge=0.05)
@@ -380,17 +389,35 @@ class ConsumerSettings(ClientSettings):
 _S = TypeVar("_S", bound=BaseModel)
 
 
+def closest_name(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the valid name closest to a misspelt one, else ``""``."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def describe_errors(exc: ValidationError, valid: Iterable[str]) -> str:
+    """One line naming every problem of ``exc``; an unknown name gets the closest of
+    ``valid`` as a suggestion."""
+    names = list(valid)
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"unknown setting {where!r}{closest_name(where, names)}")
+        else:
+            problems.append(f"{where}: {err['msg']}")
+    return "; ".join(problems)
+
+
 def build_settings(cls: type[_S], values: Mapping[str, Any]) -> _S:
     """Validate ``values`` into ``cls``.
 
     Raises:
-        ConfigurationError: a value is missing, unknown or invalid; the message names it.
+        ConfigurationError: a value is missing, unknown or invalid; the message names it
+            (and, for an unknown name, the closest valid one).
     """
     try:
         return cls(**values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = describe_errors(exc, cls.model_fields)
         raise ConfigurationError(f"invalid {cls.__name__}: {problems}") from None

@@ -252,19 +252,19 @@ class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
                 req.worker = me
                 running.add(req)
                 call = pq.call_started(start)
-                raised = False
+                raised: Exception | None = None
                 try:
                     status = await handler(msgs[:], ctx)
                 except asyncio.CancelledError:
                     if not self._timed_out(req, me):
                         raise
                     status = _LATER
-                except Exception:
+                except Exception as exc:
                     log.warning(
                         "handler failed on %d message(s) of %s", len(msgs), pq.queue, exc_info=True
                     )
                     status = _LATER
-                    raised = True
+                    raised = exc
                 finally:
                     running.discard(req)
                     pq.call_ended(call)
@@ -279,6 +279,7 @@ class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
                     status = _LATER
                 if hook_ctx is not None:
                     self._after_hooks(hook_ctx, status is _SUCCESS, raised, end - start)
+                raised = None  # its traceback holds this frame
                 if req.expired:
                     pass  # the clean-up already sent these back and moved the offset on
                 elif pq.dropped:
@@ -299,7 +300,7 @@ class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
             # A worker ends cancelled; its task keeps the CancelledError, whose traceback keeps
             # this frame: unbound here, the task, its last request and messages are freed at
             # once instead of waiting in a cycle for a full collection (rare in a big heap).
-            me = req = msgs = None  # type: ignore[assignment]
+            me = req = msgs = raised = None  # type: ignore[assignment]
 
     @staticmethod
     def _timed_out(req: _Request, me: asyncio.Task[None] | None) -> bool:

@@ -312,15 +312,15 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
         ctx: OrderlyContext,
         now: float,
         what: str,
-    ) -> tuple[object, bool]:
-        """One handler call: (its result, whether it raised). A raise is logged and answered
+    ) -> tuple[object, Exception | None]:
+        """One handler call: (its result, what it raised). A raise is logged and answered
         as SUSPEND_CURRENT_QUEUE_A_MOMENT, as Java's ``ConsumeMessageOrderlyService`` does
         with a listener's exception; ``what`` (the queue or a key) is what it suspends."""
         self._running += 1
         call = pq.call_started(now)
         try:
-            return await self._handler(msgs[:], ctx), False
-        except Exception:
+            return await self._handler(msgs[:], ctx), None
+        except Exception as exc:
             log.warning(
                 "orderly handler failed on %d message(s) of %s; suspending %s",
                 len(msgs),
@@ -328,7 +328,7 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
                 what,
                 exc_info=True,
             )
-            return _SUSPEND, True
+            return _SUSPEND, exc
         finally:
             self._running -= 1
             pq.call_ended(call)

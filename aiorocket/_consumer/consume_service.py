@@ -51,15 +51,20 @@ class ConsumeServiceBase(Generic[_H]):
         self._batch = settings.consume_batch_size
         self._sender = SendBack(client=self._client, group=self._group, settings=settings)
 
-    def _after_hooks(self, hook_ctx: ConsumeHookContext, ok: bool, raised: bool, rt: float) -> None:
+    def _after_hooks(
+        self, hook_ctx: ConsumeHookContext, ok: bool, raised: BaseException | None, rt: float
+    ) -> None:
         """Run the after-hooks of a handler call that took ``rt`` seconds: it succeeded
-        (``ok``), failed, or ``raised``."""
+        (``ok``), failed, or ``raised`` (what it raised)."""
         hook_ctx.status = ConsumeStatus.CONSUME_SUCCESS if ok else ConsumeStatus.RECONSUME_LATER
         hook_ctx.success = ok
-        if raised:
+        if raised is not None:
             hook_ctx.return_type = "EXCEPTION"
+            hook_ctx.exception = raised
         elif rt >= self._settings.consume_timeout:
             hook_ctx.return_type = "TIME_OUT"
         else:
             hook_ctx.return_type = "SUCCESS" if ok else "FAILED"
         run_after(self._hooks, hook_ctx)
+        # its traceback holds the consume task's frame: no cycle left behind
+        hook_ctx.exception = None

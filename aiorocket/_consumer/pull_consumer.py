@@ -48,7 +48,12 @@ from aiorocket._client.time_search import first_offset_at, store_time
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import BrokerRequests
 from aiorocket._consumer.group_member import GroupMember
-from aiorocket._consumer.hooks import ConsumeHook
+from aiorocket._consumer.hooks import (
+    ConsumeHook,
+    ReceiveHook,
+    ReceiveHookContext,
+    run_received,
+)
 from aiorocket._consumer.queue_table import OwnedQueue, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
@@ -228,11 +233,28 @@ class PullConsumer(GroupMember):
         #: close() counts what was handed out as processed; an exception leaving
         #: ``async with`` does not
         self._close_acks = True
+        self._hooks: list[ConsumeHook] = []
+        self._receive_hooks: list[ReceiveHook] = []
         # Built by start() (_build), besides GroupMember's parts.
         self._sender: SendBack
         self._commit_timer: Periodic
 
     # -- configuration ------------------------------------------------------------------------
+
+    def register_hook(self, hook: ConsumeHook | ReceiveHook) -> None:
+        """Add a hook (:mod:`aiorocket._consumer.hooks`): its ``received`` runs once per
+        :meth:`poll` that returns messages; its ``consume_before`` / ``consume_after``, if it
+        has them, run per queue over what a poll hands out, as consumed successfully at once
+        (as Java's lite pull consumer runs its ``ConsumeMessageHook``).
+
+        Raises:
+            ConfigurationError: the consumer was started already.
+        """
+        self._check_not_started("register a hook")
+        if callable(getattr(hook, "received", None)):
+            self._receive_hooks.append(hook)  # type: ignore[arg-type]
+        if callable(getattr(hook, "consume_before", None)):
+            self._hooks.append(hook)  # type: ignore[arg-type]
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Read ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A"``, ``"A ||
@@ -317,7 +339,7 @@ class PullConsumer(GroupMember):
         self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
         self._offsets = self._new_offset_store(client)
         self._sender = SendBack(client=client, group=self._group, settings=s)
-        self._trace_hooks: list[ConsumeHook] = []  # trace only (Java's lite pull has no API)
+        self._trace_hooks: list[ConsumeHook] = list(self._hooks)
         self.tracer = install_trace(client, s, self._trace_hooks)
         self._rebalancer = Rebalancer(
             client=client,
@@ -485,12 +507,13 @@ class PullConsumer(GroupMember):
         self._check_readable()
         if max_messages < 1:
             raise ConfigurationError("max_messages must be at least 1")
+        started = time.time_ns() if self._receive_hooks else 0
         queues = self._queues
         if queues.dirty:
             queues.acknowledge()
         out = queues.take(max_messages)
         if out or timeout == 0:
-            return trace_polled(self._trace_hooks, self.settings.group, out)
+            return self._hand_out(out, started)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not out:
@@ -502,6 +525,14 @@ class PullConsumer(GroupMember):
             if self._closing:
                 return []
             out = queues.take(max_messages)
+        return self._hand_out(out, started)
+
+    def _hand_out(self, out: list[ReceivedMessage], started_ns: int) -> list[ReceivedMessage]:
+        # What poll returns, past the hooks.
+        if out and self._receive_hooks:
+            s = self.settings
+            ctx = ReceiveHookContext(s.group, s.namespace, "poll", out, started_ns)
+            run_received(self._receive_hooks, ctx)
         return trace_polled(self._trace_hooks, self.settings.group, out)
 
     def __aiter__(self) -> PullConsumer:

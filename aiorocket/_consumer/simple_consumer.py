@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext, run_received
 from aiorocket._consumer.popping import MAX_MESSAGES, PopClient, PoppedMessage, PopTarget
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
@@ -105,8 +106,19 @@ class SimpleConsumer(GroupMember):
         self._next_target = 0
         self._fifo = fifo
         self._pop: PopClient
+        self._receive_hooks: list[ReceiveHook] = []
 
     # -- configuration ------------------------------------------------------------------------
+
+    def register_hook(self, hook: ReceiveHook) -> None:
+        """Add a hook whose ``received`` runs once per :meth:`receive` that returns messages
+        (:mod:`aiorocket._consumer.hooks`).
+
+        Raises:
+            ConfigurationError: the consumer was started already.
+        """
+        self._check_not_started("register a hook")
+        self._receive_hooks.append(hook)
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Receive ``topic``'s messages whose tag matches ``expression`` (``"*"``, ``"A || B"``),
@@ -205,6 +217,19 @@ class SimpleConsumer(GroupMember):
             ConfigurationError: the consumer was never started.
             ClientClosedError: the consumer is closed.
         """
+        if not self._receive_hooks:
+            return await self._receive(max_messages, invisible_duration)
+        started = time.time_ns()
+        got = await self._receive(max_messages, invisible_duration)
+        if got:
+            s = self.settings
+            ctx = ReceiveHookContext(s.group, s.namespace, "receive", got, started)
+            run_received(self._receive_hooks, ctx)
+        return got
+
+    async def _receive(
+        self, max_messages: int, invisible_duration: float | None
+    ) -> list[PoppedMessage]:
         if not 1 <= max_messages <= MAX_MESSAGES:
             raise ConfigurationError(f"max_messages must be 1-{MAX_MESSAGES}, not {max_messages}")
         invisible = (

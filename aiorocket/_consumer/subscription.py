@@ -11,11 +11,10 @@ from aiorocket._protocol.bodies import SubscriptionData
 from aiorocket._protocol.sql92 import (
     EXPRESSION_TYPE_SQL92,
     EXPRESSION_TYPE_TAG,
-    IgnoredSelectorTextWarning,
     compile_sql92,
 )
 from aiorocket._protocol.tags import TagFilter, parse_tag_expression
-from aiorocket.errors import ConfigurationError
+from aiorocket.errors import ConfigurationError, IgnoredSelectorTextWarning
 
 __all__ = ["Subscription", "check_selector"]
 
@@ -26,7 +25,7 @@ def check_selector(expression: str | None, sql: str | None) -> None:
 
     Text after the SQL92 expression (``region = 'eu' garbage``) is accepted, as RocketMQ's
     parser accepts it (and the broker filters by the expression alone), with an
-    :class:`~aiorocket._protocol.sql92.IgnoredSelectorTextWarning` naming the ignored text, at
+    :class:`~aiorocket.errors.IgnoredSelectorTextWarning` naming the ignored text, at
     the caller of ``subscribe``.
 
     Raises:

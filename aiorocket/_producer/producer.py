@@ -5,18 +5,33 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import math
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Final
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._names import now_ms, without_namespace, wrap_namespace
-from aiorocket._producer.hooks import SendHook, SendHookContext, run_send_after, run_send_before
+from aiorocket._producer.checks import (
+    check_sharding_key,
+    deliver_ms,
+    group_key,
+    has_timer,
+    msg_type,
+)
+from aiorocket._producer.hooks import (
+    SendCallContext,
+    SendCallHook,
+    SendHook,
+    SendHookContext,
+    run_send_after,
+    run_send_before,
+    run_send_done,
+    run_send_prepare,
+)
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
@@ -30,8 +45,6 @@ from aiorocket._protocol.properties import (
     SHARDING_KEY,
     TAGS,
     TIMER_DELIVER_MS,
-    TIMER_KEYS,
-    TRAN_MSG,
     UNIQ_KEY,
     WAIT,
     encode_properties,
@@ -71,8 +84,6 @@ _STATUS = {
 _BATCH_ITEM_OVERHEAD = 22
 #: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
 _BUSY_BACKOFF = 0.05
-_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_MS: Final = datetime.timedelta(milliseconds=1)
 
 
 class Producer(AsyncResource):
@@ -116,6 +127,7 @@ class Producer(AsyncResource):
         self._started = False
         self._closed = False
         self._hooks: list[SendHook] = []
+        self._call_hooks: list[SendCallHook] = []
         #: the message trace's sender (``trace=True``)
         self.tracer: TraceDispatcher | None = None
         if self.settings.trace:
@@ -128,10 +140,16 @@ class Producer(AsyncResource):
             )
             self._hooks.append(SendTraceHook(self.tracer))
 
-    def register_hook(self, hook: SendHook) -> None:
-        """Add a hook called around every send attempt of :meth:`send` and
-        :meth:`send_oneway` (Java ``SendMessageHook``; batches are not hooked, as in Java)."""
-        self._hooks.append(hook)
+    def register_hook(self, hook: SendHook | SendCallHook) -> None:
+        """Add a send hook (:mod:`aiorocket._producer.hooks`): its ``send_before`` /
+        ``send_after`` run around every send attempt of :meth:`send`, :meth:`send_oneway` and
+        :meth:`send_batch` (once per sub-batch, as Java runs ``SendMessageHook`` for a
+        ``MessageBatch``); its ``send_prepare`` / ``send_done``, if it has them, once per call,
+        ``send_prepare`` before the properties are encoded."""
+        if callable(getattr(hook, "send_before", None)):
+            self._hooks.append(hook)  # type: ignore[arg-type]
+        if callable(getattr(hook, "send_prepare", None)):
+            self._call_hooks.append(hook)  # type: ignore[arg-type]
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -251,7 +269,7 @@ class Producer(AsyncResource):
             delay_level,
             timeout,
             oneway=False,
-            deliver_ms=_deliver_ms(deliver_at, deliver_after),
+            deliver_ms=deliver_ms(deliver_at, deliver_after),
         )
         assert result is not None
         return result
@@ -281,7 +299,7 @@ class Producer(AsyncResource):
             delay_level,
             None,
             oneway=True,
-            deliver_ms=_deliver_ms(deliver_at, deliver_after),
+            deliver_ms=deliver_ms(deliver_at, deliver_after),
         )
 
     async def send_batch(
@@ -316,31 +334,61 @@ class Producer(AsyncResource):
             raise ConfigurationError("all messages of a batch must have the same topic")
         if any(m.delay_level for m in msgs):
             raise ConfigurationError("delayed messages cannot be sent in a batch")
-        if any(_has_timer(m.properties) for m in msgs):
+        if any(has_timer(m.properties) for m in msgs):
             # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
             raise ConfigurationError("timer messages cannot be sent in a batch")
         groups = {m.message_group for m in msgs}
         if len(groups) > 1:
             raise ConfigurationError("all messages of a batch must have the same message_group")
-        sharding_key = _group_key(groups.pop(), sharding_key)
+        sharding_key = group_key(groups.pop(), sharding_key)
         validate_name(topic)
-        _check_sharding_key(sharding_key)
+        check_sharding_key(sharding_key)
         limit = self.settings.max_message_size
-        chunks: list[list[tuple[BatchItem, str]]] = [[]]
-        size = 0
         for m in msgs:
             if len(m.body) > limit:
                 raise MessageTooLargeError(
                     f"message body of {len(m.body)} bytes exceeds {limit} bytes"
                 )
-            uniq = self._uniq.next(int(time.time() * 1000))
-            props = self._properties(m, uniq, None, sharding_key)
+        fields = [
+            self._properties(m, self._uniq.next(int(time.time() * 1000)), None, sharding_key)
+            for m in msgs
+        ]
+        call = None
+        if self._call_hooks:
+            call = SendCallContext(self.settings.group, topic, msgs, fields, batch=True)
+            run_send_prepare(self._call_hooks, call)
+        try:
+            results = await self._send_chunks(topic, msgs, fields, sharding_key, queue, timeout)
+        except BaseException as exc:
+            if call is not None:
+                call.exception = exc
+                run_send_done(self._call_hooks, call)
+            raise
+        if call is not None:
+            call.results = results
+            run_send_done(self._call_hooks, call)
+        return results
+
+    async def _send_chunks(
+        self,
+        topic: str,
+        msgs: Sequence[Message],
+        fields: list[dict[str, str]],
+        sharding_key: str | None,
+        queue: MessageQueue | None,
+        timeout: float | None,
+    ) -> list[SendResult]:
+        # send_batch's sends, its messages' properties built (and prepared by the hooks).
+        limit = self.settings.max_message_size
+        chunks: list[list[tuple[BatchItem, str, Message]]] = [[]]
+        size = 0
+        for m, props in zip(msgs, fields, strict=True):
             item = BatchItem(flag=0, body=m.body, properties=encode_properties(props))
             item_size = _BATCH_ITEM_OVERHEAD + len(m.body) + len(item.properties.encode())
             if chunks[-1] and size + item_size > limit:
                 chunks.append([])
                 size = 0
-            chunks[-1].append((item, uniq))
+            chunks[-1].append((item, props[UNIQ_KEY], m))
             size += item_size
         results = []
         # One budget for the whole call, as for send(): each sub-batch gets what is left.
@@ -348,8 +396,8 @@ class Producer(AsyncResource):
         budget = timeout or self.settings.send_timeout
         deadline = loop.time() + budget
         for i, chunk in enumerate(chunks):
-            body = encode_batch_body([it for it, _ in chunk])
-            uniqs = ",".join(u for _, u in chunk)
+            body = encode_batch_body([it for it, _, _ in chunk])
+            uniqs = ",".join(u for _, u, _ in chunk)
             remaining = deadline - loop.time()
             try:
                 if remaining <= 0:
@@ -368,6 +416,7 @@ class Producer(AsyncResource):
                         remaining,
                         batch=True,
                         oneway=False,
+                        batch_msgs=[m for _, _, m in chunk],
                     )
                 )
             except RocketError as exc:
@@ -422,8 +471,8 @@ class Producer(AsyncResource):
         deliver_ms: int | None = None,
     ) -> SendResult | None:
         validate_name(msg.topic)
-        sharding_key = _group_key(msg.message_group, sharding_key)
-        _check_sharding_key(sharding_key)
+        sharding_key = group_key(msg.message_group, sharding_key)
+        check_sharding_key(sharding_key)
         if delay_level is not None and not 0 <= delay_level <= 18:
             raise ConfigurationError("delay_level must be within 0..18")
         if deliver_ms is not None:
@@ -435,7 +484,7 @@ class Producer(AsyncResource):
                 raise ConfigurationError(
                     "a message has either a delivery time or a message group / sharding key"
                 )
-            if _has_timer(msg.properties):
+            if has_timer(msg.properties):
                 raise ConfigurationError("the message's properties already set a delivery time")
             extra = {**(extra or {}), TIMER_DELIVER_MS: str(deliver_ms)}
         s = self.settings
@@ -448,28 +497,43 @@ class Producer(AsyncResource):
         fields = self._properties(msg, uniq, delay_level, sharding_key)
         if extra:
             fields.update(extra)
-        timer = _has_timer(fields)
+        call = None
+        if self._call_hooks:
+            call = SendCallContext(s.group, msg.topic, (msg,), [fields], oneway=oneway)
+            run_send_prepare(self._call_hooks, call)
+        timer = has_timer(fields)
         props = encode_properties(fields)
         body = msg.body
         if s.compress_threshold and len(body) >= s.compress_threshold:
             body = compress_body(body, s.compress_level)
             sys_flag |= MessageSysFlag.COMPRESSED
-        return await self._send_with_retries(
-            msg.topic,
-            body,
-            sys_flag,
-            props,
-            uniq,
-            msg,
-            sharding_key,
-            selector,
-            queue,
-            timeout,
-            batch=False,
-            oneway=oneway,
-            timer=timer,
-            msg_type=_msg_type(fields),
-        )
+        try:
+            result = await self._send_with_retries(
+                msg.topic,
+                body,
+                sys_flag,
+                props,
+                uniq,
+                msg,
+                sharding_key,
+                selector,
+                queue,
+                timeout,
+                batch=False,
+                oneway=oneway,
+                timer=timer,
+                msg_type=msg_type(fields),
+            )
+        except BaseException as exc:
+            if call is not None:
+                call.exception = exc
+                run_send_done(self._call_hooks, call)
+            raise
+        if call is not None:
+            if result is not None:
+                call.results.append(result)
+            run_send_done(self._call_hooks, call)
+        return result
 
     async def _send_with_retries(
         self,
@@ -488,6 +552,7 @@ class Producer(AsyncResource):
         oneway: bool,
         timer: bool = False,
         msg_type: str = "Normal",
+        batch_msgs: Sequence[Message] = (),
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -541,8 +606,17 @@ class Producer(AsyncResource):
                     addr = await self._client.find_broker(mq.broker_name, wire_topic, master=True)
                     if timer:
                         await self._require_timers(addr)
-                    if self._hooks and msg is not None:
-                        hook = SendHookContext(s.group, msg, mq, addr, msg_type, started=now_ms())
+                    if self._hooks:
+                        hook = SendHookContext(
+                            s.group,
+                            # a sub-batch is seen as one message, as Java's MessageBatch
+                            msg if msg is not None else Message(topic, body),
+                            mq,
+                            addr,
+                            msg_type,
+                            started=now_ms(),
+                            batch=batch_msgs,
+                        )
                         run_send_before(self._hooks, hook)
                     resp = await self._client.send_message(
                         addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
@@ -707,64 +781,3 @@ class Producer(AsyncResource):
                 await self._client.unregister_client(addr, producer_group=self._wire_group())
             except RocketError as exc:
                 log.debug("unregister from %s failed: %s", addr, exc)
-
-
-def _deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None) -> int | None:
-    """The ``TIMER_DELIVER_MS`` of :meth:`Producer.send`'s timer arguments (``None``: neither).
-
-    Raises:
-        ConfigurationError: both given, a naive or non-datetime ``deliver_at``, a
-            ``deliver_after`` that is negative or not a finite number.
-    """
-    if deliver_at is None and deliver_after is None:
-        return None
-    if deliver_at is not None and deliver_after is not None:
-        raise ConfigurationError("give deliver_at or deliver_after, not both")
-    if deliver_at is not None:
-        if not isinstance(deliver_at, datetime.datetime):
-            raise ConfigurationError(f"deliver_at must be a datetime, not {deliver_at!r}")
-        if deliver_at.utcoffset() is None:
-            # A naive time is ambiguous (local? UTC?): a timer off by hours must not be a guess.
-            raise ConfigurationError(
-                "deliver_at must be timezone-aware (e.g. datetime.now(timezone.utc) + delta)"
-            )
-        # Exact integer milliseconds, rounded up: never before the asked instant.
-        return -((_EPOCH - deliver_at) // _MS)
-    assert deliver_after is not None
-    if (
-        isinstance(deliver_after, bool)
-        or not isinstance(deliver_after, int | float)
-        or not math.isfinite(deliver_after)
-        or deliver_after < 0
-    ):
-        raise ConfigurationError(f"deliver_after must be >= 0 seconds, not {deliver_after!r}")
-    return -(-time.time_ns() // 1_000_000) + math.ceil(deliver_after * 1000)
-
-
-def _msg_type(props: Mapping[str, str]) -> str:
-    # DefaultMQProducerImpl.sendKernelImpl: the MessageType a send hook sees.
-    if props.get(TRAN_MSG) == "true":
-        return "Trans"
-    return "Delay" if DELAY in props else "Normal"
-
-
-def _has_timer(props: Mapping[str, str]) -> bool:
-    return any(k in props for k in TIMER_KEYS)
-
-
-def _group_key(message_group: str | None, sharding_key: str | None) -> str | None:
-    # A message's 5.x message group is its sharding key (RocketMQ 5.x: __SHARDINGKEY).
-    if message_group is None:
-        return sharding_key
-    if sharding_key is not None and sharding_key != message_group:
-        raise ConfigurationError(
-            f"sharding_key {sharding_key!r} differs from the message's message_group "
-            f"{message_group!r}"
-        )
-    return message_group
-
-
-def _check_sharding_key(key: str | None) -> None:
-    # It becomes a property value: the separators would corrupt the properties string.
-    if key is not None and ("\x01" in key or "\x02" in key):
-        raise ConfigurationError("sharding_key must not contain \\x01 or \\x02")

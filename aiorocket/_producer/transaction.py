@@ -31,7 +31,8 @@ from aiorocket.errors import ConfigurationError, RemoteProtocolError, RocketErro
 from aiorocket.models import Message, ReceivedMessage, SendResult, SendStatus
 from aiorocket.settings import TransactionProducerSettings
 
-from .producer import Producer, _has_timer
+from .checks import has_timer
+from .producer import Producer
 from .trace_hook import trace_end_transaction
 
 __all__ = ["TransactionProducer", "TransactionSendResult", "TransactionState"]
@@ -152,10 +153,10 @@ class TransactionProducer(Producer):
                 RocketMQ 5.x refuses a transactional message that is also a FIFO or a timer
                 one ("Transactional message should not set messageGroup or
                 deliveryTimestamp").
-            As :meth:`Producer.send` for the half message; nothing has been stored then and
-            ``execute_local`` has not run.
+            RocketError: as :meth:`Producer.send` for the half message; nothing has been
+                stored then and ``execute_local`` has not run.
         """
-        if msg.message_group is not None or _has_timer(msg.properties):
+        if msg.message_group is not None or has_timer(msg.properties):
             # PublishingMessageImpl (rocketmq-clients): the three message types exclude each
             # other; over remoting a 5.x broker would deliver the commit at the timer's time.
             raise ConfigurationError(

@@ -45,7 +45,6 @@ from aiorocket.errors import InvalidSelectorError
 __all__ = [
     "EXPRESSION_TYPE_SQL92",
     "EXPRESSION_TYPE_TAG",
-    "IgnoredSelectorTextWarning",
     "Sql92EvaluationError",
     "Sql92Filter",
     "compile_sql92",
@@ -71,14 +70,6 @@ class _Long(int):
 Value: TypeAlias = "int | float | str | bool | None"
 Props: TypeAlias = Mapping[str, str]
 _Ev: TypeAlias = Callable[[Props], Value]
-
-
-class IgnoredSelectorTextWarning(UserWarning):
-    """An SQL92 selector has text after the expression that RocketMQ's parser ignores
-    (``region = 'eu' garbage`` filters by ``region = 'eu'``); issued by ``subscribe``, which
-    still accepts the selector as a Java client and broker do. Filter it with
-    ``warnings.simplefilter("ignore", IgnoredSelectorTextWarning)`` or make it an error with
-    ``"error"``."""
 
 
 class Sql92EvaluationError(Exception):

@@ -14,15 +14,19 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._concurrency import AsyncResource, Periodic, Service
 from aiorocket._consumer import PushConsumer
+from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.subscription import check_selector
-from aiorocket._names import dlq_topic
+from aiorocket._names import dlq_topic, wrap_namespace
+from aiorocket._producer.hooks import SendCallHook, SendHook
 from aiorocket._producer.producer import Producer
 from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
-from aiorocket.app.health import QueueHealth, queue_health
-from aiorocket.app.settings import AppSettings, load_app_settings
-from aiorocket.app.signals import ReconsumeLater, RetryPolicy
+from aiorocket.app.failures import FailureLog
+from aiorocket.app.health import QueueHealth, queue_health, readiness_report
+from aiorocket.app.readiness import ReadinessProbe
+from aiorocket.app.settings import AppSettings, check_group_settings, load_app_settings
+from aiorocket.app.signals import DeadLetter, ReconsumeLater, RetryPolicy
 from aiorocket.errors import ClientClosedError, ConfigurationError, RocketError
 from aiorocket.models import (
     ConcurrentContext,
@@ -34,6 +38,7 @@ from aiorocket.models import (
     SendResult,
     validate_name,
 )
+from aiorocket.settings import ClientSettings, ConsumerSettings, build_settings
 
 __all__ = ["App", "SubscriberStatistics"]
 
@@ -52,6 +57,8 @@ _LATENCY_SAMPLES = 20_000
 #: orderly subscriber's ``ReconsumeLater(delay_level=...)`` suspends its queue this long;
 #: higher levels are past the 30 s a suspension may last and get 30 s
 _DELAY_LEVEL_SECONDS = (1, 5, 10, 30)
+#: topics published to that the readiness probe follows, at most
+_PUBLISHED_TOPICS = 64
 
 
 @dataclass(slots=True)
@@ -85,8 +92,10 @@ class _Subscriber:
     retry: RetryPolicy
     fn: Callable[..., Awaitable[Any]]
     sig: HandlerSignature
+    failures: FailureLog
     stats: SubscriberStatistics = field(default_factory=SubscriberStatistics)
     sql: str | None = None  # an SQL92 subscription: the broker filters, ``tags`` is None
+    settings: dict[str, Any] = field(default_factory=dict)  # its group's consumer settings
 
     @property
     def expression(self) -> str:
@@ -132,6 +141,10 @@ class App(AsyncResource):
         self._stack: contextlib.AsyncExitStack | None = None
         self._lifecycle: Service | None = None
         self._stop_error: Exception | None = None
+        self._hooks: list[SendHook | SendCallHook | ConsumeHook] = []
+        self._probe: ReadinessProbe | None = None
+        self._probe_timer: Periodic | None = None
+        self._published: dict[str, None] = {}  # wire topics, in order (the probe checks them)
 
     # -- declaring ----------------------------------------------------------------------------
 
@@ -148,6 +161,7 @@ class App(AsyncResource):
         batch_size: int = 32,
         concurrency: int | None = None,
         retry: RetryPolicy | None = None,
+        **settings: Any,
     ) -> Callable[[_F], _F]:
         """Register ``async def handler(body: T[, msg: ReceivedMessage])`` for ``topic``.
 
@@ -177,6 +191,12 @@ class App(AsyncResource):
         the message properties (the broker filters; it must have property filtering enabled).
         Such a subscriber is the only one of its group on its topic.
 
+        Any per-group consumer setting (``consume_from="first"``, ``max_reconsume_times=3``,
+        ``message_model="broadcasting"``, ...: the names of
+        :data:`~aiorocket.app.settings.GROUP_SETTINGS`) applies to this subscriber's group,
+        over the app's own; subscribers of one group share one consumer, so they must not
+        give one setting two values.
+
         Subscribers are push consumers: the library calls the handler, retries, commits.
         When your code must own the loop instead (a batch job that reads and stops, a service
         that fetches on request, bulk processing with explicit commits, ``seek`` to replay,
@@ -187,6 +207,9 @@ class App(AsyncResource):
                 conflict with another subscriber of the same group, or both ``tags`` and
                 ``sql``.
             InvalidSelectorError: ``sql`` does not compile (the message gives the position).
+            ConfigurationError: an unknown or invalid consumer setting (the message names it
+                and suggests the closest name), or one another subscriber of the group set
+                to another value.
         """
         check_selector(tags, sql)
         validate_name(topic)
@@ -197,6 +220,31 @@ class App(AsyncResource):
             raise ConfigurationError("batch_size must be at least 1")
         if order_by != "queue" and not orderly:
             raise ConfigurationError("order_by needs orderly=True")
+        where = f"subscriber of {topic!r} in group {group!r}"
+        check_group_settings(settings, where, client=False)
+        group_settings = dict(settings)
+        for other in self._subscribers:
+            if other.group != group:
+                continue
+            for name in other.settings.keys() & settings.keys():
+                if other.settings[name] != settings[name]:
+                    raise ConfigurationError(
+                        f"{where}: {name}={settings[name]!r} but another subscriber of the "
+                        f"group has {name}={other.settings[name]!r}; they share one consumer"
+                    )
+            group_settings = {**other.settings, **group_settings}
+        # Checked now, as the consumer will check it: a bad value fails at the decorator.
+        build_settings(
+            ConsumerSettings,
+            {
+                **self.settings.client_settings(),
+                **self.settings.consumer,
+                **group_settings,
+                "group": group,
+                "orderly": orderly,
+                "order_by": order_by,
+            },
+        )
 
         def register(fn: _F) -> _F:
             sig = inspect_handler(fn, batch=batch)
@@ -213,6 +261,13 @@ class App(AsyncResource):
                 retry=retry or RetryPolicy(),
                 fn=fn,
                 sig=sig,
+                failures=FailureLog(
+                    getattr(fn, "__name__", repr(fn)),
+                    self.settings.failure_log_interval,
+                    log,
+                    time.monotonic,
+                ),
+                settings=dict(settings),
             )
             for other in self._subscribers:
                 if other.group != group:
@@ -240,6 +295,19 @@ class App(AsyncResource):
             return fn
 
         return register
+
+    def register_hook(self, hook: SendHook | SendCallHook | ConsumeHook) -> None:
+        """Add a hook to the clients the app starts: a send hook (``send_before`` /
+        ``send_after``, ``send_prepare`` / ``send_done``) to its producer, a consume hook
+        (``consume_before`` / ``consume_after``) to every subscriber's consumer; a hook may be
+        both (see :meth:`Producer.register_hook` and :meth:`PushConsumer.register_hook`).
+
+        Raises:
+            ConfigurationError: the app was started already.
+        """
+        if self._started:
+            raise ConfigurationError("hooks must be registered before the app starts")
+        self._hooks.append(hook)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -303,21 +371,53 @@ class App(AsyncResource):
         await stack.__aenter__()
         try:
             base = self.settings.client_settings()
-            self._producer = await stack.enter_async_context(
-                Producer(group=self.settings.producer_group, **base, **self.settings.producer)
+            producer = Producer(
+                group=self.settings.producer_group, **base, **self.settings.producer
             )
+            for hook in self._hooks:
+                producer.register_hook(hook)  # type: ignore[arg-type]
+            self._producer = await stack.enter_async_context(producer)
             for group, subs in self._groups().items():
                 consumer = self._build_consumer(group, subs, base)
+                for hook in self._hooks:
+                    if callable(getattr(hook, "consume_before", None)):
+                        consumer.register_hook(hook)  # type: ignore[arg-type]
                 await stack.enter_async_context(consumer)
                 self._consumers[group] = consumer
+            s = self.settings
+            probe = ReadinessProbe(
+                build_settings(ClientSettings, base),
+                timeout=s.readiness_timeout,
+                failing_after=s.failing_after,
+                topics=self._probed_topics,
+                consumers=self.consumers,
+            )
+            self._probe = await stack.enter_async_context(probe)
+            await probe.check()  # the routes to follow are known before start() returns
+            timer = Periodic(
+                probe.check, s.readiness_interval, name="app readiness check", run_first=False
+            )
+            self._probe_timer = timer
+            assert self._lifecycle is not None
+            self._lifecycle.spawn(timer.run(), name="app readiness check")
         except BaseException:
             await stack.aclose()
             self._producer = None
+            self._probe = None
             self._consumers.clear()
             raise
         self._stack = stack
 
+    def _probed_topics(self) -> list[str]:
+        namespace = self.settings.namespace
+        subscribed = [wrap_namespace(namespace, s.topic) for s in self._subscribers]
+        return [*subscribed, *self._published]
+
     async def _stop_clients(self) -> None:
+        timer, self._probe_timer = self._probe_timer, None
+        if timer is not None:
+            timer.stop()
+        self._probe = None
         stack, self._stack = self._stack, None
         if stack is not None:
             try:
@@ -366,14 +466,34 @@ class App(AsyncResource):
         msg = Message(
             topic, data, tags=tags, keys=keys, properties=properties, delay_level=delay_level
         )
-        return await self.producer.send(msg, sharding_key=sharding_key)
+        result = await self.producer.send(msg, sharding_key=sharding_key)
+        if len(self._published) < _PUBLISHED_TOPICS:
+            self._published[wrap_namespace(self.settings.namespace, topic)] = None
+        return result
 
     # -- health -------------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        """Started (connected, first rebalance done) and no queue stuck for longer than
-        ``stuck_after`` seconds (see :meth:`health`)."""
-        return self._started and not self.stuck_queues()
+        """Started (connected, first rebalance done), reaching its name server and brokers
+        (see :meth:`problems`) and no queue stuck for longer than ``stuck_after`` seconds
+        (see :meth:`health`)."""
+        return self._started and not self.problems() and not self.stuck_queues()
+
+    def problems(self) -> dict[str, str]:
+        """What keeps the app from working besides stuck queues, by what it is about (``"name
+        server"``, ``"broker <name> (<address>)"``, ``"pulls of group <group>"``) with the
+        latest error: failing its checks for ``failing_after`` seconds or more
+        (:mod:`aiorocket.app.readiness`). Empty while the app is not running."""
+        probe = self._probe
+        return probe.problems() if probe is not None and self._started else {}
+
+    def readiness(self) -> dict[str, Any]:
+        """The ``/readyz`` body: ``ready``, :meth:`problems`, the stuck queues with their
+        reasons and every queue's health (:func:`~aiorocket.app.health.readiness_report`)."""
+        health = self.health()
+        problems = self.problems()
+        ready = self._started and not problems and not any(h.stuck for h in health)
+        return readiness_report(ready, health, problems)
 
     def health(self) -> list[QueueHealth]:
         """Per-queue health of every held queue: last pull, last consume, oldest in-flight
@@ -406,6 +526,8 @@ class App(AsyncResource):
         self, group: str, subs: list[_Subscriber], base: dict[str, Any]
     ) -> PushConsumer:
         options: dict[str, Any] = {**base, **self.settings.consumer}
+        for s in subs:
+            options.update(s.settings)  # the group's own settings (never in conflict)
         options["consume_batch_size"] = max(s.batch_size for s in subs)
         limits = [s.concurrency for s in subs if s.concurrency is not None]
         if limits:
@@ -521,6 +643,7 @@ class App(AsyncResource):
                 raise
             except Exception as exc:
                 outcome = await self._failure(group, sub, msg, exc)
+                self._log_failure(group, sub, [msg], exc, [outcome])
                 if outcome is not None:
                     return index, outcome
                 continue
@@ -550,6 +673,7 @@ class App(AsyncResource):
             raise
         except Exception as exc:
             outcomes = [await self._failure(group, sub, m, exc) for _, m in good]
+            self._log_failure(group, sub, [m for _, m in good], exc, outcomes)
             retried = [(i, o) for (i, _), o in zip(good, outcomes, strict=True) if o is not None]
             if retried:
                 return retried[0]
@@ -568,16 +692,29 @@ class App(AsyncResource):
                 return None
             return -1
         sub.stats.failed += 1
-        if not isinstance(exc, ReconsumeLater):
-            log.warning(
-                "handler %s failed on %s (attempt %d): %r",
-                sub.fn.__name__,
-                msg.msg_id,
-                msg.reconsume_times + 1,
-                exc,
-            )
         level = exc.delay_level if isinstance(exc, ReconsumeLater) else sub.retry.delay_level
         return level or 0
+
+    @staticmethod
+    def _log_failure(
+        group: str,
+        sub: _Subscriber,
+        msgs: list[ReceivedMessage],
+        exc: Exception,
+        outcomes: list[int | None],
+    ) -> None:
+        """Log a handler call's failure once, with its traceback (rate-limited per handler:
+        :mod:`aiorocket.app.failures`). ``ReconsumeLater`` and ``DeadLetter`` are the
+        handler's own decisions, not errors: the dead-letter line says enough of those."""
+        if isinstance(exc, ReconsumeLater | DeadLetter):
+            return
+        if any(o is not None and o >= 0 for o in outcomes):
+            outcome = "handed back for a retry"
+        elif any(o is None for o in outcomes):
+            outcome = f"sent to {dlq_topic(group)} (retry policy)"
+        else:
+            outcome = "left to the broker's dead-letter queue"
+        sub.failures.failed(msgs, exc, outcome)
 
     async def _dead_letter(
         self, group: str, sub: _Subscriber, msg: ReceivedMessage, reason: str

@@ -9,6 +9,7 @@ A queue is *stuck* when
 * it holds cached messages and nothing of it finished for ``stuck_after`` seconds.
 
 Pulls alone do not count as progress: a queue keeps long-polling while a handler hangs.
+Whether the app reaches its name server and brokers is :mod:`aiorocket.app.readiness`.
 """
 
 from __future__ import annotations
@@ -117,10 +118,15 @@ def queue_health(
     return out
 
 
-def readiness_report(ready: bool, health: list[QueueHealth]) -> dict[str, Any]:
-    """The ``/readyz`` body: readiness, the stuck queues with their reasons, every queue."""
+def readiness_report(
+    ready: bool, health: list[QueueHealth], problems: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The ``/readyz`` body: readiness, what the app cannot reach (``problems``: the name
+    server, a broker, a group whose pulls fail; :mod:`aiorocket.app.readiness`), the stuck
+    queues with their reasons, every queue."""
     return {
         "ready": ready,
+        "problems": dict(problems or {}),
         "stuck_queues": [h.queue for h in health if h.stuck],
         "reasons": {f"{h.group}/{h.queue}": h.reason for h in health if h.stuck},
         "queues": [h.to_dict() for h in health],

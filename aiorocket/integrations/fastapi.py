@@ -31,7 +31,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from aiorocket import Producer
 from aiorocket.app import App
-from aiorocket.app.health import readiness_report
 
 __all__ = ["health_router", "metrics_router", "producer_dependency"]
 
@@ -54,11 +53,15 @@ def health_router(
 ) -> APIRouter:
     """Liveness and readiness routes.
 
-    Liveness answers 200 while the process serves requests. Readiness answers 200 once the
-    producer and every consumer are started (connected, first rebalance done) and no queue is
-    stuck, else 503; the body names the stuck queues and why (a handler call running past
-    ``stuck_after``, or cached messages with nothing consumed that long) and lists every
-    queue's health (:meth:`~aiorocket.App.health`).
+    Liveness answers 200 while the process serves requests: it is about the process, never
+    about the cluster (a liveness probe that failed through a broker outage would have every
+    replica restarted for nothing). Readiness answers 200 once the producer and every
+    consumer are started (connected, first rebalance done), the name server and the brokers
+    answer, no group's pulls keep failing, and no queue is stuck; else 503. The body names
+    what fails (``problems``: the name server, a broker, a group's pulls, failing for
+    ``failing_after`` seconds; :meth:`~aiorocket.App.problems`), the stuck queues and why (a
+    handler call running past ``stuck_after``, or cached messages with nothing consumed that
+    long), and lists every queue's health (:meth:`~aiorocket.App.health`).
     """
     router = APIRouter()
 
@@ -68,7 +71,7 @@ def health_router(
 
     @router.get(ready_path)
     async def ready() -> JSONResponse:
-        body: dict[str, Any] = readiness_report(app.is_ready(), app.health())
+        body: dict[str, Any] = app.readiness()
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     return router

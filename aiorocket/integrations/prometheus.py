@@ -35,7 +35,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise missing_extra(__name__, "prometheus-client", "prometheus") from exc
 
 from aiorocket.app import App
-from aiorocket.app.health import readiness_report
 from aiorocket.app.metrics import METRICS, MetricSample, collect
 
 __all__ = ["CONTENT_TYPE", "AppCollector", "registry_for", "render", "serve"]
@@ -110,7 +109,7 @@ async def serve(app: App, *, host: str = "0.0.0.0", port: int = 9100) -> asyncio
             elif path == "/healthz":
                 status, ctype, body = 200, "application/json", b'{"status":"alive"}'
             elif path == "/readyz":
-                report = readiness_report(app.is_ready(), app.health())
+                report = app.readiness()
                 status = 200 if report["ready"] else 503
                 ctype, body = "application/json", json.dumps(report).encode()
             reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Unavailable"}

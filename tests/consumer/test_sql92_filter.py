@@ -18,11 +18,15 @@ from aiorocket._producer.producer import Producer
 from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import decode_messages
-from aiorocket._protocol.sql92 import IgnoredSelectorTextWarning
 from aiorocket.app import App
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
-from aiorocket.errors import BrokerSystemError, ConfigurationError, InvalidSelectorError
+from aiorocket.errors import (
+    BrokerSystemError,
+    ConfigurationError,
+    IgnoredSelectorTextWarning,
+    InvalidSelectorError,
+)
 from aiorocket.models import Message, MessageQueue
 from tests._harness.child import started_broker_cli as start_cli
 from tests._harness.protocol import pull_header

@@ -1,13 +1,4 @@
-"""OpenTelemetry metrics of a running :class:`~aiorocket.App` (``pip install
-"aiorocketmq[opentelemetry]"``).
-
-::
-
-    from aiorocket.integrations.opentelemetry import instrument
-
-    instrumentation = instrument(app)          # the global MeterProvider, or meter_provider=…
-    async with app:
-        ...                                    # your reader/exporter collects the metrics
+"""OpenTelemetry metrics of a running :class:`~aiorocket.App`.
 
 Every metric of :data:`aiorocket.app.metrics.METRICS` becomes an observable instrument
 (gauges as observable gauges, counters as observable counters) with the same attributes.
@@ -23,13 +14,8 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
-from aiorocket.integrations._extras import missing_extra
-
-try:
-    from opentelemetry import metrics
-    from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise missing_extra(__name__, "opentelemetry-api", "opentelemetry") from exc
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from aiorocket._concurrency import Service
 from aiorocket.app import App

@@ -1,0 +1,91 @@
+"""What the producer checks and derives from a send's arguments: timer times, message types,
+sharding keys (kept apart from ``producer.py``, which sends)."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from collections.abc import Mapping
+from typing import Final
+
+from aiorocket._protocol.properties import DELAY, TIMER_KEYS, TRAN_MSG
+from aiorocket.errors import ConfigurationError
+
+__all__ = ["check_sharding_key", "deliver_ms", "group_key", "has_timer", "msg_type"]
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MS: Final = datetime.timedelta(milliseconds=1)
+
+
+def deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None) -> int | None:
+    """The ``TIMER_DELIVER_MS`` of :meth:`Producer.send`'s timer arguments (``None``: neither).
+
+    Raises:
+        ConfigurationError: both given, a naive or non-datetime ``deliver_at``, a
+            ``deliver_after`` that is negative or not a finite number.
+    """
+    if deliver_at is None and deliver_after is None:
+        return None
+    if deliver_at is not None and deliver_after is not None:
+        raise ConfigurationError("give deliver_at or deliver_after, not both")
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime.datetime):
+            raise ConfigurationError(f"deliver_at must be a datetime, not {deliver_at!r}")
+        if deliver_at.utcoffset() is None:
+            # A naive time is ambiguous (local? UTC?): a timer off by hours must not be a guess.
+            raise ConfigurationError(
+                "deliver_at must be timezone-aware (e.g. datetime.now(timezone.utc) + delta)"
+            )
+        # Exact integer milliseconds, rounded up: never before the asked instant.
+        return -((_EPOCH - deliver_at) // _MS)
+    assert deliver_after is not None
+    if (
+        isinstance(deliver_after, bool)
+        or not isinstance(deliver_after, int | float)
+        or not math.isfinite(deliver_after)
+        or deliver_after < 0
+    ):
+        raise ConfigurationError(f"deliver_after must be >= 0 seconds, not {deliver_after!r}")
+    return -(-time.time_ns() // 1_000_000) + math.ceil(deliver_after * 1000)
+
+
+def msg_type(props: Mapping[str, str]) -> str:
+    """``"Trans"``, ``"Delay"`` or ``"Normal"``: the message type a send hook sees."""
+    # DefaultMQProducerImpl.sendKernelImpl: the MessageType a send hook sees.
+    if props.get(TRAN_MSG) == "true":
+        return "Trans"
+    return "Delay" if DELAY in props else "Normal"
+
+
+def has_timer(props: Mapping[str, str]) -> bool:
+    """Whether the properties ask for a RocketMQ 5 timer delivery."""
+    return any(k in props for k in TIMER_KEYS)
+
+
+def group_key(message_group: str | None, sharding_key: str | None) -> str | None:
+    """The key a message is ordered by: its message group, else its sharding key.
+
+    Raises:
+        ConfigurationError: both given and different.
+    """
+    # A message's 5.x message group is its sharding key (RocketMQ 5.x: __SHARDINGKEY).
+    if message_group is None:
+        return sharding_key
+    if sharding_key is not None and sharding_key != message_group:
+        raise ConfigurationError(
+            f"sharding_key {sharding_key!r} differs from the message's message_group "
+            f"{message_group!r}"
+        )
+    return message_group
+
+
+def check_sharding_key(key: str | None) -> None:
+    """Refuse a sharding key that cannot travel as a property value.
+
+    Raises:
+        ConfigurationError: it contains ``\\x01`` or ``\\x02``.
+    """
+    # It becomes a property value: the separators would corrupt the properties string.
+    if key is not None and ("\x01" in key or "\x02" in key):
+        raise ConfigurationError("sharding_key must not contain \\x01 or \\x02")
