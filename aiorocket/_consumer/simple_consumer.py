@@ -28,6 +28,8 @@ from aiorocket._consumer.popping import MAX_MESSAGES, PopClient, PoppedMessage, 
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
+from aiorocket._consumer.trace_hook import trace_dispatcher
+from aiorocket._names import now_ms
 from aiorocket._protocol.codes import Perm
 from aiorocket.errors import (
     BrokerError,
@@ -151,6 +153,7 @@ class SimpleConsumer(GroupMember):
         self._offsets = self._new_offset_store(client)  # unused: POP keeps offsets broker-side
         sender = SendBack(client=client, group=self._group, settings=s)
         self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        self.tracer = trace_dispatcher(client, s)
         self._membership_timers()
 
     async def _startup(self) -> None:
@@ -160,12 +163,16 @@ class SimpleConsumer(GroupMember):
         self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
         self._client.on_new_brokers = self._on_new_brokers
         self._spawn(self._route_timer.run(), name="route refresh")
+        if self.tracer is not None:
+            self._spawn(self.tracer.run(), name="trace")
 
     async def _shutdown(self) -> None:
         for timer in (self._route_timer, self._heartbeat_timer):
             timer.stop()
         for task in list(self._tasks):
             task.cancel()
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
         await self._cleanup(self._unregister(), "unregister consumer")
         await self._client.close()
         log.info("simple consumer %s closed", self._group)
@@ -300,7 +307,9 @@ class SimpleConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
         """
         self._require_running()
-        await self._pop.ack(self._pop.check(msg))
+        popped = self._pop.check(msg)
+        await self._pop.ack(popped)
+        self._trace_acked((popped,))
 
     async def ack_all(self, msgs: Iterable[ReceivedMessage]) -> None:
         """Acknowledge several messages, one BATCH_ACK_MESSAGE request per broker.
@@ -309,7 +318,20 @@ class SimpleConsumer(GroupMember):
             As :meth:`ack` (before anything is sent when a handle is foreign or expired).
         """
         self._require_running()
-        await self._pop.ack_all([self._pop.check(m) for m in msgs])
+        popped = [self._pop.check(m) for m in msgs]
+        await self._pop.ack_all(popped)
+        self._trace_acked(popped)
+
+    def _trace_acked(self, msgs: Iterable[PoppedMessage]) -> None:
+        # With trace on, a received message that is acked was consumed: a SubBefore at its
+        # receipt (the handle's pop time, renewed by a change of invisible time) and a
+        # successful SubAfter now, as a push consumer's handler call records them. A message
+        # not acked comes back, and is traced when that delivery is acked.
+        tracer = self.tracer
+        if tracer is not None:
+            now = now_ms()
+            for m in msgs:
+                tracer.append_consume(((m,), m._handle.pop_time, now, True, 0))
 
     async def change_invisible_duration(self, msg: ReceivedMessage, seconds: float) -> None:
         """Make ``msg`` invisible to the group for ``seconds`` from now (to extend a long job,

@@ -13,7 +13,7 @@ from aiorocket._trace import TraceDispatcher
 from aiorocket.models import ConsumeStatus, MessageQueue, ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
-__all__ = ["ConsumeTraceHook", "install_trace", "trace_polled"]
+__all__ = ["ConsumeTraceHook", "install_trace", "trace_dispatcher", "trace_polled"]
 
 #: ``ConsumeReturnType``'s ordinals, written as the SubAfter context code.
 _RETURN_CODES = {"SUCCESS": 0, "TIME_OUT": 1, "EXCEPTION": 2, "RETURNNULL": 3, "FAILED": 4}
@@ -46,21 +46,27 @@ class ConsumeTraceHook:
         self._dispatcher.append_consume((ctx.messages, started, now, ctx.success, code))
 
 
-def install_trace(
-    client: ClientInstance, settings: ConsumerSettings, hooks: list[ConsumeHook]
-) -> TraceDispatcher | None:
-    """With ``settings.trace``: a dispatcher on ``client`` and its hook appended to
-    ``hooks`` (Java ``DefaultMQPushConsumer(enableMsgTrace=true)``); else ``None``."""
+def trace_dispatcher(client: ClientInstance, settings: ConsumerSettings) -> TraceDispatcher | None:
+    """With ``settings.trace``: a consume-trace dispatcher on ``client``; else ``None``."""
     if not settings.trace:
         return None
-    tracer = TraceDispatcher(
+    return TraceDispatcher(
         client,
         group=settings.group,
         kind="CONSUME",
         trace_topic=settings.trace_topic,
         namespace=settings.namespace,
     )
-    hooks.append(ConsumeTraceHook(tracer))
+
+
+def install_trace(
+    client: ClientInstance, settings: ConsumerSettings, hooks: list[ConsumeHook]
+) -> TraceDispatcher | None:
+    """With ``settings.trace``: a dispatcher on ``client`` and its hook appended to
+    ``hooks`` (Java ``DefaultMQPushConsumer(enableMsgTrace=true)``); else ``None``."""
+    tracer = trace_dispatcher(client, settings)
+    if tracer is not None:
+        hooks.append(ConsumeTraceHook(tracer))
     return tracer
 
 

@@ -154,3 +154,36 @@ async def _admin_trace(msg_id: str, namesrv: str, *extra: str) -> tuple[int | No
     )
     out, _ = await proc.communicate()
     return proc.returncode, out
+
+
+async def test_simple_consumer_traces_what_it_acks(broker: EmbeddedBroker) -> None:
+    async with rmq.Producer(namesrv=broker.address, group="trace-spg", trace=True) as producer:
+        acked = await producer.send(rmq.Message("TracedPop", b"acked", keys=["ka"]))
+        dropped = await producer.send(rmq.Message("TracedPop", b"left"))
+    consumer = rmq.SimpleConsumer(
+        group="trace-scg", namesrv=broker.address, consume_from="first", trace=True
+    )
+    consumer.subscribe("TracedPop")
+    async with consumer:
+        got: dict[str, rmq.PoppedMessage] = {}
+        while len(got) < 2:
+            for m in await consumer.receive(invisible_duration=30, max_messages=4):
+                got[m.msg_id] = m
+        await asyncio.sleep(0.02)
+        await consumer.ack(got[acked.msg_id])
+    async with rmq.Admin(namesrv=broker.address) as admin:
+        entries = await admin.trace(acked.msg_id)
+        unacked = await admin.trace(dropped.msg_id)
+    # the ack is the end of the consumption: SubBefore at the receipt, a successful SubAfter
+    assert [e.type for e in entries] == ["Pub", "SubBefore", "SubAfter"]
+    after = entries[2]
+    assert (after.group, after.topic, after.keys, after.success) == (
+        "trace-scg",
+        "TracedPop",
+        "ka",
+        True,
+    )
+    assert after.cost_ms >= 15
+    assert entries[1].request_id == after.request_id
+    # not acked: it comes back, and is traced when that delivery is acked
+    assert [e.type for e in unacked] == ["Pub"]
