@@ -1,48 +1,95 @@
-# The two commands a newcomer runs: `make demo` and `make test`. Both create .venv on first use.
+# The two commands a newcomer runs: `make demo` and `make test`. Both create .venv on first use and
+# install only what they need: `make demo` aiorocketmq alone, `make test` also the extras of
+# EXTRAS. A later target adds what is missing to the same .venv instead of reinstalling.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
-EXTRAS ?= dev,uvloop,fastapi,spark,prometheus,opentelemetry
-export PIP_DISABLE_PIP_VERSION_CHECK := 1
+PIP := $(PY) -m pip --disable-pip-version-check
+PIPLOG := $(VENV)/pip.log
+EXTRAS ?= dev,docs,release,uvloop,fastapi,spark,prometheus,opentelemetry
+comma := ,
 
-.PHONY: demo test lint typecheck importlint unit interop bench clean
+# Install stamps, named after pyproject.toml's checksum so that editing it makes them out of date:
+# PROJECT is aiorocketmq itself (editable, core dependencies, the compiled codec when a compiler is
+# there); $(INSTALLED)-with-<extras> a comma-separated set of extras on top of it. Installing a set
+# also stamps each of its extras alone, and a set installs only its extras not stamped yet.
+INSTALLED := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PROJECT := $(INSTALLED)-project
+CODEC_SOURCES := setup.py $(shell find aiorocket -name '*.pyx' -o -name '*.pxd')
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@rm -f $(VENV)/.installed-*
-	$(PY) -m pip install --quiet --upgrade pip 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
-	@$(PY) -c "import aiorocket, pytest, mypy, hypothesis" || { echo "installing into $(VENV) failed"; exit 1; }
-	@$(PY) -c "from aiorocket._protocol import accel; print(accel.describe())"
+# The core requirements plus those of the extras named in argv[1], read from pyproject.toml:
+# installing these rather than ".[extras]" keeps pip from rebuilding aiorocketmq itself.
+REQUIREMENTS := import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	extras = p["optional-dependencies"]; \
+	print(*p["dependencies"], *(r for e in sys.argv[1].split(",") for r in extras[e]), sep="\n")
+
+.PHONY: demo test lint typecheck importlint docs unit interop bench dist clean
+
+$(VENV)/.created:
+	@if test -x $(PY); then echo "==> upgrading pip in the virtualenv $(VENV)"; else \
+		echo "==> creating the virtualenv $(VENV) ($(PYTHON) -m venv) and upgrading its pip"; \
+		$(PYTHON) -m venv $(VENV) || exit 1; fi
+	@$(PIP) install --quiet --upgrade pip >$(PIPLOG) 2>&1 || { cat $(PIPLOG); exit 1; }
 	@touch $@
 
-demo: $(STAMP)
+$(PROJECT): pyproject.toml $(CODEC_SOURCES) | $(VENV)/.created
+	@find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '$(notdir $(INSTALLED))-*' -delete
+	@echo "==> installing aiorocketmq (editable, no extras) with its dependencies into $(VENV)"
+	@echo "==> building the compiled codec (pure Python if Cython or a C compiler is missing)"
+	@$(PIP) install --quiet -e . >$(PIPLOG) 2>&1 || { cat $(PIPLOG); exit 1; }
+	@$(PY) -c "from aiorocket._protocol import accel; print('   ', accel.describe())"
+	@touch $@
+
+$(INSTALLED)-with-%: $(PROJECT)
+	@missing=$$(for e in $(subst $(comma), ,$*); do \
+		test -e $(INSTALLED)-with-$$e || printf '%s\n' $$e; done | paste -sd, -); \
+	if test -n "$$missing"; then \
+		echo "==> installing the extras [$$missing] of aiorocketmq into $(VENV)"; \
+		$(PY) -c '$(REQUIREMENTS)' "$$missing" >$(VENV)/requirements.txt || exit 1; \
+		$(PIP) install --quiet -r $(VENV)/requirements.txt >$(PIPLOG) 2>&1 \
+			|| { cat $(PIPLOG); exit 1; }; \
+	fi
+	@for e in $(subst $(comma), ,$*); do touch $(INSTALLED)-with-$$e; done
+	@touch $@
+
+demo: $(PROJECT)
 	$(PY) -m aiorocket demo
 
-lint: $(STAMP)
+lint: $(INSTALLED)-with-$(EXTRAS)
 	$(VENV)/bin/ruff check aiorocket tests benchmarks examples
 	$(VENV)/bin/ruff format --check aiorocket tests benchmarks examples
 
-typecheck: $(STAMP)
+typecheck: $(INSTALLED)-with-$(EXTRAS)
 	$(VENV)/bin/mypy
 
-importlint: $(STAMP)
+importlint: $(INSTALLED)-with-$(EXTRAS)
 	$(VENV)/bin/lint-imports
 
-unit: $(STAMP)
+# The documentation site (mkdocs.yml) into site/; any warning fails. (Material's banner about
+# MkDocs 2 is not a warning of this site.)
+docs: export NO_MKDOCS_2_WARNING := 1
+docs: $(INSTALLED)-with-docs
+	$(VENV)/bin/mkdocs build --strict
+
+unit: $(INSTALLED)-with-$(EXTRAS)
 	$(VENV)/bin/pytest
 
-test: lint typecheck importlint unit
+test: lint typecheck importlint docs unit
 
 # The interop suite alone, against the Apache RocketMQ install ROCKETMQ_HOME names.
-interop: $(STAMP)
+interop: $(INSTALLED)-with-$(EXTRAS)
 	@test -n "$$ROCKETMQ_HOME" || { echo "make interop: set ROCKETMQ_HOME to an Apache RocketMQ install (its lib/*.jar)"; exit 2; }
 	$(VENV)/bin/pytest tests/interop/apache $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
+bench: $(INSTALLED)-with-$(EXTRAS),bench
 	$(PY) benchmarks/run_all.py
 
+# The sdist and a wheel for this platform (with the compiled modules) into dist/, checked as PyPI
+# would render them.
+dist: $(INSTALLED)-with-release
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis dist site

@@ -1,6 +1,6 @@
 """``aiorocket.spark``: the Spark bridge under its short name.
 
-The same objects as :mod:`aiorocket.integrations.spark` — the ``rocketmq`` data source
+The same objects as :mod:`aiorocket.integrations.spark` — the ``rocketmq`` data source and sink
 (:func:`register`, :class:`RocketMQDataSource`) and :class:`SparkForwarder`. Importing it
 without the ``spark`` extra raises ImportError saying ``pip install "aiorocketmq[spark]"``.
 """

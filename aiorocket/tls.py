@@ -47,8 +47,9 @@ def client_context(
         check_hostname: ``False`` verifies the certificate chain but not that the certificate
             names the host or IP address connected to (brokers are reached at the IP address
             the name server hands out; use this when their certificates do not carry it).
-        certfile, keyfile: a client certificate chain and key (PEM) for servers that require
-            one (Java ``tls.server.need.client.auth=require``).
+        certfile: a client certificate chain (PEM) for servers that require one (Java
+            ``tls.server.need.client.auth=require``).
+        keyfile: the private key (PEM) of ``certfile``.
 
     Raises:
         ConfigurationError: a file cannot be read or holds no valid certificate or key.

@@ -68,6 +68,7 @@ BENCHMARKS: dict[str, tuple[str, str, list[str], list[str]]] = {
     "latency": ("latency.py", "latency", [], ["--quick"]),
     "backlog": ("backlog.py", "backlog", ["--seconds", "120"], ["--quick"]),
     "spark": ("spark_source.py", "spark", [], ["--quick"]),
+    "spark_sink": ("spark_sink.py", "spark_sink", [], ["--quick"]),
     "java": ("java_peers.py", "java_peers", [], ["--quick"]),
     "baseline": ("baseline.py", "baseline", [], ["--quick"]),
 }
@@ -82,6 +83,7 @@ TIME_LIMITS = {
     "latency": 150.0,
     "backlog": 240.0,
     "spark": 240.0,
+    "spark_sink": 240.0,
     "java": 480.0,
     "baseline": 480.0,
 }

@@ -349,10 +349,7 @@ class Producer(AsyncResource):
                 raise MessageTooLargeError(
                     f"message body of {len(m.body)} bytes exceeds {limit} bytes"
                 )
-        fields = [
-            self._properties(m, self._uniq.next(int(time.time() * 1000)), None, sharding_key)
-            for m in msgs
-        ]
+        fields = [self._properties(m, self._uniq_of(m), None, sharding_key) for m in msgs]
         call = None
         if self._call_hooks:
             call = SendCallContext(self.settings.group, topic, msgs, fields, batch=True)
@@ -437,6 +434,11 @@ class Producer(AsyncResource):
     def _wire_topic(self, topic: str) -> str:
         return wrap_namespace(self.settings.namespace, topic)
 
+    def _uniq_of(self, msg: Message) -> str:
+        # MessageClientIDSetter.setUniqID: a UNIQ_KEY the message carries already is kept
+        # (a sender deriving stable ids, e.g. the Spark sink's idempotentKeys), else a new one.
+        return msg.properties.get(UNIQ_KEY) or self._uniq.next(int(time.time() * 1000))
+
     def _properties(
         self, msg: Message, uniq: str, delay_level: int | None, sharding_key: str | None
     ) -> dict[str, str]:
@@ -493,7 +495,7 @@ class Producer(AsyncResource):
             raise MessageTooLargeError(
                 f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
             )
-        uniq = self._uniq.next(int(time.time() * 1000))
+        uniq = self._uniq_of(msg)
         fields = self._properties(msg, uniq, delay_level, sharding_key)
         if extra:
             fields.update(extra)

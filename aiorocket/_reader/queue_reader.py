@@ -204,7 +204,8 @@ class QueueReader(ClientOwner):
         """The smallest offset ``mq`` still stores (GET_MIN_OFFSET).
 
         Raises:
-            BrokerError, TransportError, ClientClosedError.
+            BrokerError, TransportError, ClientClosedError: the broker refused, could not be
+                reached, or the reader is closed.
         """
         return await self._call(mq, self._require().get_min_offset)
 
@@ -213,7 +214,8 @@ class QueueReader(ClientOwner):
         (GET_MAX_OFFSET).
 
         Raises:
-            BrokerError, TransportError, ClientClosedError.
+            BrokerError, TransportError, ClientClosedError: the broker refused, could not be
+                reached, or the reader is closed.
         """
         return await self._call(mq, self._require().get_max_offset)
 
@@ -245,7 +247,8 @@ class QueueReader(ClientOwner):
         (a few pulls; see :mod:`aiorocket._client.time_search`).
 
         Raises:
-            BrokerError, TransportError, ClientClosedError.
+            BrokerError, TransportError, ClientClosedError: the broker refused, could not be
+                reached, or the reader is closed.
         """
         client = self._require()
         lo = await self.min_offset(mq)
@@ -514,7 +517,8 @@ class QueueReader(ClientOwner):
 
         Raises:
             InvalidNameError: a bad group name.
-            TransportError, BrokerError, ClientClosedError.
+            TransportError, BrokerError, ClientClosedError: the broker could not be reached,
+                refused, or the reader is closed.
         """
         validate_name(group, "consumer group")
         client = self._require()
@@ -528,7 +532,8 @@ class QueueReader(ClientOwner):
         Raises:
             InvalidNameError: a bad group name.
             ConfigurationError: a negative offset.
-            BrokerError, TransportError, ClientClosedError.
+            BrokerError, TransportError, ClientClosedError: the broker refused, could not be
+                reached, or the reader is closed.
         """
         validate_name(group, "consumer group")
         if offset < 0:

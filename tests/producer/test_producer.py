@@ -86,6 +86,24 @@ async def test_send_and_read_back_intact(broker: EmbeddedBroker) -> None:
     assert any(m.body == b"z" * 10_000 and m.sys_flag & 1 for m in got)
 
 
+async def test_a_preset_uniq_key_is_kept(broker: EmbeddedBroker) -> None:
+    # MessageClientIDSetter.setUniqID keeps an id the message carries (stable ids for senders
+    # that may resend, e.g. the Spark sink); others get a fresh one.
+    preset = "0A0000010000000000000000000000AB"
+    async with Producer(namesrv=broker.address, group="pg") as producer:
+        one = await producer.send(Message("ids", b"a", properties={"UNIQ_KEY": preset}))
+        batch = await producer.send_batch(
+            [Message("ids", b"b", properties={"UNIQ_KEY": preset + "C"}), Message("ids", b"c")]
+        )
+    assert one.msg_id == preset
+    ids = batch[0].msg_id.split(",") if len(batch) == 1 else [r.msg_id for r in batch]
+    assert ids[0] == preset + "C"
+    assert ids[1] not in (preset, preset + "C")
+    got = {m.body: m.properties["UNIQ_KEY"] for m in await pull_all(broker.address, "ids")}
+    assert got[b"a"] == preset
+    assert got[b"b"] == preset + "C"
+
+
 async def test_sharding_key_is_stable_across_restarts_and_keyless_spread(tmp_path: Path) -> None:
     async with EmbeddedBroker(
         port=0, data_dir=tmp_path, config=BrokerConfig(default_queues=8)

@@ -1,5 +1,6 @@
-"""The options of the ``rocketmq`` Spark source, checked on the driver (the list is in
-:mod:`~aiorocket.integrations.spark.source`)."""
+"""The options of the ``rocketmq`` Spark source and sink, checked on the driver (the lists
+are in :mod:`~aiorocket.integrations.spark.source` and :mod:`~aiorocket.integrations.spark.sink`,
+and in ``docs/how-to/spark.md``)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ from aiorocket._reader import InlineReader
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import validate_name
 
-__all__ = ["SourceOptions"]
+__all__ = ["SourceOptions", "client_settings", "flag", "positive"]
 
 
-def _flag(raw: str | None, name: str, default: bool) -> bool:
+def flag(raw: str | None, name: str, default: bool) -> bool:
+    """An option that is ``true`` or ``false`` (any case); ``default`` when unset.
+
+    Raises:
+        ConfigurationError: another value.
+    """
     if raw is None:
         return default
     value = raw.strip().lower()
@@ -25,7 +31,12 @@ def _flag(raw: str | None, name: str, default: bool) -> bool:
     return value == "true"
 
 
-def _positive(raw: str | None, name: str) -> int | None:
+def positive(raw: str | None, name: str) -> int | None:
+    """A positive integer option, or ``None`` when unset.
+
+    Raises:
+        ConfigurationError: not an integer, or not positive.
+    """
     if raw is None:
         return None
     try:
@@ -35,6 +46,34 @@ def _positive(raw: str | None, name: str) -> int | None:
     if value <= 0:
         raise ConfigurationError(f"option {name} must be positive")
     return value
+
+
+def client_settings(opts: Mapping[str, str]) -> dict[str, Any]:
+    """The client settings both the source and the sink take (``namespace``, ``accessKey``,
+    ``secretKey``, ``requestTimeout``, ``tls``, ``tlsCa``, ``tlsVerify``) from lower-cased
+    options, as keyword arguments of a client.
+
+    Raises:
+        ConfigurationError: an invalid value.
+    """
+    client: dict[str, Any] = {}
+    if "namespace" in opts:
+        client["namespace"] = opts["namespace"]
+    if "accesskey" in opts or "secretkey" in opts:
+        client["access_key"] = opts.get("accesskey")
+        client["secret_key"] = opts.get("secretkey")
+    if "requesttimeout" in opts:
+        try:
+            client["request_timeout"] = float(opts["requesttimeout"])
+        except ValueError:
+            raise ConfigurationError("option requestTimeout must be a number") from None
+    tls_ca = opts.get("tlsca", "").strip() or None
+    if flag(opts.get("tls"), "tls", False) or tls_ca is not None:
+        # plain values only: an ssl.SSLContext cannot be pickled to the executors
+        client["tls"] = True
+        client["tls_ca"] = tls_ca
+        client["tls_verify"] = flag(opts.get("tlsverify"), "tlsVerify", True)
+    return client
 
 
 @dataclass(frozen=True)
@@ -76,23 +115,7 @@ class SourceOptions:
         _check_spec(ending, "endingOffsets")
         if ending.strip().lower() == "earliest":
             raise ConfigurationError("endingOffsets cannot be earliest")
-        client: dict[str, Any] = {}
-        if "namespace" in opts:
-            client["namespace"] = opts["namespace"]
-        if "accesskey" in opts or "secretkey" in opts:
-            client["access_key"] = opts.get("accesskey")
-            client["secret_key"] = opts.get("secretkey")
-        if "requesttimeout" in opts:
-            try:
-                client["request_timeout"] = float(opts["requesttimeout"])
-            except ValueError:
-                raise ConfigurationError("option requestTimeout must be a number") from None
-        tls_ca = opts.get("tlsca", "").strip() or None
-        if _flag(opts.get("tls"), "tls", False) or tls_ca is not None:
-            # plain values only: an ssl.SSLContext cannot be pickled to the executors
-            client["tls"] = True
-            client["tls_ca"] = tls_ca
-            client["tls_verify"] = _flag(opts.get("tlsverify"), "tlsVerify", True)
+        client = client_settings(opts)
         group = opts.get("group", "").strip() or None
         if group is not None:
             validate_name(group, "consumer group")
@@ -102,13 +125,13 @@ class SourceOptions:
             tags=opts.get("tags", "*").strip() or "*",
             starting=starting,
             ending=ending,
-            max_per_trigger=_positive(opts.get("maxoffsetspertrigger"), "maxOffsetsPerTrigger"),
-            max_per_partition=_positive(
+            max_per_trigger=positive(opts.get("maxoffsetspertrigger"), "maxOffsetsPerTrigger"),
+            max_per_partition=positive(
                 opts.get("maxoffsetsperpartition"), "maxOffsetsPerPartition"
             ),
-            fail_on_data_loss=_flag(opts.get("failondataloss"), "failOnDataLoss", True),
+            fail_on_data_loss=flag(opts.get("failondataloss"), "failOnDataLoss", True),
             group=group,
-            use_arrow=_flag(opts.get("usearrow"), "useArrow", True),
+            use_arrow=flag(opts.get("usearrow"), "useArrow", True),
             client=client,
         )
         # Settings and names are checked here, on the driver, before any task runs.

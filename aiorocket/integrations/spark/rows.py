@@ -71,11 +71,7 @@ _ARROW_ROWS: Final = 4096
 
 def arrow_table(msgs: list[ReceivedMessage]) -> pa.Table:
     """``msgs`` as an Arrow table with :data:`ARROW_SCHEMA` (what the forwarder hands to
-    ``spark.createDataFrame``).
-
-    Raises:
-        Nothing expected.
-    """
+    ``spark.createDataFrame``)."""
     return pa.Table.from_batches([record_batch(msgs, None)], schema=ARROW_SCHEMA)
 
 

@@ -110,6 +110,11 @@ from aiorocket.integrations.spark.rows import (
     arrow_table,
     rows,
 )
+from aiorocket.integrations.spark.sink import (
+    RocketMQBatchWriter,
+    RocketMQStreamWriter,
+    writer_for,
+)
 from aiorocket.integrations.spark.worker_python import check_worker_python
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow for Python sources
@@ -154,7 +159,7 @@ def register(spark: Any, *, check_python: bool = True) -> None:
     Raises:
         ConfigurationError: the worker Python cannot import the bridge (the message names it
             and the fix: ``PYSPARK_PYTHON=<this python>``).
-        Whatever ``spark.dataSource.register`` raises (e.g. a stopped session).
+        Exception: whatever ``spark.dataSource.register`` raises (e.g. a stopped session).
     """
     if check_python:
         check_worker_python(spark)
@@ -225,7 +230,8 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
 
 class RocketMQDataSource(DataSource):
     """``format("rocketmq")``: batch and streaming reads of RocketMQ topics (see the module
-    documentation for the options).
+    documentation for the options), and writes to them (the sink's options and columns are
+    in :mod:`~aiorocket.integrations.spark.sink`).
 
     Raises:
         ConfigurationError: (from :meth:`reader` / :meth:`streamReader`) missing or invalid
@@ -263,6 +269,31 @@ class RocketMQDataSource(DataSource):
             ConfigurationError: invalid options or schema.
         """
         return RocketMQStreamReader(self._options(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
+        """A batch writer (the sink: :mod:`~aiorocket.integrations.spark.sink`).
+
+        Raises:
+            ConfigurationError: invalid options or columns, or ``mode("overwrite")`` (a topic
+                can only be appended to).
+        """
+        if overwrite:
+            raise ConfigurationError(
+                'the rocketmq sink only appends: use mode("append"), not overwrite'
+            )
+        writer: RocketMQBatchWriter = writer_for(dict(self.options), schema, streaming=False)
+        return writer
+
+    def streamWriter(  # noqa: N802
+        self, schema: StructType, overwrite: bool
+    ) -> RocketMQStreamWriter:
+        """A streaming writer (the sink: :mod:`~aiorocket.integrations.spark.sink`).
+
+        Raises:
+            ConfigurationError: invalid options or columns.
+        """
+        writer: RocketMQStreamWriter = writer_for(dict(self.options), schema, streaming=True)
+        return writer
 
 
 class RocketMQBatchReader(DataSourceReader):

@@ -1,0 +1,193 @@
+"""A Spark standalone cluster on loopback for the tests: one master and N workers started
+from the installed pyspark's ``spark-class``, each in a process group of its own, so that
+stopping one by its PID also stops the executors and Python workers it started."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests._harness.wait import wait_for_blocking
+
+__all__ = ["Cluster", "executor_pids", "group_alive", "standalone_cluster"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spark_class() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command may hold spaces and parentheses: the fields follow the last ")"
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def group_alive(pgid: int) -> list[int]:
+    """The live processes (not zombies) of process group ``pgid``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def executor_pids(worker_pid: int) -> list[int]:
+    """The executor JVMs a worker started (``CoarseGrainedExecutorBackend`` children)."""
+    return [p for p in _children(worker_pid) if "CoarseGrainedExecutorBackend" in _cmdline(p)]
+
+
+@dataclass
+class Cluster:
+    """A running standalone cluster."""
+
+    url: str
+    master: subprocess.Popen[bytes]
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def pgids(self) -> list[int]:
+        """The process groups of the master and the workers (each leads its own)."""
+        return [self.master.pid, *(w.pid for w in self.workers)]
+
+
+def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(_spark_class()), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: executors and workers follow it
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+@contextlib.contextmanager
+def standalone_cluster(work: Path, workers: int = 2, cores: int = 1) -> Iterator[Cluster]:
+    """A master and ``workers`` workers (``cores`` each, 1 GiB) on 127.0.0.1; all stopped,
+    executors included, when the block ends."""
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_MASTER_HOST": "127.0.0.1",
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_DAEMON_MEMORY": "256m",
+    }
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    master = _start(
+        [
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(_free_port()),
+        ],
+        work / "master.log",
+        env,
+    )
+    cluster = Cluster(url, master)
+    try:
+        wait_for_blocking(
+            lambda: _listening(port) or master.poll() is not None,
+            timeout=60,
+            what="the Spark master",
+        )
+        if master.poll() is not None:
+            raise RuntimeError((work / "master.log").read_text()[-2000:])
+        for i in range(workers):
+            wdir = work / f"worker-{i}"
+            wdir.mkdir()
+            cluster.workers.append(
+                _start(
+                    [
+                        "org.apache.spark.deploy.worker.Worker",
+                        url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        str(cores),
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        str(_free_port()),
+                        "--work-dir",
+                        str(wdir),
+                    ],
+                    work / f"worker-{i}.log",
+                    env,
+                )
+            )
+        wait_for_blocking(
+            lambda: all(
+                "Successfully registered with master" in (work / f"worker-{i}.log").read_text()
+                for i in range(workers)
+            ),
+            timeout=60,
+            what="the workers to register",
+        )
+        yield cluster
+    finally:
+        for w in cluster.workers:
+            _stop(w)
+        _stop(master)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0

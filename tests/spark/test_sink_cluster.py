@@ -1,0 +1,151 @@
+"""The source and the sink on a Spark standalone cluster (a master and two one-core workers
+on loopback, started from the installed pyspark) with an executor killed mid-stream: a file
+sink holds every message exactly once; the rocketmq sink (``idempotentKeys``) holds every
+message at least once, each duplicate with its original's id and key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiorocket import ReceivedMessage, SyncQueueReader
+from tests._harness.wait import wait_for_blocking
+from tests.spark._cluster import executor_pids, group_alive, standalone_cluster
+from tests.spark._support import ROOT, BrokerThread, produce, spark_missing
+
+pytestmark = pytest.mark.slow
+
+N = 8_000
+
+
+def _stored(addr: str, topic: str) -> int:
+    with SyncQueueReader(namesrv=addr) as reader:
+        try:
+            mqs = reader.queues(topic)
+        except Exception:
+            return 0
+        return sum(reader.max_offsets(mqs).values())
+
+
+def _read_all(addr: str, topic: str) -> list[ReceivedMessage]:
+    out: list[ReceivedMessage] = []
+    with SyncQueueReader(namesrv=addr) as reader:
+        for mq in reader.queues(topic):
+            out.extend(reader.read_range(mq, 0, reader.max_offset(mq)))
+    return out
+
+
+@pytest.fixture
+def cluster_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
+    reason = spark_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    # the driver's Python workers (planning) read these; executors get them from the conf
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from aiorocket.integrations.spark import register
+
+    work = tmp_path / "cluster"
+    work.mkdir()
+    with standalone_cluster(work, workers=2, cores=1) as cluster:
+        spark = (
+            SparkSession.builder.master(cluster.url)
+            .appName("sink-cluster")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.executor.cores", "1")
+            .config("spark.cores.max", "2")
+            .config("spark.executor.memory", "512m")
+            .config("spark.pyspark.python", sys.executable)
+            .config("spark.executorEnv.PYTHONPATH", path)
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.task.maxFailures", "8")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        try:
+            yield spark, cluster
+        finally:
+            spark.stop()
+    # stopped by PID: nothing of the cluster is left (executors and Python workers included)
+    for pgid in cluster.pgids:
+        assert group_alive(pgid) == [], f"processes of group {pgid} still run"
+
+
+def test_executor_killed_mid_stream(
+    cluster_session: tuple[Any, Any], broker_thread: BrokerThread, tmp_path: Path
+) -> None:
+    spark, cluster = cluster_session
+    addr = broker_thread.address
+    src, dst = "ClusterIn", "ClusterOut"
+    produce(addr, src, N)
+
+    def source() -> Any:
+        return (
+            spark.readStream.format("rocketmq")
+            .option("namesrv", addr)
+            .option("topic", src)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "500")
+            .load()
+        )
+
+    files = (
+        source()
+        .select("msg_id", "body")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "files"))
+        .option("checkpointLocation", str(tmp_path / "cp-files"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    sink = (
+        source()
+        .select("body", "keys", "tags", "properties")
+        .writeStream.format("rocketmq")
+        .option("namesrv", addr)
+        .option("topic", dst)
+        .option("idempotentKeys", "true")
+        .option("maxInFlight", "16")
+        .option("checkpointLocation", str(tmp_path / "cp-sink"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    # Mid-stream: some, not all, of the sink's messages are stored; kill an executor JVM.
+    wait_for_blocking(lambda: _stored(addr, dst) >= N // 8, timeout=90, what="sends started")
+    victims = [p for w in cluster.workers for p in executor_pids(w.pid)]
+    assert victims, "no executor found"
+    assert _stored(addr, dst) < N, "the stream ended before the kill"
+    os.kill(victims[0], signal.SIGKILL)
+
+    assert files.awaitTermination(150)
+    assert sink.awaitTermination(150)
+    assert files.exception() is None
+    assert sink.exception() is None
+
+    rows = spark.read.parquet(str(tmp_path / "files")).collect()
+    bodies = [bytes(r.body) for r in rows]
+    assert len(bodies) == N  # exactly once
+    assert set(bodies) == {f"{src}-{i}".encode() for i in range(N)}
+
+    copies: dict[bytes, set[tuple[str, str]]] = defaultdict(set)
+    for m in _read_all(addr, dst):
+        copies[m.body].add((m.msg_id, m.keys[-1]))
+    assert set(copies) == {f"{src}-{i}".encode() for i in range(N)}  # at least once
+    for body, ids in copies.items():
+        assert len(ids) == 1, f"{body!r}: copies with different ids {ids}"
+        (msg_id, key) = next(iter(ids))
+        assert msg_id == key
