@@ -243,7 +243,10 @@ _INSTALLS_PROJECT = re.compile(r"pip .*install .*-e \.(\s|$)", re.MULTILINE)
 
 
 def _dry_run(make: str, target: str, venv: Path) -> str:
-    return _check([make, "-n", target, f"VENV={venv}"], cwd=ROOT)
+    # Run as a top-level make even under `make test`: a sub-make inherits MAKEFLAGS/MAKELEVEL
+    # and prints "Entering directory" lines around its output.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    return _check([make, "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env)
 
 
 def _stamps(dry_run: str) -> list[str]:
