@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Periodic, Service, bounded
+from aiorocket._concurrency import Backoff, Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
@@ -108,6 +108,8 @@ class GroupMember(AsyncResource):
         self._route_timer: Periodic
         self._persist_timer: Periodic
         self._heartbeat_task: asyncio.Task[Any]
+        #: the look-ups of subscribed topics that have no route yet (:meth:`_watch_missing`)
+        self._route_watch: asyncio.Task[None] | None = None
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -358,6 +360,57 @@ class GroupMember(AsyncResource):
         if at_start and unreachable and len(unreachable) == len(self._subscriptions):
             raise unreachable[0]  # no name server answered: a start-up error
         if changed and self._lifecycle is not None and not at_start:
+            self._rebalance_timer.wake()
+        self._watch_missing()
+
+    def _missing_routes(self) -> list[str]:
+        return [t for t in self._subscriptions if self._client.route(t) is None]
+
+    def _watch_missing(self) -> None:
+        """Look up the subscribed topics that have no route yet in the background, until each
+        has one (one task at a time; see :meth:`_look_up_missing`)."""
+        if self._closing or self._lifecycle is None or not self._missing_routes():
+            return
+        if self._route_watch is None or self._route_watch.done():
+            self._route_watch = self._spawn(self._look_up_missing(), name="missing routes")
+
+    async def _look_up_missing(self) -> None:
+        """Ask the name server again for the topics without a route, after
+        ``missing_route_retry``, then twice as long each time up to ``route_refresh_interval``;
+        when one appears, heartbeat its new brokers and rebalance at once.
+
+        Not Java's behaviour: a Java consumer of a topic that does not exist yet (it started
+        before any producer; a Java name server does not create topics on look-up) finds it
+        only at its next route poll (``pollNameServerInterval``, 30 s), so its first messages
+        wait that long. Asking again soon costs one small request per missing topic.
+        """
+        s = self.settings
+        cap = s.route_refresh_interval
+        backoff = Backoff(initial=min(s.missing_route_retry, cap), maximum=cap, jitter=0.1)
+        while True:
+            missing = self._missing_routes()
+            if self._closing or not missing:
+                return
+            await asyncio.sleep(backoff.next_delay())
+            found: list[str] = []
+            for topic in missing:
+                try:
+                    await self._client.fetch_route(topic)
+                except TopicNotExistError:
+                    continue
+                except (TransportError, BrokerError) as exc:
+                    log.debug("route of %s not looked up: %s", topic, exc)
+                    continue
+                found.append(topic)
+            if not found or self._closing:
+                continue
+            log.info("topic(s) %s have a route now; rebalancing", ", ".join(found))
+            backoff.reset()  # more may follow (the retry topic, created by our heartbeat)
+            if self._client.on_new_brokers is not None:
+                # Set once a heartbeating member started (pull consumers in assign mode do not
+                # heartbeat): be registered with the new brokers before the rebalance asks
+                # them for the group's members, instead of waiting for their notification.
+                await self._send_heartbeats()
             self._rebalance_timer.wake()
 
     def _heartbeat_data(self) -> HeartbeatData:

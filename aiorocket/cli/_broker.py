@@ -32,12 +32,12 @@ def add_broker_parser(sub: Any) -> None:
         help="refuse unknown topics instead of creating them",
     )
     p.add_argument(
-        "--no-create-topics-on-lookup",
-        dest="create_topics_on_lookup",
-        action="store_false",
-        help="answer route lookups of unknown topics TOPIC_NOT_EXIST as a Java name server "
-        "does (consumers then find a new topic at their next route poll); by default a lookup "
-        "creates the topic, an operator's `admin route X` or `admin lag G` too",
+        "--create-topics-on-lookup",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="create an unknown topic when a client asks for its route (a shortcut, not "
+        "Java's: an operator's `admin route X` or `admin lag G` creates too); by default a "
+        "lookup answers TOPIC_NOT_EXIST as a Java name server does",
     )
     p.add_argument("--retention-hours", type=float, default=72.0, help="message retention")
     p.add_argument(

@@ -60,6 +60,7 @@ def _percentile(values: list[float], q: float) -> float:
 async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
     """Run the demo; returns the process exit code."""
     # Imported here so that `aiorocket --help` stays fast.
+    from aiorocket import Admin
     from aiorocket.cli._orders import EVENTS, POISON_ORDER, Ledger, OrderEvent, build_app
     from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 
@@ -79,6 +80,10 @@ async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
         config = BrokerConfig(default_queues=8)
         async with EmbeddedBroker(port=0, data_dir=Path(data), config=config) as broker:
             print(f"embedded broker on {broker.address} (data in {data})")
+            # As an operator would (a name server does not create topics when consumers look
+            # them up): the subscribers find the topic at start, with all 8 queues.
+            async with Admin(namesrv=broker.address) as admin:
+                await admin.create_topic("orders", queues=8)
             app = build_app(broker.address, ledger, consumer=consumer_settings)
             async with app:
                 print("app started: billing (concurrent) and fulfilment (orderly) subscribers")

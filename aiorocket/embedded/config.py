@@ -97,13 +97,14 @@ class BrokerConfig:
     #: ``autoCreateTopicEnable``: create unknown topics on send (from ``TBW102``), and on route
     #: lookup when ``create_topics_on_lookup`` is on too.
     auto_create_topics: bool = True
-    #: The embedded name server's shortcut (docs/protocol.md §7.5), not Java's: with
-    #: ``auto_create_topics``, a route lookup of an unknown valid topic creates it, so a
-    #: consumer that starts before any producer finds its topic at once instead of at its next
-    #: route poll (30 s). Its price: every lookup creates, an operator's too (``aiorocket admin
-    #: route X``, ``admin lag G`` creating ``%RETRY%G``). Off: lookups of unknown topics answer
-    #: TOPIC_NOT_EXIST (17) and create nothing, as a 4.9 name server does.
-    create_topics_on_lookup: bool = True
+    #: An opt-in shortcut of the embedded name server (docs/protocol.md §7.5), not Java's: with
+    #: ``auto_create_topics`` too, a route lookup of an unknown valid topic creates it, so any
+    #: client that starts before the topic exists finds it at once. Its price: every lookup
+    #: creates, an operator's too (``aiorocket admin route X``, ``admin lag G`` creating
+    #: ``%RETRY%G``). Off (the default): lookups of unknown topics answer TOPIC_NOT_EXIST (17)
+    #: and create nothing, as a 4.9 name server does; aiorocket consumers that started first
+    #: look the topic up again soon (``ConsumerSettings.missing_route_retry``).
+    create_topics_on_lookup: bool = False
     #: queue count of ``TBW102`` (``defaultTopicQueueNums``, 8); at least ``default_queues``.
     template_topic_queues: int = 8
     #: ``traceTopicEnable``: create the message trace topic at start (one queue), so clients

@@ -3,12 +3,11 @@ name server's admin requests (its ``DefaultRequestProcessor``).
 
 There is one broker, so the name server's tables are the broker's own topic table. Routes list
 one QueueData and one BrokerData whose master (id 0) is the broker's advertised address;
-``TBW102`` is served with perm 7 so producers of unknown topics fall back to it (§7.3). With
-``auto_create_topics`` and ``create_topics_on_lookup`` (the defaults) an unknown valid topic is
-created on lookup (§7.5); with ``create_topics_on_lookup`` off a lookup only reads, as Java's
-``getRouteInfoByTopic`` does, and an unknown topic (an unknown group's ``%RETRY%`` topic too)
-is answered TOPIC_NOT_EXIST (17) with Java's remark. Bodies are compact standard JSON with
-quoted broker ids, which all four client families accept (§5.1).
+``TBW102`` is served with perm 7 so producers of unknown topics fall back to it (§7.3). A lookup
+only reads, as Java's ``getRouteInfoByTopic`` does: an unknown topic (an unknown group's
+``%RETRY%`` topic too) is answered TOPIC_NOT_EXIST (17) with Java's remark, unless the opt-in
+shortcut ``create_topics_on_lookup`` (with ``auto_create_topics``) creates it (§7.5). Bodies
+are compact standard JSON with quoted broker ids, which all four client families accept (§5.1).
 
 Admin requests: PUT/GET/DELETE_KV_CONFIG (100-102), GET_KVLIST_BY_NAMESPACE (219) and
 DELETE_TOPIC_IN_NAMESRV (216). What differs from Java:

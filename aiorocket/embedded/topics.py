@@ -327,10 +327,10 @@ class TopicTable(PersistedTable):
     def create_on_lookup(self, name: str) -> TopicConfig | None:
         """The topic a route lookup answers for, or ``None`` (TOPIC_NOT_EXIST).
 
-        The embedded name server's shortcut (docs/protocol.md §7.5): with ``auto_create_topics``
-        and ``create_topics_on_lookup`` on, an unknown valid topic is created with
-        ``default_queues`` queues (1 for retry and DLQ topics) when a client asks for its
-        route, so consumers that start before any producer find it too. With either off, an
+        The embedded name server's opt-in shortcut (docs/protocol.md §7.5): with
+        ``auto_create_topics`` and ``create_topics_on_lookup`` on, an unknown valid topic is
+        created with ``default_queues`` queues (1 for retry and DLQ topics) when a client asks
+        for its route. With either off (``create_topics_on_lookup`` is off by default), an
         unknown topic stays unknown, as with a Java name server (``pickupTopicRouteData``
         only reads).
 

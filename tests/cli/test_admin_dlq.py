@@ -133,6 +133,7 @@ async def test_resent_copy_is_a_fresh_message_of_the_original_topic(
             )
         )
     async with rmq.Admin(namesrv=broker.address) as admin:
+        await admin.create_topic("appT")  # the topic the message died in exists
         (entry,) = await admin.dead_letters("appG")
         assert (entry.origin_topic, entry.origin_msg_id) == ("appT", "ORIG1")
         assert entry.reason == "ValueError: nope"

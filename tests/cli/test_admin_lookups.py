@@ -1,21 +1,16 @@
 """Look-ups of what does not exist, on an embedded broker whose name server answers as Java's
-(``create_topics_on_lookup=False``): ``aiorocket admin`` names the missing topic or group in
-one line, exits 1, and creates nothing; and the ``--help`` texts."""
+(``create_topics_on_lookup`` off, the default): ``aiorocket admin`` names the missing topic or
+group in one line, exits 1, and creates nothing; and the ``--help`` texts."""
 
 from __future__ import annotations
 
 import pytest
 
-from aiorocket.cli import main
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.cli import _parser, main
+from aiorocket.embedded import EmbeddedBroker
 from tests.cli.test_admin_cli import cli
 
 _NO_ROUTE = "No topic route info in name server for the topic: "
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(create_topics_on_lookup=False)
 
 
 async def test_missing_topics_and_groups_are_named_and_not_created(
@@ -64,3 +59,12 @@ def test_help_lists_demo_and_shows_defaults(capsys: pytest.CaptureFixture[str]) 
     assert "(default: 9876)" in broker
     assert "(default: None)" not in broker  # nothing shown where there is nothing to show
     assert "(default: False)" not in broker
+
+
+def test_broker_creates_topics_on_lookup_only_when_asked() -> None:
+    def flag(*argv: str) -> object:
+        return _parser().parse_args(["broker", *argv]).create_topics_on_lookup
+
+    assert flag() is False
+    assert flag("--create-topics-on-lookup") is True
+    assert flag("--no-create-topics-on-lookup") is False

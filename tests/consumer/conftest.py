@@ -34,8 +34,19 @@ def broker_config() -> BrokerConfig:
 
 @pytest.fixture
 async def producer(broker: EmbeddedBroker) -> AsyncIterator[Producer]:
-    async with Producer(namesrv=broker.address, group="test-producer") as p:
+    """A producer whose first send of a topic creates it with 8 queues, as the broker's own
+    ``default_queues`` (Java ``defaultTopicQueueNums``)."""
+    async with Producer(
+        namesrv=broker.address, group="test-producer", default_topic_queue_nums=8
+    ) as p:
         yield p
+
+
+async def create_topic(broker: EmbeddedBroker, topic: str, queues: int = 8) -> None:
+    """Create ``topic`` as an operator does (``mqadmin updateTopic``), for consumers that start
+    before anything is sent: a route lookup creates nothing (docs/protocol.md §7.5)."""
+    async with rmq.Admin(namesrv=broker.address) as admin:
+        await admin.create_topic(topic, queues=queues)
 
 
 def push_consumer(

@@ -26,6 +26,7 @@ from tests._harness.child import (
     wait_one_owner_each,
 )
 from tests._harness.deliveries import check_clean_restart, check_none_lost, stray_duplicates
+from tests.consumer.conftest import create_topic
 
 SCRIPT = Path(__file__).with_name("consumer_proc.py")
 TOPIC = "Flow"
@@ -46,6 +47,7 @@ async def test_processes_join_and_leave_while_messages_flow(
 ) -> None:
     out1 = tmp_path / "phase1"
     out1.mkdir()
+    await create_topic(broker, TOPIC)
     procs = await asyncio.gather(*(_spawn(n, broker, out1) for n in ("a", "b", "c")))
     live = list(procs)
     await wait_one_owner_each(out1, live, timeout=8.0)

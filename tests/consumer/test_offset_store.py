@@ -11,6 +11,8 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.models import MessageQueue
 from aiorocket.settings import ClientSettings
 
+from .conftest import create_topic
+
 A0 = MessageQueue("T", "broker-a", 0)
 A1 = MessageQueue("T", "broker-a", 1)
 
@@ -79,6 +81,7 @@ async def test_remote_store_against_the_embedded_broker() -> None:
         client = ClientInstance(ClientSettings(namesrv=(broker.address,)))
         client.start(lambda coro: None)
         try:
+            await create_topic(broker, "RemoteT")
             await client.fetch_route("RemoteT")
             mq = MessageQueue("RemoteT", "broker-a", 0)
             store = RemoteOffsetStore(client, "remote-group")

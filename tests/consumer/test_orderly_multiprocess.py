@@ -34,6 +34,7 @@ from aiorocket.models import Message
 from tests._harness.child import Child, member_options, start_script, stop_child
 from tests._harness.child import wait_delivered as wait_for_ids
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
+from tests.consumer.conftest import create_topic
 
 SCRIPT = Path(__file__).with_name("orderly_proc.py")
 
@@ -194,6 +195,7 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
     per_key = 100
     wanted, out, records = new_run(tmp_path, keys, per_key)
     opts = ("--sleep", "0.01", "--heartbeat-interval", "0.4")
+    await create_topic(broker, "OrdMP", queues=4)
     a = await spawn("a", broker, out, *opts)
     bee = await spawn("b", broker, out, *opts)
     production = asyncio.create_task(produce(broker, keys, per_key, seconds=12.0))

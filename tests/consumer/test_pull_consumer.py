@@ -27,7 +27,7 @@ from aiorocket.errors import (
 from aiorocket.models import Message, MessageQueue, ReceivedMessage
 from tests._harness.wait import wait_for
 
-from .conftest import FAST
+from .conftest import FAST, create_topic
 
 #: pull consumer settings that keep tests quick
 PULL: dict[str, Any] = {"rebalance_interval": 1.0, "consume_from": "first"}
@@ -109,6 +109,7 @@ async def test_async_for_and_poll_hand_out_every_message_once_in_queue_order(
 
 
 async def test_an_idle_consumer_parks_one_long_poll_per_queue(broker: EmbeddedBroker) -> None:
+    await create_topic(broker, "PullIdle")
     consumer = PullConsumer(group="pidle", namesrv=broker.address, **PULL)
     consumer.subscribe("PullIdle")
     async with consumer:
@@ -150,6 +151,7 @@ async def test_push_and_pull_members_of_one_group_share_the_queues(
 
     pull = PullConsumer(group="mixed", namesrv=broker.address, **PULL)
     pull.subscribe("PullMixed")
+    await create_topic(broker, "PullMixed")
     async with push, pull:
 
         def split() -> tuple[set[int], set[int]]:
@@ -413,6 +415,7 @@ async def test_a_pause_survives_a_rebalance_that_keeps_the_queue(
     a.subscribe("PullKeep")
     b = PullConsumer(group="pkeep", namesrv=broker.address, **PULL)
     b.subscribe("PullKeep")
+    await create_topic(broker, "PullKeep")
     async with a:
         a.pause(*a.assignment())
         async with b:
@@ -663,7 +666,9 @@ async def test_misuse_gives_typed_errors_with_one_line_messages(
 async def test_namespaces_stay_out_of_what_the_application_sees(
     broker: EmbeddedBroker,
 ) -> None:
-    async with Producer(namesrv=broker.address, group="nsp", namespace="tenant") as producer:
+    async with Producer(
+        namesrv=broker.address, group="nsp", namespace="tenant", default_topic_queue_nums=8
+    ) as producer:
         await fill(producer, "PullNs", 3, queues=[0, 1])
     consumer = PullConsumer(group="pns", namesrv=broker.address, namespace="tenant", **PULL)
     consumer.subscribe("PullNs")

@@ -39,6 +39,7 @@ from tests._harness.child import (
     wait_one_owner_each,
 )
 from tests._harness.deliveries import check_clean_restart, check_none_lost, stray_duplicates
+from tests.consumer.conftest import create_topic
 
 HERE = Path(__file__).parent
 PULL_PROC = HERE / "pull_consumer_proc.py"
@@ -73,6 +74,7 @@ async def test_pull_and_push_members_join_and_leave_while_messages_flow(
 ) -> None:
     out = tmp_path / "phase1"
     out.mkdir()
+    await create_topic(broker, TOPIC)
     live = list(
         await asyncio.gather(
             spawn("poll", "p1", broker, out),
@@ -188,7 +190,9 @@ async def test_a_slow_application_keeps_the_processes_memory_at_the_thresholds(
     whose queues may cache 100 messages each: its caches stay at the threshold (+ one pull
     batch) and its RSS grows by a few MB, where prefetching the backlog would add ~80 MB."""
     per_queue = 2500
-    async with Producer(namesrv=broker.address, group="pull-mem-producer") as p:
+    async with Producer(
+        namesrv=broker.address, group="pull-mem-producer", default_topic_queue_nums=8
+    ) as p:
         for qid in range(8):
             mq = MessageQueue(TOPIC, "broker-a", qid)
             for _ in range(0, per_queue, 200):

@@ -15,7 +15,7 @@ from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message, MessageQueue, ReceivedMessage
 from tests._harness.wait import wait_for
 
-from .conftest import FAST
+from .conftest import FAST, create_topic
 
 
 def q(topic: str, queue_id: int) -> MessageQueue:
@@ -98,6 +98,7 @@ async def test_a_paused_topic_stays_paused_for_queues_gained_in_a_rebalance(
     def held(c: rmq.PushConsumer) -> set[int]:
         return {mq.queue_id for mq in c.statistics().queues if mq.topic == "PauseKeep"}
 
+    await create_topic(broker, "PauseKeep")
     async with a:
         a.pause("PauseKeep")
         async with b:

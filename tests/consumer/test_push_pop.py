@@ -16,7 +16,7 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
-from tests.consumer.conftest import push_consumer
+from tests.consumer.conftest import create_topic, push_consumer
 
 TOPIC = "PushPop"
 #: POP settings that keep tests quick: short invisible time, fast retries
@@ -36,7 +36,10 @@ def broker_config() -> BrokerConfig:
 
 
 async def send(broker: EmbeddedBroker, n: int, prefix: str = "m") -> set[bytes]:
-    async with rmq.Producer(namesrv=broker.address, group="push-pop-producer") as p:
+    # The first send creates the topic with 2 queues (a route lookup creates nothing).
+    async with rmq.Producer(
+        namesrv=broker.address, group="push-pop-producer", default_topic_queue_nums=2
+    ) as p:
         bodies = {f"{prefix}{i}".encode() for i in range(n)}
         await asyncio.gather(*(p.send(rmq.Message(TOPIC, b)) for b in bodies))
     return bodies
@@ -108,6 +111,7 @@ async def test_more_members_than_queues(broker: EmbeddedBroker) -> None:
 
         c.register_listener(handle)
         members.append(c)
+    await create_topic(broker, TOPIC, queues=2)
     async with members[0], members[1], members[2]:
         for k in range(20):  # a steady flow while all three wait in the broker
             await send(broker, 10, f"k{k}-")

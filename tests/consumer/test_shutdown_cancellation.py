@@ -179,7 +179,9 @@ async def test_sigterm_during_a_broker_outage_flushes_once_it_is_back_and_unlock
         broker,
         proxy,
     ):
-        async with Producer(namesrv=broker.address, group="shut-producer") as producer:
+        async with Producer(
+            namesrv=broker.address, group="shut-producer", default_topic_queue_nums=QUEUES
+        ) as producer:
             await send_per_queue(producer, topic, [b"fast", b"slow"])
         done: dict[int, int] = {}
         started: set[int] = set()

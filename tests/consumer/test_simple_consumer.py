@@ -24,7 +24,7 @@ from aiorocket.errors import (
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.pop import drain_together
 from tests._harness.wait import wait_for
-from tests.consumer.conftest import dlq_reader
+from tests.consumer.conftest import create_topic, dlq_reader
 
 TOPIC = "PopTopic"
 
@@ -51,7 +51,10 @@ async def simple(
 
 
 async def send(broker: EmbeddedBroker, n: int, topic: str = TOPIC) -> set[bytes]:
-    async with rmq.Producer(namesrv=broker.address, group="pop-producer") as p:
+    # The first send creates the topic with 2 queues (a route lookup creates nothing).
+    async with rmq.Producer(
+        namesrv=broker.address, group="pop-producer", default_topic_queue_nums=2
+    ) as p:
         bodies = {f"m{i}".encode() for i in range(n)}
         await asyncio.gather(*(p.send(rmq.Message(topic, b)) for b in bodies))
     return bodies
@@ -145,6 +148,7 @@ async def test_receipt_handle_errors(broker: EmbeddedBroker) -> None:
 async def test_idle_receive_waits_in_the_broker_and_wakes_on_a_send(
     broker: EmbeddedBroker,
 ) -> None:
+    await create_topic(broker, TOPIC, queues=2)
     async with simple(broker, await_duration=2.0) as c:
         t0 = time.monotonic()
         assert await c.receive() == []
@@ -157,6 +161,7 @@ async def test_idle_receive_waits_in_the_broker_and_wakes_on_a_send(
 
 
 async def test_a_broker_without_pop_is_a_clear_error(broker: EmbeddedBroker) -> None:
+    await create_topic(broker, TOPIC, queues=2)
     async with simple(broker) as c:
         broker.fail_next(RequestCode.POP_MESSAGE, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
         with pytest.raises(RequestCodeNotSupportedError, match="POP"):

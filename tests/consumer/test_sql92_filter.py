@@ -33,7 +33,7 @@ from tests._harness.protocol import pull_header
 from tests._harness.wait import wait_for
 from tests.embedded.test_broker_kit import RawClient
 
-from .conftest import FAST
+from .conftest import FAST, create_topic
 
 QUEUES = 4
 EXPRESSION = "region = 'eu' AND amount > 100"
@@ -230,6 +230,7 @@ async def test_raw_pulls_with_an_sql92_subscription(tmp_path: Path) -> None:
         assert resp.remark == "The broker does not support consumer to filter message by SQL92"
     config = BrokerConfig(default_queues=1, enable_property_filter=True)
     async with EmbeddedBroker(data_dir=tmp_path / "on", config=config) as on:
+        await create_topic(on, "SqlRaw", queues=1)
         await produce(on, "SqlRaw", 4)  # amounts 0, 10, 20, 30, all on queue 0
         resp, bodies = await pull_raw(on, "amount > 10")
         assert resp.code == ResponseCode.SUCCESS

@@ -27,7 +27,14 @@ async def test_cli_serves_and_exits_0_on_sigterm_with_data_flushed(
     if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         pytest.skip("uvloop is not installed")
     proc, address = await started_broker_cli(
-        tmp_path, "--flush", "async", "--default-queues", "2", "--loop", loop
+        tmp_path,
+        "--flush",
+        "async",
+        "--default-queues",
+        "2",
+        "--create-topics-on-lookup",
+        "--loop",
+        loop,
     )
     try:
         async with RawClient(address) as c:

@@ -253,6 +253,23 @@ class RawClient:
         resp = await self.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         return resp, TopicRouteData.from_json(resp.body) if resp.code == 0 else None
 
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """UPDATE_AND_CREATE_TOPIC, as ``mqadmin updateTopic`` does: a route lookup creates
+        nothing (docs/protocol.md §7.5)."""
+        resp = await self.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": str(queues),
+                "writeQueueNums": str(queues),
+                "perm": "6",
+                "topicFilterType": "SINGLE_TAG",
+                "order": "false",
+            },
+        )
+        assert resp.code == 0, resp.remark
+
     async def query_offset(self, group: str, topic: str, queue_id: int) -> RemotingCommand:
         return await self.request(
             RequestCode.QUERY_CONSUMER_OFFSET,

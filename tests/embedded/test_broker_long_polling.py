@@ -32,7 +32,7 @@ async def held_pulls(broker: EmbeddedBroker, n: int) -> None:
 
 async def test_held_pull_wakes_on_arrival_quickly() -> None:
     async with two_clients() as (broker, consumer, producer):
-        await consumer.route("LP")
+        await consumer.create_topic("LP")
         pull = asyncio.create_task(consumer.pull("G", "LP", 0, 0, suspend_ms=15000, timeout=20))
         await held_pulls(broker, 1)
         t0 = time.perf_counter()
@@ -47,7 +47,7 @@ async def test_held_pull_wakes_on_arrival_quickly() -> None:
 
 async def test_held_pull_times_out_with_19_and_the_cap_applies() -> None:
     async with running_broker(long_poll_max_hold=0.3) as broker, RawClient(broker.address) as c:
-        await c.route("Quiet")
+        await c.create_topic("Quiet")
         t0 = time.perf_counter()
         resp, _ = await c.pull("G", "Quiet", 0, 0, suspend_ms=200)
         assert resp.code == ResponseCode.PULL_NOT_FOUND
@@ -78,7 +78,7 @@ async def test_non_matching_arrival_does_not_wake_a_tag_pull() -> None:
 
 async def test_several_held_pulls_on_one_queue_all_wake() -> None:
     async with two_clients() as (broker, a, b):
-        await a.route("Fan")
+        await a.create_topic("Fan")
         pulls = [
             asyncio.create_task(cl.pull(g, "Fan", 0, 0, suspend_ms=10000, timeout=15))
             for cl, g in ((a, "G1"), (b, "G2"), (a, "G3"))
@@ -94,7 +94,7 @@ async def test_held_pull_is_discarded_when_the_client_disconnects() -> None:
     async with running_broker() as broker:
         c = RawClient(broker.address)
         await c.__aenter__()
-        await c.route("Gone")
+        await c.create_topic("Gone")
         pull = asyncio.create_task(c.pull("G", "Gone", 0, 0, suspend_ms=10000, timeout=15))
         await held_pulls(broker, 1)
         await c.close()

@@ -23,8 +23,11 @@ async def test_tbw102_route_has_perm_7() -> None:
         assert b" " not in resp.body
 
 
-async def test_unknown_topic_is_created_on_lookup_or_17() -> None:
-    async with running_broker(default_queues=3) as broker, RawClient(broker.address) as c:
+async def test_the_opt_in_shortcut_creates_unknown_topics_on_lookup_or_17() -> None:
+    async with (
+        running_broker(default_queues=3, create_topics_on_lookup=True) as broker,
+        RawClient(broker.address) as c,
+    ):
         resp, route = await c.route("Brand_New")
         assert route is not None
         (q,) = route.queue_datas
@@ -37,7 +40,7 @@ async def test_unknown_topic_is_created_on_lookup_or_17() -> None:
         resp, _ = await c.route("bad topic")
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
     async with (
-        running_broker(auto_create_topics=False) as broker,
+        running_broker(auto_create_topics=False, create_topics_on_lookup=True) as broker,
         RawClient(broker.address) as c,
     ):
         resp, _ = await c.route("Brand_New")
@@ -54,7 +57,7 @@ async def test_cluster_info_and_topic_list() -> None:
         info = ClusterInfo.from_json(resp.body)
         assert info.cluster_addr_table == {"DefaultCluster": ("broker-a",)}
         assert info.broker_addr_table["broker-a"].broker_addrs == {0: broker.address}
-        await c.route("Listed")
+        await c.create_topic("Listed")
         resp = await c.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         topics = TopicList.from_json(resp.body).topic_list
         assert "Listed" in topics
@@ -76,13 +79,12 @@ async def test_all_interfaces_never_advertise_0000() -> None:
         assert broker.address.startswith("10.1.2.3:")
 
 
-async def test_lookups_without_the_shortcut_answer_17_and_create_nothing() -> None:
-    # create_topics_on_lookup off: lookups only read, as Java's getRouteInfoByTopic; creation
-    # stays where Java does it (a send through TBW102, a consumer heartbeat's %RETRY% topic).
-    async with (
-        running_broker(create_topics_on_lookup=False) as broker,
-        RawClient(broker.address) as c,
-    ):
+async def test_lookups_answer_17_and_create_nothing_by_default() -> None:
+    # create_topics_on_lookup off (the default): lookups only read, as Java's
+    # getRouteInfoByTopic; creation stays where Java does it (a send through TBW102, a consumer
+    # heartbeat's %RETRY% topic).
+    assert BrokerConfig().create_topics_on_lookup is False
+    async with running_broker() as broker, RawClient(broker.address) as c:
         before = TopicList.from_json(
             (await c.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body
         ).topic_list

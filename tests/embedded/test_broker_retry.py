@@ -68,7 +68,7 @@ async def _dead_letter(c: RawClient) -> MessageRecord:
 
 async def test_delay_message_arrives_on_time() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.route("Later")
+        await c.create_topic("Later")
         t0 = time.monotonic()
         resp = await c.send("Later", b"soon", tags="d", props={mp.DELAY: "3"}, queue_id=1)
         assert resp.code == 0
@@ -91,7 +91,7 @@ async def test_delay_message_arrives_on_time() -> None:
 
 async def test_delay_level_above_the_table_is_clamped() -> None:
     async with running_broker(delay_levels=(0.05, 0.1)) as broker, RawClient(broker.address) as c:
-        await c.route("Clamp")
+        await c.create_topic("Clamp")
         t0 = time.monotonic()
         await c.send("Clamp", b"x", props={mp.DELAY: "99"})
         _, arrived = await _wait_message(c, "Clamp", 0, 0)

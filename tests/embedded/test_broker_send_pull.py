@@ -216,7 +216,7 @@ async def test_tag_filter_no_matched_and_untagged() -> None:
 
 async def test_pull_status_table() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.route("Empty")  # created on lookup, no message yet
+        await c.create_topic("Empty")  # no message yet
         resp, _ = await c.pull("G", "Empty", 0, 0)
         assert (resp.code, resp.ext_fields["nextBeginOffset"]) == (19, "0")
         resp, _ = await c.pull("G", "Empty", 0, 5)

@@ -67,7 +67,7 @@ def _qs(*queues: int, mode: str = "PULL") -> list[tuple[int, str]]:
 async def test_assignment_by_mode_and_strategy(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as broker, AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(RawClient(broker.address)) for _ in range(3)]
-        await clients[0].route("T")  # 4 queues
+        await clients[0].create_topic("T")  # 4 queues
         for i, c in enumerate(clients):
             await _join(c, f"c{i + 1}", "G", "T")
         c = clients[0]
@@ -111,7 +111,7 @@ async def test_assignment_by_mode_and_strategy(tmp_path: Path) -> None:
 
 async def test_the_mode_table_is_kept_across_restarts(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         assert await _set_mode(c, "T", "POP", 2) == 0
     saved = json.loads((tmp_path / "config" / "messageRequestMode.json").read_bytes())
     assert saved == {
@@ -132,14 +132,14 @@ async def test_default_request_mode_pop() -> None:
         running_broker(default_message_request_mode="POP") as broker,
         RawClient(broker.address) as c,
     ):
-        await c.route("T")
+        await c.create_topic("T")
         await _join(c, "c1", "G", "T")
         assert await _query(c, "c1") == [(-1, "POP")]
 
 
 async def test_a_broker_answering_as_4x_does_not_know_pop() -> None:
     async with running_broker(remoting_version=409) as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         resp, _ = await pk.pop(c, "G", "T")
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         resp = await c.request(RequestCode.QUERY_ASSIGNMENT, body=b"{}")

@@ -22,7 +22,7 @@ def _has_msg(resp: RemotingCommand) -> tuple[int, bool, bool]:
 
 async def test_a_held_pop_is_woken_by_a_send() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         task = asyncio.create_task(pk.pop(c, "G", "T", poll_ms=5000, timeout=10))
         await asyncio.sleep(0.15)
         assert not task.done()
@@ -36,7 +36,7 @@ async def test_a_held_pop_is_woken_by_a_send() -> None:
 
 async def test_a_held_pop_times_out_with_polling_timeout() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         t0 = time.perf_counter()
         resp, _ = await pk.pop(c, "G", "T", poll_ms=300)
         assert 0.25 < time.perf_counter() - t0 < 1.0
@@ -58,7 +58,7 @@ async def test_a_held_pop_times_out_with_polling_timeout() -> None:
 
 async def test_a_tag_pop_is_not_woken_by_other_tags() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         task = asyncio.create_task(pk.pop(c, "G", "T", exp="A", poll_ms=5000, timeout=10))
         await asyncio.sleep(0.1)
         await c.send("T", b"other", tags="B")
@@ -81,7 +81,7 @@ async def test_a_revive_wakes_a_held_pop() -> None:
 
 async def test_polling_full() -> None:
     async with running_broker(pop_max_polling=1) as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         held = asyncio.create_task(pk.pop(c, "G", "T", poll_ms=3000, timeout=5))
         await asyncio.sleep(0.1)
         t0 = time.perf_counter()
@@ -100,7 +100,7 @@ async def test_polling_full() -> None:
 
 async def test_notification_is_held_until_a_message_is_there() -> None:
     async with running_broker() as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         t0 = time.perf_counter()
         resp = await pk.notification(c, "G", "T", poll_ms=250)
         assert 0.2 < time.perf_counter() - t0 < 1.0
@@ -122,7 +122,7 @@ async def test_notification_is_held_until_a_message_is_there() -> None:
 
 async def test_notification_full() -> None:
     async with running_broker(pop_max_polling=1) as broker, RawClient(broker.address) as c:
-        await c.route("T")
+        await c.create_topic("T")
         held = asyncio.create_task(pk.notification(c, "G", "T", poll_ms=3000))
         await asyncio.sleep(0.1)
         assert _has_msg(await pk.notification(c, "G", "T", poll_ms=3000)) == (0, False, True)

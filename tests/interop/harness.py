@@ -47,6 +47,17 @@ PEER_SCRIPT = Path(__file__).with_name("cpp_peer.py")
 Event = dict[str, Any]
 
 
+async def create_topics(namesrv: str, *topics: str, queues: int = 4) -> None:
+    """Create ``topics`` (``queues`` each, a C++ producer's default) before a peer consumer
+    subscribes to them: a name server, the embedded one as Java's, creates no topic on lookup,
+    and the C++ consumer would find a new topic only at its 30 s route poll."""
+    from aiorocket import Admin
+
+    async with Admin(namesrv=namesrv) as admin:
+        for topic in topics:
+            await admin.create_topic(topic, queues=queues)
+
+
 def unique_name(prefix: str) -> str:
     """A topic or group name no other test (or earlier run on the same data) uses."""
     return f"{prefix}_{uuid.uuid4().hex[:10]}"

@@ -22,6 +22,7 @@ from tests.interop.harness import (
     Event,
     PeerProcess,
     cli_broker,
+    create_topics,
     delivery_mismatches,
     require_cpp_client,
     run_peer,
@@ -120,6 +121,7 @@ async def test_cpp_producer_modes_to_concurrent_consumer(
     topics = {mode: unique_name(f"cpp_{mode}") for mode in modes}
     group = unique_name("cpp_concurrent")
     filtered_group = unique_name("cpp_filtered")
+    await create_topics(addr, *topics.values())
     async with contextlib.AsyncExitStack() as stack:
         # The consumers start first, so messages are delivered while they are being produced.
         consumer = await stack.enter_async_context(
@@ -204,6 +206,7 @@ async def test_cpp_orderly_consumer_keeps_per_key_order(
     addr = broker.address
     topic = unique_name("cpp_orderly")
     group = unique_name("cpp_orderly_group")
+    await create_topics(addr, topic)
     async with contextlib.AsyncExitStack() as stack:
         consumer = await stack.enter_async_context(
             run_peer(
@@ -270,6 +273,7 @@ async def test_second_cpp_consumer_takes_half_the_queues(
     group = unique_name("cpp_rebalance_group")
     consume = ["consume", "--namesrv", addr, "--group", group, "--topic", topic, "--timeout", "85"]
     produce = ["produce", "--namesrv", addr, "--topic", topic, "--key-count", str(KEYS)]
+    await create_topics(addr, topic)
 
     async with contextlib.AsyncExitStack() as stack:
         first = await stack.enter_async_context(
@@ -354,6 +358,7 @@ async def test_cpp_consumer_refusals_come_back_through_retry_topic(tmp_path: Pat
         addr = broker.address
         topic = unique_name("cpp_retry")
         group = unique_name("cpp_retry_group")
+        await create_topics(addr, topic)
         async with contextlib.AsyncExitStack() as stack:
             consumer = await stack.enter_async_context(
                 run_peer(

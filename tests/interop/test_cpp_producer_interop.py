@@ -21,6 +21,7 @@ from aiorocket.models import Message
 from tests.interop.cpp_peer import build_message
 from tests.interop.harness import (
     Event,
+    create_topics,
     delivery_mismatches,
     require_cpp_client,
     run_peer,
@@ -74,6 +75,7 @@ async def test_aiorocket_messages_reach_cpp_consumer_intact(
     batched = [build_message(run_id, i, key_count=8) for i in range(310, 350)]
     oneway = [build_message(run_id, i, key_count=8) for i in range(350, 400)]
     specs = {s["id"]: {**s, "topic": topic} for s in [*plain, *keyed, *large, *batched, *oneway]}
+    await create_topics(broker.address, topic)
 
     async with (
         Producer(namesrv=broker.address, group=unique_name("py_producer")) as producer,
@@ -123,6 +125,7 @@ async def test_delayed_message_arrives_after_its_delay(
     specs = [{**build_message("delay", i, key_count=1), "topic": topic} for i in range(5)]
     warmup, now, *delayed = specs  # delayed: levels 3, 2, 1 (sent longest first)
     delay_of = {s["id"]: 3 - i for i, s in enumerate(delayed)}
+    await create_topics(broker.address, topic)
 
     async with (
         Producer(namesrv=broker.address, group=unique_name("py_delay_producer")) as producer,

@@ -153,7 +153,8 @@ async def test_a_4x_broker_is_refused_a_timer_message(tmp_path: Path) -> None:
         with pytest.raises(UnsupportedFeatureError):
             await producer.send(Message("Old", b"x"), deliver_after=60.0)
         assert producer._client.server_version(broker.address) == 409
-        assert await pull_all(broker.address, "Old") == []  # nothing was sent
+        # nothing was sent: the first send of a topic would have created it
+        assert "Old" not in broker.topics
         # everything else still goes
         await producer.send(Message("Old", b"plain"))
     async with (

@@ -24,7 +24,7 @@ async def broker_behind_proxy(
 ) -> AsyncIterator[tuple[EmbeddedBroker, ChaosProxy]]:
     """An embedded broker whose routes advertise a ChaosProxy in front of it: clients given
     ``broker.address`` send everything (name server and broker requests) through the proxy."""
-    base = config if config is not None else BrokerConfig(default_queues=8)
+    base = config if config is not None else BrokerConfig()
     async with ChaosProxy() as proxy:
         cfg = replace(base, advertised_port=proxy.port)
         async with EmbeddedBroker(data_dir=tmp_path / "broker", config=cfg) as broker:

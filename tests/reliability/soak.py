@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket import Admin, ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
 from aiorocket.errors import RocketError
@@ -220,9 +220,7 @@ async def run_soak(
     say = progress or (lambda _line: None)
     capacity = int(rate * (seconds + 60) * 1.2) + 1000
     ledger = _Ledger(capacity)
-    config = BrokerConfig(
-        default_queues=QUEUES, delay_levels=parse_delay_levels(" ".join(["1s"] * 18))
-    )
+    config = BrokerConfig(delay_levels=parse_delay_levels(" ".join(["1s"] * 18)))
     consumer_settings: dict[str, Any] = {
         "consume_from": "first",
         "rebalance_interval": 5.0,
@@ -248,6 +246,10 @@ async def run_soak(
         cfg = replace(config, advertised_port=proxy.port)
         async with EmbeddedBroker(data_dir=data_dir, config=cfg) as broker:
             proxy.upstream = broker.listen_address
+            # the topic exists with QUEUES queues before the consumer starts (the redeliver
+            # fault picks any of them)
+            async with Admin(namesrv=proxy.address) as admin:
+                await admin.create_topic(TOPIC, queues=QUEUES)
             producer = Producer(namesrv=proxy.address, group="soak-producer")
             await producer.start()
             consumer = new_consumer()

@@ -18,7 +18,7 @@ from aiorocket import (
     PushConsumer,
     ReceivedMessage,
 )
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from tests._harness.wait import wait_for
 
@@ -61,7 +61,7 @@ async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_pat
     store = tmp_path / "offsets"
     got: dict[str, list[bytes]] = defaultdict(list)
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=BrokerConfig(default_queues=4)) as broker,
+        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         Producer(namesrv=broker.address, group="bp") as producer,
     ):
         await send(producer, 0, 20)
@@ -105,10 +105,11 @@ async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_use
 ) -> None:
     store = tmp_path / "offsets"
     got: list[bytes] = []
-    config = BrokerConfig(default_queues=1)
+    # one queue each, so each cluster's offsets are one row: the producer creates the topic
+    # with one queue on its first send (``defaultTopicQueueNums``)
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "one", config=config) as first,
-        Producer(namesrv=first.address, group="bp") as producer,
+        EmbeddedBroker(data_dir=tmp_path / "one") as first,
+        Producer(namesrv=first.address, group="bp", default_topic_queue_nums=1) as producer,
     ):
         first_cluster = first.address
         await send(producer, 0, 7)
@@ -117,8 +118,8 @@ async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_use
     got.clear()
     # a fresh cluster: same cluster and broker names, its own messages from offset 0
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "two", config=config) as second,
-        Producer(namesrv=second.address, group="bp") as producer,
+        EmbeddedBroker(data_dir=tmp_path / "two") as second,
+        Producer(namesrv=second.address, group="bp", default_topic_queue_nums=1) as producer,
     ):
         second_cluster = second.address
         await send(producer, 100, 115)

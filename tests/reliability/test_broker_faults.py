@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from aiorocket import (
+    Admin,
     ConcurrentContext,
     Message,
     MessageQueue,
@@ -30,7 +31,7 @@ from tests.reliability.helpers import first_consumer
 
 @pytest.fixture
 def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS)
+    return BrokerConfig(delay_levels=FAST_DELAYS)
 
 
 async def test_fail_next_answers_the_code_and_the_producer_backs_off(
@@ -58,11 +59,12 @@ async def test_fail_next_answers_the_code_and_the_producer_backs_off(
 
 
 async def test_pulls_answered_system_busy_back_off_and_recover(tmp_path: Path) -> None:
-    config = BrokerConfig(default_queues=1, delay_levels=FAST_DELAYS)
+    config = BrokerConfig(delay_levels=FAST_DELAYS)
     got: list[bytes] = []
     async with (
         EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
-        Producer(namesrv=broker.address, group="pg") as producer,
+        # the first send creates the topic with one queue: one pull loop besides the retry one
+        Producer(namesrv=broker.address, group="pg", default_topic_queue_nums=1) as producer,
     ):
         await producer.send(Message("BusyPull", b"first"))
         consumer = first_consumer(broker.address, "busy", rebalance_interval=1.0)
@@ -93,6 +95,10 @@ async def test_pulls_answered_system_busy_back_off_and_recover(tmp_path: Path) -
 
 
 async def test_notify_rebalance_makes_members_rebalance_at_once(broker: EmbeddedBroker) -> None:
+    # the topic exists before the consumer starts: a consumer whose topic has no route knows
+    # no broker to send its heartbeat to, so the broker would not know it either
+    async with Admin(namesrv=broker.address) as admin:
+        await admin.create_topic("Notified", queues=4)
     consumer = PushConsumer(group="nr", namesrv=broker.address, rebalance_interval=60.0)
     consumer.subscribe("Notified")
 

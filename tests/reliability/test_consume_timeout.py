@@ -45,10 +45,11 @@ class Handler:
 
 
 async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool = False) -> int:
-    config = BrokerConfig(default_queues=1, delay_levels=FAST_DELAYS)
+    config = BrokerConfig(delay_levels=FAST_DELAYS)
     async with (
         EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
-        Producer(namesrv=broker.address, group="sp") as producer,
+        # the first send creates the topic with one queue
+        Producer(namesrv=broker.address, group="sp", default_topic_queue_nums=1) as producer,
     ):
         consumer = first_consumer(
             broker.address,

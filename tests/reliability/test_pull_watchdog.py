@@ -11,8 +11,15 @@ from typing import Any
 
 import pytest
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket import (
+    Admin,
+    ConcurrentContext,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
@@ -25,8 +32,9 @@ async def test_a_silent_pull_task_is_restarted(
     caplog.set_level(logging.ERROR, logger="aiorocket.consumer")
     got: list[bytes] = []
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=BrokerConfig(default_queues=1)) as broker,
-        Producer(namesrv=broker.address, group="wp") as producer,
+        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
+        # the first send creates the topic with one queue
+        Producer(namesrv=broker.address, group="wp", default_topic_queue_nums=1) as producer,
     ):
         await producer.send(Message(TOPIC, b"before"))
         consumer = first_consumer(
@@ -78,8 +86,9 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
     release = asyncio.Event()
     got: list[bytes] = []
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=BrokerConfig(default_queues=1)) as broker,
-        Producer(namesrv=broker.address, group="wp") as producer,
+        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
+        # the first send creates the topic with one queue
+        Producer(namesrv=broker.address, group="wp", default_topic_queue_nums=1) as producer,
     ):
         for i in range(5):
             await producer.send(Message(TOPIC, b"%d" % i))
@@ -112,9 +121,9 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
 async def test_a_pull_task_not_started_yet_is_not_silent(tmp_path: Path) -> None:
     """A rebalance round may add a queue and the next round run before its new pull task ran
     once (an uncontended lock does not yield): that task is young, not silent."""
-    async with EmbeddedBroker(
-        data_dir=tmp_path / "b", config=BrokerConfig(default_queues=1)
-    ) as broker:
+    async with EmbeddedBroker(data_dir=tmp_path / "b") as broker:
+        async with Admin(namesrv=broker.address) as admin:
+            await admin.create_topic(TOPIC, queues=1)
         consumer = PushConsumer(
             group="watchdog-young",
             namesrv=broker.address,

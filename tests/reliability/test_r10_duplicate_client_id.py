@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
@@ -49,12 +49,12 @@ def owned(consumer: PushConsumer) -> set[int]:
 async def test_r10_two_instances_with_one_client_id(
     tmp_path: Path, start: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = BrokerConfig(default_queues=QUEUES)
     got: Counter[bytes] = Counter()
     caplog.set_level(logging.WARNING, logger="aiorocket.consumer")
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
-        Producer(namesrv=broker.address, group="r10p") as producer,
+        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
+        # the first send creates the topic with QUEUES queues
+        Producer(namesrv=broker.address, group="r10p", default_topic_queue_nums=QUEUES) as producer,
     ):
         for i in range(QUEUES * 10):
             await producer.send(Message(TOPIC, b"%d" % i))

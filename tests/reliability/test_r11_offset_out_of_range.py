@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiorocket import Producer, PushConsumer
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.models import ConcurrentContext, Message, MessageQueue, ReceivedMessage
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
@@ -52,10 +52,10 @@ async def test_r11_committed_offset_below_the_minimum(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="aiorocket.consumer")
     got: list[int] = []
-    config = BrokerConfig(default_queues=1)
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
-        Producer(namesrv=broker.address, group="r11p") as producer,
+        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
+        # the first send creates the topic with one queue
+        Producer(namesrv=broker.address, group="r11p", default_topic_queue_nums=1) as producer,
     ):
         await send(producer, 0, 10)
         async with consumer_of(broker, got, policy):

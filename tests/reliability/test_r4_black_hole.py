@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket import Admin, ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
 from aiorocket._remoting import Connection
-from aiorocket.embedded import BrokerConfig
 from aiorocket.errors import RocketError
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
@@ -63,7 +62,10 @@ async def quiet_counts(ledger: Ledger) -> tuple[int, int]:
 
 async def test_r4_thirty_second_black_hole(tmp_path: Path) -> None:
     ledger = Ledger()
-    async with broker_behind_proxy(tmp_path, BrokerConfig(default_queues=8)) as (broker, proxy):
+    async with broker_behind_proxy(tmp_path) as (broker, proxy):
+        # the topic exists before the consumer starts, with 8 queues (8 pull loops)
+        async with Admin(namesrv=broker.address) as admin:
+            await admin.create_topic(TOPIC, queues=8)
         consumer = first_consumer(
             broker.address,
             "r4",

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from aiorocket import Message, Producer
-from aiorocket.embedded import BrokerConfig
 from aiorocket.errors import ConnectionClosedError, RocketError
 from tests._harness.wait import wait_for
 
@@ -23,7 +22,7 @@ TOPIC = "R5"
 
 async def test_r5_reset_fails_pending_calls_at_once_and_clients_reconnect(tmp_path: Path) -> None:
     ledger = Ledger()
-    async with broker_behind_proxy(tmp_path, BrokerConfig(default_queues=4)) as (broker, proxy):
+    async with broker_behind_proxy(tmp_path) as (broker, proxy):
         consumer = recording_consumer(broker.address, "r5", TOPIC, ledger)
         async with (
             Producer(namesrv=broker.address, group="r5p", retries=0, send_timeout=5.0) as p,
@@ -63,7 +62,7 @@ async def test_r5_reset_fails_pending_calls_at_once_and_clients_reconnect(tmp_pa
 async def test_r5_half_frames_never_reach_a_handler(tmp_path: Path) -> None:
     ledger = Ledger()
     failures: list[tuple[str, float]] = []
-    async with broker_behind_proxy(tmp_path, BrokerConfig(default_queues=4)) as (broker, proxy):
+    async with broker_behind_proxy(tmp_path) as (broker, proxy):
         consumer = recording_consumer(broker.address, "r5t", TOPIC, ledger, pull_batch_size=32)
         async with (
             Producer(namesrv=broker.address, group="r5p", retries=0, send_timeout=5.0) as p,

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from aiorocket import Message, Producer
-from aiorocket.embedded import BrokerConfig
 from aiorocket.errors import RequestTimeoutError
 
 from .helpers import broker_behind_proxy
@@ -17,7 +16,7 @@ from .helpers import broker_behind_proxy
 
 async def test_send_batch_keeps_to_one_budget_over_its_sub_batches(tmp_path: Path) -> None:
     async with (
-        broker_behind_proxy(tmp_path, BrokerConfig(default_queues=1)) as (broker, proxy),
+        broker_behind_proxy(tmp_path) as (broker, proxy),
         Producer(
             namesrv=broker.address, group="bp", send_timeout=1.0, max_message_size=1024
         ) as producer,

@@ -59,8 +59,14 @@ def broker_config() -> BrokerConfig:
 
     The broker's housekeeping (expired channels and locks) runs once a minute only, so whatever
     a test sees happen to a killed member comes from the closed connection and the lease rules
-    applied on LOCK_BATCH_MQ, as on a Java broker, not from a scan."""
+    applied on LOCK_BATCH_MQ, as on a Java broker, not from a scan.
+
+    Topics appear with ``QUEUES`` queues at a Java client's first route lookup (the embedded
+    name server's opt-in shortcut): these tests start Java consumers before any producer and
+    compare queue ids with ``QUEUES``, where a Java name server would make them wait for their
+    30 s route poll and the Java producer would create 4 queues."""
     return BrokerConfig(
+        create_topics_on_lookup=True,
         default_queues=QUEUES,
         delay_levels=DELAY_LEVELS,
         lock_lease=LOCK_LEASE,

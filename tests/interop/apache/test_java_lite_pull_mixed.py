@@ -146,11 +146,12 @@ async def test_a_java_lite_pull_consumer_and_a_pull_consumer_share_the_queues_on
     java_classes: Path, tmp_path: Path
 ) -> None:
     topic = unique_name("JLiteEmb")
-    config = BrokerConfig(default_queues=QUEUES)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as broker:
+    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=BrokerConfig()) as broker:
 
         async def prepare() -> list[str]:
-            # The embedded broker creates a topic on its first message.
+            # as on the Java broker: the topic is created with its queues, then written to
+            async with rmq.Admin(namesrv=broker.address) as admin:
+                await admin.create_topic(topic, queues=QUEUES)
             async with rmq.Producer(namesrv=broker.address, group=unique_name("jlite_p")) as p:
                 await p.send(rmq.Message(topic, b"warm-up"))
             return ["warm-up"]
