@@ -38,7 +38,7 @@ from aiorocket.models import (
     SendStatus,
 )
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 __all__ = [
     "Admin",
