@@ -357,14 +357,18 @@ class Producer(AsyncResource):
         try:
             results = await self._send_chunks(topic, msgs, fields, sharding_key, queue, timeout)
         except BaseException as exc:
-            if call is not None:
-                call.exception = exc
-                run_send_done(self._call_hooks, call)
+            self._call_done(call, exc)
             raise
         if call is not None:
             call.results = results
-            run_send_done(self._call_hooks, call)
+        self._call_done(call)
         return results
+
+    def _call_done(self, call: SendCallContext | None, exc: BaseException | None = None) -> None:
+        # send_done once per call, with its results or the error it ends with.
+        if call is not None:
+            call.exception = exc
+            run_send_done(self._call_hooks, call)
 
     async def _send_chunks(
         self,
@@ -527,14 +531,11 @@ class Producer(AsyncResource):
                 msg_type=msg_type(fields),
             )
         except BaseException as exc:
-            if call is not None:
-                call.exception = exc
-                run_send_done(self._call_hooks, call)
+            self._call_done(call, exc)
             raise
-        if call is not None:
-            if result is not None:
-                call.results.append(result)
-            run_send_done(self._call_hooks, call)
+        if call is not None and result is not None:
+            call.results.append(result)
+        self._call_done(call)
         return result
 
     async def _send_with_retries(

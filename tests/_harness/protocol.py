@@ -13,6 +13,7 @@ __all__ = [
     "CLUSTER_5_4",
     "RESET_5_7",
     "ROUTE_5_3",
+    "create_topic_fields",
     "message_record",
     "pop_header",
     "pull_header",
@@ -94,3 +95,17 @@ def pop_header(*, consumer_group: str, topic: str, **fields: Any) -> PopMessageR
 def message_record(*, topic: str, body: bytes, **fields: Any) -> MessageRecord:
     """A stored message: ``fields`` over zeros, loopback hosts and no properties."""
     return MessageRecord(topic=topic, body=body, **{"properties": {}, **_RECORD_DEFAULTS, **fields})
+
+
+def create_topic_fields(topic: str, queues: int) -> dict[str, str]:
+    """The UPDATE_AND_CREATE_TOPIC header ``mqadmin updateTopic`` sends for a plain topic of
+    ``queues`` read and write queues."""
+    return {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": str(queues),
+        "writeQueueNums": str(queues),
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "order": "false",
+    }

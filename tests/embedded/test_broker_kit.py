@@ -28,7 +28,7 @@ from aiorocket._protocol.message import BatchItem, MessageRecord, decode_message
 from aiorocket._protocol.tags import parse_tag_expression
 from aiorocket._remoting import Connection, ConnectionPool
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-from tests._harness.protocol import pull_header
+from tests._harness.protocol import create_topic_fields, pull_header
 
 __all__ = ["RawClient", "fast_config", "running_broker"]
 
@@ -258,15 +258,7 @@ class RawClient:
         nothing (docs/protocol.md §7.5)."""
         resp = await self.request(
             RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": str(queues),
-                "writeQueueNums": str(queues),
-                "perm": "6",
-                "topicFilterType": "SINGLE_TAG",
-                "order": "false",
-            },
+            create_topic_fields(topic, queues),
         )
         assert resp.code == 0, resp.remark
 

@@ -4,7 +4,6 @@ subscriber handles the message, on the embedded broker."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ import httpx
 from fastapi import FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -26,19 +24,6 @@ from aiorocket.integrations.opentelemetry import instrument_tracing
 from tests._harness.wait import wait_for
 
 CONSUMER = {"rebalance_interval": 0.5, "pull_suspend_timeout": 1.0, "consume_from": "first"}
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    p = TracerProvider()
-    p.add_span_processor(SimpleSpanProcessor(exporter))
-    yield p
-    p.shutdown()
 
 
 def only(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:

@@ -5,7 +5,6 @@ receives, and nothing at all when not instrumented."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -38,19 +36,6 @@ POP: dict[str, Any] = {
 @pytest.fixture
 def broker_config() -> BrokerConfig:
     return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    p = TracerProvider()
-    p.add_span_processor(SimpleSpanProcessor(exporter))
-    yield p
-    p.shutdown()
 
 
 def spans(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

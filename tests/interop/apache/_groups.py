@@ -23,6 +23,7 @@ from aiorocket._protocol.codes import RequestCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting.pool import ConnectionPool
 from tests._harness.child import Child, member_options, start_script, stop_member, stop_members
+from tests._harness.protocol import create_topic_fields
 from tests._harness.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,15 +48,7 @@ async def create_topic(brokers: Iterable[str], topic: str, queues: int) -> None:
             resp = await conn.request(
                 RemotingCommand.request(
                     RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {
-                        "topic": topic,
-                        "defaultTopic": "TBW102",
-                        "readQueueNums": str(queues),
-                        "writeQueueNums": str(queues),
-                        "perm": "6",
-                        "topicFilterType": "SINGLE_TAG",
-                        "order": "false",
-                    },
+                    create_topic_fields(topic, queues),
                 ),
                 timeout=30.0,
             )
