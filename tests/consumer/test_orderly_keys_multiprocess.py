@@ -20,8 +20,10 @@ import pytest
 
 from aiorocket.embedded.broker import EmbeddedBroker
 from tests._harness.child import Child
+from tests.consumer.conftest import create_topic
 from tests.consumer.test_orderly_multiprocess import (
-    broker_config,  # noqa: F401  (the fixture: 8 queues, a 3 s lock lease)
+    QUEUES,
+    broker_config,  # noqa: F401  (the fixture: a 3 s lock lease)
     check_run,
     new_run,
     producing,
@@ -81,6 +83,7 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
     keys = [f"key{i:02d}" for i in range(20)]
     per_key = 100
     wanted, out, records = new_run(tmp_path, keys, per_key)
+    await create_topic(broker, "OrdMP", queues=QUEUES)
     a = await spawn("a", broker, out, *KEYED)
     live: list[Child] = [a]
     async with producing(broker, keys, per_key, 4.0, live) as production:
@@ -111,6 +114,7 @@ async def test_two_members_and_one_leaving_keep_each_key_in_order(
     keys = [f"key{i:02d}" for i in range(20)]
     per_key = 100
     wanted, out, records = new_run(tmp_path, keys, per_key)
+    await create_topic(broker, "OrdMP", queues=QUEUES)
     a, b = await asyncio.gather(spawn("a", broker, out, *KEYED), spawn("b", broker, out, *KEYED))
     async with producing(broker, keys, per_key, 4.0, [a, b]) as production:
         await asyncio.sleep(1.5)

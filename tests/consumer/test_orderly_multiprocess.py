@@ -41,6 +41,10 @@ SCRIPT = Path(__file__).with_name("orderly_proc.py")
 pytestmark = pytest.mark.slow
 
 
+#: queues of the members' topic, created before they start (as an operator would)
+QUEUES = 8
+
+
 async def spawn(name: str, broker: EmbeddedBroker, out_dir: Path, *extra: str) -> Child:
     out = out_dir / f"{name}.jsonl"
     options = member_options(broker.address, "ord-mp", "OrdMP", out, name)
@@ -91,7 +95,7 @@ async def wait_delivered(records: Records, wanted: set[str], timeout: float) -> 
 
 @pytest.fixture
 def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=8, lock_lease=3.0)
+    return BrokerConfig(lock_lease=3.0)
 
 
 #: R7: the broker lease, and a channel expiry short enough that the other member wants the
@@ -101,9 +105,7 @@ LEASE = 4.0
 
 @pytest.fixture
 async def stop_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(
-        default_queues=4, lock_lease=LEASE, channel_expiry=2.0, channel_scan_interval=0.25
-    )
+    config = BrokerConfig(lock_lease=LEASE, channel_expiry=2.0, channel_scan_interval=0.25)
     async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
         yield b
 
@@ -146,6 +148,7 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
     keys = [f"key{i:02d}" for i in range(50)]
     per_key = 200
     wanted, out, records = new_run(tmp_path, keys, per_key)
+    await create_topic(broker, "OrdMP", queues=QUEUES)
     sleep = ("--sleep", "0.002")
     live = list(await asyncio.gather(*(spawn(n, broker, out, *sleep) for n in ("a", "b", "c"))))
     killed: list[Child] = []
