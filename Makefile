@@ -23,7 +23,7 @@ REQUIREMENTS := import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb
 	extras = p["optional-dependencies"]; \
 	print(*p["dependencies"], *(r for e in sys.argv[1].split(",") for r in extras[e]), sep="\n")
 
-.PHONY: demo test lint typecheck importlint docs unit interop bench dist clean
+.PHONY: demo test lint typecheck importlint docs unit interop rocketmq bench dist clean
 
 $(VENV)/.created:
 	@if test -x $(PY); then echo "==> upgrading pip in the virtualenv $(VENV)"; else \
@@ -71,15 +71,24 @@ docs: export NO_MKDOCS_2_WARNING := 1
 docs: $(INSTALLED)-with-docs
 	$(VENV)/bin/mkdocs build --strict
 
+# The suite but the Apache RocketMQ interop tests, which `make interop` runs per version.
 unit: $(INSTALLED)-with-$(EXTRAS)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --ignore=tests/interop/apache $(PYTEST_ARGS)
 
 test: lint typecheck importlint docs unit
 
-# The interop suite alone, against the Apache RocketMQ install ROCKETMQ_HOME names.
+# An Apache RocketMQ release resolved from Maven Central (tests/interop/apache/pom.xml) into
+# ~/.cache/aiorocket/rocketmq-$(ROCKETMQ_VERSION), a directory ROCKETMQ_HOME accepts; prints it.
+rocketmq:
+	@test -n "$(ROCKETMQ_VERSION)" || { echo "make rocketmq: set ROCKETMQ_VERSION, e.g. make rocketmq ROCKETMQ_VERSION=5.5.0"; exit 2; }
+	@$(PYTHON) -m tests.interop.apache.maven $(ROCKETMQ_VERSION)
+
+# The interop suite against Apache RocketMQ: the install ROCKETMQ_HOME names, else the release
+# ROCKETMQ_VERSION names (resolved first, as `make rocketmq` does).
 interop: $(INSTALLED)-with-$(EXTRAS)
-	@test -n "$$ROCKETMQ_HOME" || { echo "make interop: set ROCKETMQ_HOME to an Apache RocketMQ install (its lib/*.jar)"; exit 2; }
-	$(VENV)/bin/pytest tests/interop/apache $(PYTEST_ARGS)
+	@test -n "$$ROCKETMQ_HOME$(ROCKETMQ_VERSION)" || { echo "make interop: set ROCKETMQ_VERSION (e.g. 5.5.0) or ROCKETMQ_HOME (an install's directory, with lib/*.jar)"; exit 2; }
+	@if test -z "$$ROCKETMQ_HOME"; then $(PYTHON) -m tests.interop.apache.maven $(ROCKETMQ_VERSION) >/dev/null || exit 1; fi
+	ROCKETMQ_VERSION=$(ROCKETMQ_VERSION) $(VENV)/bin/pytest tests/interop/apache $(PYTEST_ARGS)
 
 bench: $(INSTALLED)-with-$(EXTRAS),bench
 	$(PY) benchmarks/run_all.py

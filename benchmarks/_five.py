@@ -42,7 +42,8 @@ def on_broker(args: argparse.Namespace, topic: str, queues: int, run: Run) -> di
         return asyncio.run(embedded())
     os.environ["ROCKETMQ_HOME"] = args.rocketmq_home
     from tests.interop.apache._groups import create_topic
-    from tests.interop.apache.install import JavaCluster, install
+    from tests.interop.apache.cluster import JavaCluster
+    from tests.interop.apache.install import install
 
     found = install()
     assert found is not None

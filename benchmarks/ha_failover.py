@@ -29,12 +29,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from java_peers import compile_bench, run_java  # noqa: E402
 
 import aiorocket as rmq  # noqa: E402
-from tests.interop.apache.install import (  # noqa: E402
-    InstallError,
-    JavaCluster,
-    dledger_group,
-    find_install,
-)
+from tests.interop.apache.cluster import JavaCluster, dledger_group  # noqa: E402
+from tests.interop.apache.install import InstallError, find_install  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -44,9 +44,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from consumer import broker_process, drain, drain_processes, fill  # noqa: E402
 
 from aiorocket import Message, Producer  # noqa: E402
+from tests.interop.apache.cluster import JavaCluster  # noqa: E402
 from tests.interop.apache.install import (  # noqa: E402
     InstallError,
-    JavaCluster,
     compile_java,
     find_install,
     tools_options,

@@ -7,7 +7,8 @@ them; with ``ROCKETMQ_HOME`` set but unusable, collection stops the run with one
 A module picks its cluster with module-level constants: ``JAVA_BROKERS`` (broker names, default
 one broker), ``JAVA_BROKER_CONF`` (``k=v`` settings added to :data:`DEFAULT_BROKER_CONF`),
 ``JAVA_BROKER_FILES`` (files for each broker's ``conf/``, e.g. ``plain_acl.yml``) and
-``JAVA_BROKER_PROPERTIES`` (JVM system properties of each broker). Tests of one module share
+``JAVA_BROKER_PROPERTIES`` (JVM system properties of each broker); ``JAVA_PROXY = True`` starts
+a 5.x proxy in cluster mode in front of them (a 4.x install skips such a module's tests). Tests of one module share
 the cluster, so each uses its own topics and groups (``unique_name``).
 """
 
@@ -19,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.install import (
-    ENV,
+    NO_INSTALL,
     Install,
     InstallError,
-    JavaCluster,
     compile_java,
     install,
     require_install,
@@ -55,9 +56,7 @@ class _SkippedModule(pytest.Module):
 
     def collect(self) -> list[pytest.Item]:
         item = _NoInstall.from_parent(self, name="interop")
-        item.add_marker(
-            pytest.mark.skip(reason=f"{ENV} is not set: no Apache RocketMQ install to test against")
-        )
+        item.add_marker(pytest.mark.skip(reason=NO_INSTALL))
         return [item]
 
 
@@ -114,6 +113,8 @@ def java_cluster(
 ) -> Iterator[JavaCluster]:
     """A Java name server and broker(s) shared by the tests of one module."""
     module = request.module
+    if getattr(module, "JAVA_PROXY", False) and not rocketmq.v5:
+        pytest.skip(f"the proxy is RocketMQ 5.x; this install is {rocketmq.version}")
     conf = {**DEFAULT_BROKER_CONF, **getattr(module, "JAVA_BROKER_CONF", {})}
     cluster = JavaCluster(
         tmp_path_factory.mktemp("java-cluster"),
@@ -122,6 +123,7 @@ def java_cluster(
         files=getattr(module, "JAVA_BROKER_FILES", None),
         system_properties=getattr(module, "JAVA_BROKER_PROPERTIES", None),
         install=rocketmq,
+        proxy=getattr(module, "JAVA_PROXY", False),
     )
     with cluster:
         yield cluster

@@ -1,78 +1,71 @@
-"""An Apache RocketMQ install (``ROCKETMQ_HOME``) as test peers: name servers, brokers,
-``mqadmin`` and Java client programs.
+"""An Apache RocketMQ install: where it is, which version, how its programs run here.
 
 RocketMQ users have Apache RocketMQ as a binary distribution whose ``lib/`` holds every jar;
 ``ROCKETMQ_HOME`` (Apache's own variable) names it. Nothing else of the install is used: each
-process runs as ``java -cp "$ROCKETMQ_HOME/lib/*" <main class>`` on the machine's JDK, and this
-harness writes its own ``namesrv.conf``, ``broker.conf`` and logging configuration, so the same
-code drives 4.9.x and 5.x (the version is read off the install's jars).
+process runs as ``java -cp "$ROCKETMQ_HOME/lib/*" <main class>`` on the machine's JDK, and the
+harness writes its own configuration and logging files, so the same code drives 4.9.x and 5.x
+(the version is read off the install's jars). Servers: ``cluster.py``; Java client programs:
+``java_client.py``.
 
-* No ``ROCKETMQ_HOME``: the interop modules are skipped, one line each (``conftest.py``).
-* ``ROCKETMQ_HOME`` set but unusable (no jars, no JDK, unknown version): the run stops at
+* ``ROCKETMQ_HOME`` wins. Without it, ``ROCKETMQ_VERSION=5.5.0`` resolves that release from
+  Maven Central into a cache outside the repository (``maven.py``) and uses it.
+* Neither: the interop modules are skipped, one line each (``conftest.py``).
+* Set but unusable (no jars, no JDK, unknown version, not resolvable): the run stops at
   collection with one message saying what is wrong.
-
-Servers listen on loopback where the version lets them choose (5.x's ``bindAddress``); a 4.9.x
-server has no such setting and listens on every interface, so its ports are only ever used
-through 127.0.0.1. A broker is ready when the name server routes to it (its cluster info lists the broker's
-address as master), not when it logs "boot success": a 5.x broker restarted under the same
-name can be missing from the name server for seconds after that line. Every process runs in
-its own process group and is stopped by PID: SIGTERM with a bounded wait, then SIGKILL.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
-import json
 import os
-import random
 import re
 import shutil
-import signal
-import socket
-import ssl
-import struct
 import subprocess
-import time
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from aiorocket._protocol.bodies import ClusterInfo
-from aiorocket._protocol.codes import RequestCode
-from aiorocket._protocol.command import RemotingCommand
-from aiorocket._protocol.frame import decode_frame, encode_command
+from tests.interop.apache import maven
 
 __all__ = [
+    "ADMIN_MAIN",
+    "BROKER_MAIN",
+    "CLIENT_HEAP",
     "ENV",
     "JAVA5_SOURCES",
     "JAVA_SOURCES",
+    "NO_INSTALL",
+    "NAMESRV_MAIN",
+    "PROXY_MAIN",
+    "SERVER_HEAP",
+    "VERSION_ENV",
     "Install",
     "InstallError",
-    "JavaClient",
-    "JavaCluster",
-    "JavaProcess",
-    "cluster_info",
     "compile_java",
     "find_install",
-    "free_port",
+    "home_options",
     "install",
-    "BrokerNode",
-    "dledger_group",
-    "master_slave",
-    "request",
     "require_install",
     "run_admin",
     "run_java",
+    "tail_of",
+    "tools_options",
+    "write_home",
 ]
 
 #: Apache RocketMQ's own variable naming an install
 ENV = "ROCKETMQ_HOME"
+#: a release to resolve from Maven Central (``maven.py``) when ``ROCKETMQ_HOME`` is not set
+VERSION_ENV = "ROCKETMQ_VERSION"
+#: why an interop test is skipped when neither variable names an install
+NO_INSTALL = (
+    f"neither {ENV} nor {VERSION_ENV} is set: no Apache RocketMQ install to test against "
+    "(make interop ROCKETMQ_VERSION=5.5.0)"
+)
 #: the Java client programs the tests compile (ours, written for these tests)
 JAVA_SOURCES = Path(__file__).with_name("java")
 #: the programs that need a 5.x install (``java5/``); they print with ``java/JsonOut.java``
@@ -80,13 +73,6 @@ JAVA5_SOURCES = (
     *sorted(Path(__file__).with_name("java5").glob("*.java")),
     JAVA_SOURCES / "JsonOut.java",
 )
-
-#: seconds a name server or broker may take to be routed to (3-6 s on an idle 2-core machine;
-#: much more while the rest of the suite keeps both cores busy)
-BOOT_TIMEOUT = 90.0
-
-#: seconds a graceful stop may take before SIGKILL (a 5.x broker takes 11-19 s to shut down)
-STOP_GRACE = 30.0
 
 #: JVM options of every process: on JDK 9+ RocketMQ reaches into ``java.nio`` internals by
 #: reflection (``UtilAll.cleanBuffer`` unmapping a ``MappedByteBuffer``, which a broker does
@@ -112,6 +98,7 @@ CLIENT_HEAP = ("-Xms32m", "-Xmx512m")
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 ADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
 
 #: The logging configuration every process gets, written by the harness: one file per process.
 #: 4.9.x servers load ``$rocketmqHome/conf/logback_<role>.xml`` themselves; 5.x loads the file
@@ -227,15 +214,22 @@ def _detect_version(lib: Path) -> str | None:
 
 
 def find_install(env: Mapping[str, str] | None = None) -> Install | None:
-    """The install ``ROCKETMQ_HOME`` names in ``env`` (default: this process's), or ``None``
-    when it is unset.
+    """The install ``ROCKETMQ_HOME`` names in ``env`` (default: this process's) or, without
+    it, the release ``ROCKETMQ_VERSION`` names (resolved from Maven Central the first time);
+    ``None`` when neither is set.
 
     Raises:
-        InstallError: it is set, but names no usable install or there is no JDK; the message
-            is one line saying which.
+        InstallError: the install is unusable, cannot be resolved, or there is no JDK; the
+            message is one line saying which.
     """
     env = os.environ if env is None else env
     raw = env.get(ENV, "").strip()
+    wanted = env.get(VERSION_ENV, "").strip()
+    if not raw and wanted:
+        try:
+            raw = str(maven.resolve(wanted, env))
+        except maven.ResolveError as exc:
+            raise InstallError(str(exc)) from None
     if not raw:
         return None
     home = Path(raw).expanduser().resolve()
@@ -254,6 +248,8 @@ def find_install(env: Mapping[str, str] | None = None) -> Install | None:
             f"{ENV}={raw}: cannot tell the RocketMQ version (no lib/rocketmq-common-<version>.jar "
             "and no Maven metadata in its jars)"
         )
+    if wanted and not env.get(ENV, "").strip() and version != wanted:
+        raise InstallError(f"{VERSION_ENV}={wanted} resolved to an install of {version}: {raw}")
     java, javac = _jdk_tool("java", env), _jdk_tool("javac", env)
     if java is None or javac is None:
         raise InstallError(
@@ -276,11 +272,12 @@ def require_install() -> Install:
     """
     found = install()
     if found is None:
-        pytest.skip(f"{ENV} is not set: no Apache RocketMQ install to test against")
+        pytest.skip(NO_INSTALL)
     return found
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def tail_of(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file (a note when there is none)."""
     try:
         text = path.read_bytes()[-32768:].decode("utf-8", errors="replace")
     except OSError:
@@ -288,167 +285,7 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _ports_free(ports: Sequence[int]) -> bool:
-    for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                return False
-    return True
-
-
-def free_port(span: Sequence[int] = (0,)) -> int:
-    """A port ``p`` such that ``p + d`` is free for every ``d`` in ``span``.
-
-    A Java broker listens on its port, port - 2 (the VIP channel) and port + 1 (HA), so a
-    broker asks for ``span=(-2, -1, 0, 1)``.
-    """
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(20000, 60000)
-        if _ports_free([base + d for d in span]):
-            return base
-    raise InstallError(f"no free ports with offsets {tuple(span)} after 500 tries")
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed mid-frame")
-        out += chunk
-    return bytes(out)
-
-
-def _unverified_tls() -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def request(
-    addr: str, cmd: RemotingCommand, timeout: float = 3.0, *, tls: bool = False
-) -> RemotingCommand:
-    """Send one request to ``addr`` on a new blocking connection; its response. With ``tls``
-    the connection is TLS without verification (a readiness probe of a TLS-only server).
-
-    Blocking on purpose: the harness is called from synchronous fixtures and from threads.
-
-    Raises:
-        OSError: the connection failed or timed out.
-    """
-    host, port = addr.rsplit(":", 1)
-    with contextlib.ExitStack() as stack:
-        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout))
-        if tls:
-            sock = stack.enter_context(_unverified_tls().wrap_socket(sock, server_hostname=host))
-        sock.settimeout(timeout)
-        sock.sendall(encode_command(cmd))
-        (length,) = struct.unpack(">i", _read_exact(sock, 4))
-        return decode_frame(struct.pack(">i", length) + _read_exact(sock, length))
-
-
-def cluster_info(namesrv: str, timeout: float = 3.0, *, tls: bool = False) -> ClusterInfo:
-    """The name server's GET_BROKER_CLUSTER_INFO answer (over TLS with ``tls``).
-
-    Raises:
-        OSError: the name server did not answer.
-        InstallError: it answered with an error.
-    """
-    cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
-    resp = request(namesrv, cmd, timeout, tls=tls)
-    if resp.code != 0:
-        raise InstallError(f"{namesrv}: cluster info refused: [{resp.code}] {resp.remark}")
-    return ClusterInfo.from_json(resp.body)
-
-
-class JavaProcess:
-    """One Java process in its own process group, its output going to a file."""
-
-    def __init__(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> None:
-        self.name = name
-        self.argv = list(argv)
-        self.log = log
-        self._env = dict(env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        """Start the process (its output goes to :attr:`log`)."""
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=self._env,
-            )
-
-    @property
-    def pid(self) -> int:
-        """The process's PID (also its process group id)."""
-        assert self.proc is not None, f"{self.name} was never started"
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        """Whether the process is running."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def wait_until(self, ready: Callable[[], bool], what: str, timeout: float) -> None:
-        """Poll ``ready`` until it holds.
-
-        Raises:
-            InstallError: the process exited first, or ``timeout`` passed.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                if ready():
-                    return
-            if not self.alive():
-                raise InstallError(f"{self.name} exited before {what}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise InstallError(f"{self.name}: not {what} after {timeout:.0f} s:\n{self.tail()}")
-            time.sleep(0.2)
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL the process group and reap it."""
-        if self.proc is None:
-            return
-        self._signal_group(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self, grace: float = STOP_GRACE) -> None:
-        """SIGTERM (Java runs its shutdown hooks), SIGKILL after ``grace`` seconds."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self._signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace)
-        # whatever the JVM left in its group (none expected) goes too
-        self._signal_group(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=30)
-
-    def tail(self, lines: int = 40) -> str:
-        """The last lines of the process's output and of its log file."""
-        text = _tail(self.log, lines)
-        logs = self.log.parent / self.name / "logs" / f"{self.name}.log"
-        if logs.is_file():
-            text += f"\n--- {logs.name} ---\n" + _tail(logs, lines)
-        return text
-
-
-def _write_home(home: Path, role: str, files: Mapping[str, str] | None = None) -> Path:
+def write_home(home: Path, role: str, files: Mapping[str, str] | None = None) -> Path:
     """A process's ``rocketmqHome``: ``conf/`` with its logging configuration (and
     ``files``), ``logs/``; returns the logging configuration's path."""
     conf = home / "conf"
@@ -461,7 +298,7 @@ def _write_home(home: Path, role: str, files: Mapping[str, str] | None = None) -
     return logback
 
 
-def _home_options(home: Path, logback: Path) -> list[str]:
+def home_options(home: Path, logback: Path) -> list[str]:
     # user.home: where 4.9.x writes what it keeps beside the store (and client logs);
     # rocketmq.home.dir: the servers' rocketmqHome, and where ACL 1.0 reads conf/plain_acl.yml
     return [
@@ -472,299 +309,19 @@ def _home_options(home: Path, logback: Path) -> list[str]:
     ]
 
 
-def _properties(values: Mapping[str, str]) -> str:
-    return "".join(f"{k}={v}\n" for k, v in values.items())
-
-
-@dataclass(frozen=True)
-class BrokerNode:
-    """One broker process of a :class:`JavaCluster`.
-
-    Attributes:
-        key: the process's name in the cluster (its data directory, its log).
-        broker_name: the broker name it serves (shared by a group's members).
-        broker_id: 0 for a master, 1... for a slave (a DLedger member's id follows its role).
-        role: ``ASYNC_MASTER``, ``SYNC_MASTER`` or ``SLAVE``.
-        dledger_id: the member's DLedger self id (``n0``...) in a DLedger group, else ``None``.
-    """
-
-    key: str
-    broker_name: str
-    broker_id: int = 0
-    role: str = "ASYNC_MASTER"
-    dledger_id: str | None = None
-
-
-def master_slave(name: str, role: str = "SYNC_MASTER") -> list[BrokerNode]:
-    """A master (``name``) and one slave (``name-s``) of broker name ``name``."""
-    return [BrokerNode(name, name, 0, role), BrokerNode(f"{name}-s", name, 1, "SLAVE")]
-
-
-def dledger_group(name: str, size: int = 3) -> list[BrokerNode]:
-    """A DLedger (Raft) group of ``size`` members of broker name ``name`` (``name-n0``...),
-    which elect the master among themselves."""
-    return [BrokerNode(f"{name}-n{i}", name, dledger_id=f"n{i}") for i in range(size)]
-
-
-class JavaCluster:
-    """A name server and brokers of the install, on free loopback ports under ``root``.
-
-    Args:
-        root: a directory for the processes' homes, data and logs.
-        brokers: broker names, a master each; or :class:`BrokerNode` lists (groups:
-            :func:`master_slave`, :func:`dledger_group`); each process gets its own port and
-            data directory.
-        broker_conf: settings added to every broker's ``broker.conf``.
-        files: extra files written into each broker's ``conf/`` before it starts (e.g.
-            ``{"plain_acl.yml": ...}`` for ACL 1.0's ``aclEnable=true``).
-        system_properties: JVM system properties (``-Dk=v``) of every broker, for the broker
-            settings that are not ``broker.conf`` keys but ``System.getProperty`` reads (e.g.
-            ``rocketmq.broker.rebalance.lockMaxLiveTime``).
-        jvm_options: JVM options of the name server *and* every broker, for what both
-            servers read, such as the TLS system properties (``-Dtls.server.mode=enforcing``).
-        broker_classpath: directories or jars put before the install's on every broker's class
-            path (the classes a ``broker.conf`` setting names, such as an ACL 2.0 provider).
-        install: the install to run (default: ``ROCKETMQ_HOME``'s).
-    """
-
-    def __init__(
-        self,
-        root: Path,
-        brokers: Sequence[str | BrokerNode] = ("broker-a",),
-        broker_conf: Mapping[str, str] | None = None,
-        files: Mapping[str, str] | None = None,
-        system_properties: Mapping[str, str] | None = None,
-        jvm_options: Sequence[str] = (),
-        broker_classpath: Sequence[Path] = (),
-        install: Install | None = None,
-    ) -> None:
-        self.install = install or require_install()
-        self.broker_classpath = list(broker_classpath)
-        self.root = root
-        self.nodes = {
-            n.key: n
-            for n in (b if isinstance(b, BrokerNode) else BrokerNode(b, b) for b in brokers)
-        }
-        self.broker_names = sorted({n.broker_name for n in self.nodes.values()})
-        #: DLedger members' peer ports (the Raft channel), allocated up front: every member's
-        #: configuration lists all of them
-        self.dledger_ports = {k: free_port() for k, n in self.nodes.items() if n.dledger_id}
-        self.broker_conf = dict(broker_conf or {})
-        self.files = dict(files or {})
-        self.system_properties = dict(system_properties or {})
-        self.jvm_options = list(jvm_options)
-        #: the servers accept TLS only, so the readiness probes speak it
-        self.tls = "-Dtls.server.mode=enforcing" in self.jvm_options
-        self.namesrv_port = free_port()
-        self.namesrv = f"127.0.0.1:{self.namesrv_port}"
-        self.broker_ports: dict[str, int] = {}
-        self.processes: dict[str, JavaProcess] = {}
-        self._env = {**os.environ, "TMPDIR": str(root)}
-
-    def _env_for(self, home: Path) -> dict[str, str]:
-        return {**self._env, ENV: str(home)}
-
-    def _namesrv_process(self) -> JavaProcess:
-        home = self.root / "namesrv"
-        logback = _write_home(home, "namesrv")
-        conf = home / "namesrv.conf"
-        values = {
-            "listenPort": str(self.namesrv_port),
-            "rocketmqHome": str(home),
-            "kvConfigPath": str(home / "kvConfig.json"),
-            "configStorePath": str(home / "namesrv.properties"),
-        }
-        if self.install.v5:
-            values["bindAddress"] = "127.0.0.1"
-        conf.write_text(_properties(values))
-        argv = self.install.java_argv(
-            NAMESRV_MAIN,
-            "-c",
-            str(conf),
-            jvm_options=[*_home_options(home, logback), *self.jvm_options],
-            heap=SERVER_HEAP,
-        )
-        return JavaProcess("namesrv", argv, self.root / "namesrv.out", self._env_for(home))
-
-    def _allocate_port(self, name: str) -> int:
-        port = self.broker_ports.get(name)
-        if port is None:
-            taken = {p + d for p in self.broker_ports.values() for d in (-2, -1, 0, 1)}
-            taken |= set(self.dledger_ports.values())
-            port = free_port((-2, -1, 0, 1))
-            while {port + d for d in (-2, -1, 0, 1)} & (taken | {self.namesrv_port}):
-                port = free_port((-2, -1, 0, 1))
-            self.broker_ports[name] = port
-        return port
-
-    def _dledger_conf(self, node: BrokerNode) -> dict[str, str]:
-        if node.dledger_id is None:
-            return {}
-        peers = ";".join(
-            f"{n.dledger_id}-127.0.0.1:{self.dledger_ports[n.key]}"
-            for n in self.nodes.values()
-            if n.broker_name == node.broker_name and n.dledger_id
-        )
-        return {
-            "enableDLegerCommitLog": "true",
-            "dLegerGroup": node.broker_name,
-            "dLegerPeers": peers,
-            "dLegerSelfId": node.dledger_id,
-        }
-
-    def _broker_process(self, name: str, log: Path | None = None) -> JavaProcess:
-        node = self.nodes[name]
-        port = self._allocate_port(name)
-        home = self.root / name
-        logback = _write_home(home, "broker", self.files)
-        conf = home / "broker.conf"
-        values = {
-            "brokerClusterName": "DefaultCluster",
-            "brokerName": node.broker_name,
-            "brokerId": str(node.broker_id),
-            "namesrvAddr": self.namesrv,
-            "listenPort": str(port),
-            "brokerIP1": "127.0.0.1",
-            "brokerIP2": "127.0.0.1",
-            "rocketmqHome": str(home),
-            "storePathRootDir": str(home / "store"),
-            "storePathCommitLog": str(home / "store" / "commitlog"),
-            "brokerRole": node.role,
-            "flushDiskType": "ASYNC_FLUSH",
-            "autoCreateTopicEnable": "true",
-            "autoCreateSubscriptionGroup": "true",
-            **({"bindAddress": "127.0.0.1"} if self.install.v5 else {}),
-            **self._dledger_conf(node),
-            **self.broker_conf,
-        }
-        conf.write_text(_properties(values))
-        options = [*_home_options(home, logback)]
-        options += [f"-D{k}={v}" for k, v in self.system_properties.items()]
-        options += self.jvm_options
-        argv = self.install.java_argv(
-            BROKER_MAIN,
-            "-c",
-            str(conf),
-            classpath=self.broker_classpath,
-            jvm_options=options,
-            heap=SERVER_HEAP,
-        )
-        return JavaProcess(name, argv, log or self.root / f"{name}.out", self._env_for(home))
-
-    def broker_addr(self, name: str) -> str:
-        """``127.0.0.1:port`` of a broker process."""
-        return f"127.0.0.1:{self.broker_ports[name]}"
-
-    def routed(self, name: str) -> bool:
-        """Whether the name server lists broker process ``name`` under its id (a DLedger
-        member: under any id, and its group has a master)."""
-        node = self.nodes[name]
-        data = cluster_info(self.namesrv, tls=self.tls).broker_addr_table.get(node.broker_name)
-        if data is None:
-            return False
-        addr = self.broker_addr(name)
-        if node.dledger_id is not None:
-            return addr in data.broker_addrs.values() and 0 in data.broker_addrs
-        return data.broker_addrs.get(node.broker_id) == addr
-
-    def master_of(self, broker_name: str) -> str | None:
-        """The process the name server names as ``broker_name``'s master, if any."""
-        data = cluster_info(self.namesrv, tls=self.tls).broker_addr_table.get(broker_name)
-        addr = data.broker_addrs.get(0) if data is not None else None
-        return next((k for k in self.nodes if addr == self.broker_addr(k)), None)
-
-    def _wait_namesrv(self) -> None:
-        def answers() -> bool:
-            cluster_info(self.namesrv, tls=self.tls)
-            return True
-
-        self.processes["namesrv"].wait_until(answers, "answering", BOOT_TIMEOUT)
-
-    def _wait_broker(self, name: str) -> None:
-        self.processes[name].wait_until(
-            lambda: self.routed(name), "routed to by the name server", BOOT_TIMEOUT
-        )
-
-    def start(self) -> JavaCluster:
-        """Start the name server, then every broker (in parallel); wait until the name server
-        routes to all of them."""
-        ns = self._namesrv_process()
-        self.processes["namesrv"] = ns
-        ns.start()
-        self._wait_namesrv()
-        # masters first: a slave learns its master's HA address from the answer to its
-        # registration, and registers again only every 30 s (registerNameServerPeriod)
-        for phase in (False, True):
-            names = [k for k, n in self.nodes.items() if (n.role == "SLAVE") == phase]
-            for name in names:
-                self.processes[name] = self._broker_process(name)
-                self.processes[name].start()
-            for name in names:
-                self._wait_broker(name)
-        return self
-
-    def kill_broker(self, name: str) -> None:
-        """SIGKILL a broker (its data directory stays for :meth:`restart_broker`)."""
-        self.processes[name].kill()
-
-    def stop_broker(self, name: str) -> None:
-        """Stop a broker with SIGTERM (it unregisters from the name server)."""
-        self.processes[name].stop()
-
-    def restart_broker(self, name: str) -> None:
-        """Start a stopped or killed broker again on its port and data; wait until routed."""
-        old = self.processes[name]
-        if old.alive():
-            raise InstallError(f"{name} is still running")
-        proc = self._broker_process(name, self.root / f"{name}.{int(time.time() * 1000)}.out")
-        self.processes[name] = proc
-        proc.start()
-        self._wait_broker(name)
-
-    def stop(self, *, graceful: bool = False) -> None:
-        """Stop every process, brokers first, then the name server: SIGKILL by default (the
-        cluster's data is thrown away, and a JVM's shutdown hooks take seconds per broker),
-        SIGTERM first when ``graceful``."""
-        order = [n for n in reversed(self.processes) if n != "namesrv"]
-        order += ["namesrv"] if "namesrv" in self.processes else []
-        for name in order:
-            if graceful:
-                self.processes[name].stop()
-            else:
-                self.processes[name].kill()
-
-    def admin(self, *args: str, timeout: float = 90.0) -> str:
-        """Run ``mqadmin`` against this cluster's name server; its stdout.
-
-        Raises:
-            InstallError: it exited non-zero.
-        """
-        return run_admin(self.namesrv, *args, timeout=timeout, tmp=self.root)
-
-    def __enter__(self) -> JavaCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 def tools_home(tmp: Path) -> Path:
     """A ``rocketmqHome`` for ``mqadmin`` under ``tmp``: its logging configuration (4.9.x's
     ``MQAdminStartup`` loads ``$rocketmq.home.dir/conf/logback_tools.xml``)."""
     home = tmp / "tools-home"
     if not (home / "conf" / "logback_tools.xml").is_file():
-        _write_home(home, "tools")
+        write_home(home, "tools")
     return home
 
 
 def tools_options(tmp: Path) -> list[str]:
     """The JVM options of a process that runs ``mqadmin`` commands."""
     home = tools_home(tmp)
-    return _home_options(home, home / "conf" / "logback_tools.xml")
+    return home_options(home, home / "conf" / "logback_tools.xml")
 
 
 def run_java(
@@ -847,152 +404,3 @@ def compile_java(out: Path, sources: Sequence[Path] | None = None) -> Path:
     if proc.returncode != 0:
         raise InstallError(f"javac failed:\n{proc.stdout}\n{proc.stderr}")
     return out
-
-
-class JavaClient:
-    """A running Java client program and the JSON lines it printed so far.
-
-    The Java client logs to stdout too; only lines starting with ``{`` are events. Create with
-    :meth:`start`; always :meth:`stop` or :meth:`kill` it (the fixtures' ``finally`` does).
-    """
-
-    def __init__(self, name: str, proc: asyncio.subprocess.Process, log: Path) -> None:
-        self.name = name
-        self.proc = proc
-        self.log = log
-        self.events: list[dict[str, Any]] = []
-        self._changed = asyncio.Event()
-        self._reader = asyncio.create_task(self._read(), name=f"{name}-stdout")
-        self.returncode: int | None = None
-
-    @classmethod
-    async def start(
-        cls,
-        classes: Path,
-        main: str,
-        *args: str,
-        name: str | None = None,
-        tmp: Path,
-        jvm_options: Sequence[str] = (),
-    ) -> JavaClient:
-        """Run ``main`` from ``classes`` with ``args``; ``tmp`` holds its client logs;
-        ``jvm_options`` go to its JVM (e.g. ``-Dtls.enable=true``)."""
-        found = require_install()
-        tmp.mkdir(parents=True, exist_ok=True)
-        label = name or main
-        log = tmp / f"{label}-{os.urandom(3).hex()}.out"
-        argv = found.java_argv(
-            main,
-            *args,
-            classpath=[classes],
-            jvm_options=[*tools_options(tmp), *jvm_options],
-        )
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, "TMPDIR": str(tmp)},
-            # a JSON line may carry a large body: asyncio's default 64 KiB line limit would
-            # stop the reader and leave the program blocked on a full pipe
-            limit=64 * 1024 * 1024,
-        )
-        return cls(label, proc, log)
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        with self.log.open("ab") as out:
-            async for raw in self.proc.stdout:
-                out.write(raw)
-                out.flush()
-                line = raw.decode("utf-8", errors="replace").strip()
-                if line.startswith("{"):
-                    with contextlib.suppress(json.JSONDecodeError):
-                        self.events.append(json.loads(line))
-                        self._changed.set()
-        self._changed.set()
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        """Events whose ``"ev"`` field is ``kind``."""
-        return [e for e in self.events if e.get("ev") == kind]
-
-    def diagnostics(self) -> str:
-        """The tail of the program's output, for assertion messages."""
-        return f"--- {self.name} (pid {self.proc.pid}) output tail ---\n{_tail(self.log, 60)}"
-
-    async def wait_until(
-        self, predicate: Callable[[JavaClient], bool], timeout: float, what: str = ""
-    ) -> None:
-        """Wait until ``predicate(self)`` holds, re-checking after each new line.
-
-        Raises:
-            InstallError: the timeout passed or the program exited first.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not predicate(self):
-            if self._reader.done():
-                await self._reap()
-                raise InstallError(
-                    f"{self.name} exited ({self.returncode}) before {what or 'the condition'}\n"
-                    + self.diagnostics()
-                )
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise InstallError(
-                    f"{self.name}: timed out after {timeout:.0f} s waiting for "
-                    f"{what or 'a condition'}\n" + self.diagnostics()
-                )
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
-
-    async def wait_event(self, kind: str, timeout: float) -> dict[str, Any]:
-        """The first event of ``kind``, waiting up to ``timeout`` for it."""
-        await self.wait_until(lambda c: bool(c.of(kind)), timeout, f"a {kind!r} event")
-        return self.of(kind)[0]
-
-    async def _reap(self) -> int:
-        rc = await self.proc.wait()
-        with contextlib.suppress(Exception):
-            await self._reader
-        self.returncode = rc
-        return rc
-
-    async def wait_exit(self, timeout: float, expect: int | None = 0) -> int:
-        """Wait for the program to exit (killed after ``timeout``); check its exit code.
-
-        Raises:
-            InstallError: it timed out or exited with another code than ``expect``.
-        """
-        try:
-            rc = await asyncio.wait_for(self._reap(), timeout)
-        except TimeoutError:
-            await self.kill()
-            raise InstallError(
-                f"{self.name} still running after {timeout:.0f} s\n" + self.diagnostics()
-            ) from None
-        if expect is not None and rc != expect:
-            raise InstallError(f"{self.name} exited {rc}, expected {expect}\n" + self.diagnostics())
-        return rc
-
-    def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-
-    async def stop(self, grace: float = 15.0) -> int:
-        """SIGTERM (the JVM runs its shutdown hooks: the client unregisters), then SIGKILL."""
-        if self.proc.returncode is None:
-            self._signal(signal.SIGTERM)
-            try:
-                return await asyncio.wait_for(self._reap(), grace)
-            except TimeoutError:
-                pass
-        await self.kill()
-        return self.returncode if self.returncode is not None else -9
-
-    async def kill(self) -> None:
-        """SIGKILL the program's process group and reap it."""
-        self._signal(signal.SIGKILL)
-        await self._reap()

@@ -28,7 +28,9 @@ from aiorocket._remoting import server as server_module
 from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop import binary_scenarios as sc
-from tests.interop.apache.install import Install, JavaClient, JavaCluster
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import Install
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.apache.test_java_client_embedded import (
     BOOT,
     COUNT,

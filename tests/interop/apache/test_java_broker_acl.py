@@ -38,14 +38,9 @@ import pytest
 import aiorocket as rmq
 from aiorocket.errors import AccessDeniedError, BrokerSystemError
 from tests._harness.wait import wait_for
+from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
-from tests.interop.apache.install import (
-    JAVA5_SOURCES,
-    Install,
-    JavaCluster,
-    compile_java,
-    install,
-)
+from tests.interop.apache.install import JAVA5_SOURCES, Install, compile_java, install
 from tests.interop.harness import unique_name
 
 _found = install()

@@ -58,7 +58,9 @@ import pytest
 import aiorocket as rmq
 from aiorocket import MessageQueue
 from tests._harness.wait import wait_for
-from tests.interop.apache.install import Install, JavaClient, JavaCluster
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import Install
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 #: consumer settings that keep the tests quick (``tests/consumer/conftest.py``'s ``FAST``)

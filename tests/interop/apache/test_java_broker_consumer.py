@@ -42,7 +42,7 @@ from tests.interop.apache._groups import (
     stop_all,
     wait_route,
 )
-from tests.interop.apache.install import JavaCluster
+from tests.interop.apache.cluster import JavaCluster
 from tests.interop.harness import unique_name
 
 #: the broker's queue-lock lease in seconds (Java default 60)

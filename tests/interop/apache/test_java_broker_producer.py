@@ -41,8 +41,10 @@ from aiorocket._protocol.codes import MessageSysFlag
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import FAST
 from tests.interop.apache._groups import visible
+from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.conftest import FAST_DELAY_LEVELS
-from tests.interop.apache.install import JavaClient, JavaCluster, compile_java
+from tests.interop.apache.install import compile_java
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 #: Level 2 is 3 s and every other level 1 s: a delayed message that arrives after 3 s proves

@@ -29,7 +29,9 @@ from aiorocket.settings import ClientSettings
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import FAST
 from tests.interop.apache._groups import visible
-from tests.interop.apache.install import Install, JavaClient, JavaCluster, compile_java
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import Install, compile_java
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 #: Generous waits: Java clients boot in 2-5 s on an idle 2-core machine, much more under load.

@@ -25,7 +25,8 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
-from tests.interop.apache.install import Install, JavaClient
+from tests.interop.apache.install import Install
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 #: Queues of the topics the broker creates on demand (a Java broker's defaultTopicQueueNums).

@@ -33,7 +33,7 @@ from typing import Any
 import aiorocket as rmq
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic, wait_route
-from tests.interop.apache.install import JavaCluster
+from tests.interop.apache.cluster import JavaCluster
 from tests.interop.harness import unique_name
 
 JAVA_BROKERS = ("broker-a", "broker-b")

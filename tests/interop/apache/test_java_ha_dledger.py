@@ -18,7 +18,7 @@ from typing import Any
 
 import aiorocket as rmq
 from tests._harness.wait import wait_for
-from tests.interop.apache.install import JavaCluster, dledger_group
+from tests.interop.apache.cluster import JavaCluster, dledger_group
 from tests.interop.harness import unique_name
 
 JAVA_BROKERS = dledger_group("broker-a")

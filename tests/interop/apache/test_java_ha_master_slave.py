@@ -20,7 +20,7 @@ from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic
-from tests.interop.apache.install import JavaCluster, master_slave, request
+from tests.interop.apache.cluster import JavaCluster, master_slave, request
 from tests.interop.harness import unique_name
 
 JAVA_BROKERS = master_slave("broker-a")

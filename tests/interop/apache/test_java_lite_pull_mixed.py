@@ -20,7 +20,8 @@ from pathlib import Path
 import aiorocket as rmq
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests.interop.apache._groups import create_topic, wait_route
-from tests.interop.apache.install import JavaClient, JavaCluster
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 QUEUES = 8

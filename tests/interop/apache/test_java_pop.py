@@ -27,13 +27,9 @@ from aiorocket.errors import RequestCodeNotSupportedError
 from tests._harness.pop import drain_together
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic
-from tests.interop.apache.install import (
-    JAVA5_SOURCES,
-    Install,
-    JavaClient,
-    JavaCluster,
-    compile_java,
-)
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import JAVA5_SOURCES, Install, compile_java
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 #: how long a JVM may take to start and get ready on a busy 2-core machine

@@ -19,7 +19,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
-from tests.interop.apache.install import JavaClient
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 #: how long a JVM may take to start and send on a busy 2-core machine

@@ -13,7 +13,8 @@ import pytest
 
 from aiorocket import SyncQueueReader
 from tests.interop.apache._groups import create_topic, wait_route
-from tests.interop.apache.install import JavaClient, JavaCluster
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 pytestmark = pytest.mark.slow

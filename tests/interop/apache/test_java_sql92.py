@@ -26,7 +26,9 @@ import aiorocket as rmq
 from aiorocket._protocol.sql92 import Sql92EvaluationError, compile_sql92
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import InvalidSelectorError
-from tests.interop.apache.install import JavaClient, JavaCluster, run_java
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import run_java
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 JAVA_BROKER_CONF = {"enablePropertyFilter": "true"}

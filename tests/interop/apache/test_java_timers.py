@@ -17,7 +17,8 @@ from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket.errors import MessageIllegalError, UnsupportedFeatureError
 from aiorocket.models import Message
-from tests.interop.apache.install import Install, JavaCluster
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import Install
 from tests.interop.harness import unique_name
 from tests.producer.test_producer import pull_all
 

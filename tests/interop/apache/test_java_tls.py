@@ -22,8 +22,10 @@ import pytest
 from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConnectionClosedError, RocketError
+from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
-from tests.interop.apache.install import Install, JavaClient, JavaCluster
+from tests.interop.apache.install import Install
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 from tests.tls.pki import Pki, make_pki
 

@@ -28,7 +28,9 @@ from aiorocket._trace import TraceType, decode_trace, encode_trace
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic, wait_route
-from tests.interop.apache.install import JavaClient, JavaCluster, run_admin
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import run_admin
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
 JAVA_BROKER_CONF = {"traceTopicEnable": "true"}

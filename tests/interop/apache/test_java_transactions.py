@@ -18,7 +18,8 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
-from tests.interop.apache.install import JavaClient, JavaCluster
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 from tests.producer.tx_proc import crash_in_transaction
 

@@ -37,14 +37,9 @@ import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConsumerNotOnlineError
 from tests._harness.wait import wait_for
-from tests.interop.apache.install import (
-    Install,
-    InstallError,
-    JavaClient,
-    JavaCluster,
-    run_java,
-    tools_home,
-)
+from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import Install, InstallError, run_java, tools_home
+from tests.interop.apache.java_client import JavaClient
 
 pytestmark = pytest.mark.slow
 
