@@ -21,6 +21,7 @@ __all__ = [
     "VERSION_V4_9_8",
     "VERSION_V5_0_0",
     "VERSION_V5_0_0_SNAPSHOT",
+    "VERSION_V5_5_0",
 ]
 
 #: flag bit 0: the frame is a response (docs/protocol.md §1.6).
@@ -37,6 +38,9 @@ VERSION_V5_0_0_SNAPSHOT = 412
 #: ``V5_0_0``: what the embedded broker stamps on its responses by default (it serves 5.x
 #: timer messages and POP).
 VERSION_V5_0_0 = 413
+#: ``V5_5_0``: a request of this version or later comes from a 5.5+ client (its tools expect a
+#: broker runtime table without ``brokerVersion``, §12.1).
+VERSION_V5_5_0 = 513
 
 
 class SerializeType(enum.IntEnum):

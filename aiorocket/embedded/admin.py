@@ -52,6 +52,7 @@ from aiorocket._protocol.bodies import ResetOffsetBody
 from aiorocket._protocol.codes import (
     VERSION_V4_9_8,
     VERSION_V5_0_0_SNAPSHOT,
+    VERSION_V5_5_0,
     RequestCode,
     ResponseCode,
 )
@@ -248,13 +249,16 @@ class AdminProcessors(Processor):
         """GET_BROKER_RUNTIME_INFO: a :class:`KVTable` (``mqadmin brokerStatus``,
         ``clusterList``); to a 5.x client, with the keys a 5.x broker reports (its
         ``clusterList`` reads ``brokerActive`` and the timer keys, and the transfer rate under
-        its corrected name ``getTransferredTps``); the timer keys are live (docs/protocol.md
-        §12.4)."""
+        its corrected name ``getTransferredTps``; a 5.5 one sees no ``brokerVersion``); the
+        timer keys are live (docs/protocol.md §12.4)."""
         table = self.runtime_table()
         if cmd.version >= VERSION_V5_0_0_SNAPSHOT:
             table.update(_V5_RUNTIME_EXTRA)
             table.update(self._ctx.timers.runtime_info())
             table["getTransferredTps"] = table.pop("getTransferedTps")
+        if cmd.version >= VERSION_V5_5_0:
+            # 5.5's AdminBrokerProcessor.prepareRuntimeInfo reports brokerVersionDesc only
+            del table["brokerVersion"]
         return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(table).to_json())
 
     def config_table(self) -> dict[str, str]:

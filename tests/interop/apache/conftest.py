@@ -35,8 +35,11 @@ from tests.spark._support import spark  # noqa: F401  (the fixture of the Spark 
 #: Java broker's default starts at "1s 5s 10s" and a first retry would wait 10 s.
 FAST_DELAY_LEVELS = " ".join(["1s"] * 18)
 
-#: settings every test cluster's brokers get (a module's ``JAVA_BROKER_CONF`` adds to them)
-DEFAULT_BROKER_CONF = {"messageDelayLevel": FAST_DELAY_LEVELS}
+#: settings every test cluster's brokers get (a module's ``JAVA_BROKER_CONF`` adds to them):
+#: fast delay levels, and sends may wait 1 s in the broker's send queue before it answers
+#: SYSTEM_BUSY ("[TIMEOUT_CLEAN_QUEUE]broker busy"; 200 ms by default): on two cores shared by
+#: brokers, Spark and the suite, a queue can stall longer than a producer's three attempts
+DEFAULT_BROKER_CONF = {"messageDelayLevel": FAST_DELAY_LEVELS, "waitTimeMillsInSendQueue": "1000"}
 
 _HERE = Path(__file__).parent
 

@@ -41,7 +41,7 @@ REVIVE_SLACK = 20.0
 
 def _require_5x(rocketmq: Install) -> None:
     if rocketmq.version_tuple < (5,):
-        pytest.skip("POP is RocketMQ 5.x")
+        pytest.skip(f"POP is RocketMQ 5.x; this install is {rocketmq.version}")
 
 
 async def _topic(cluster: JavaCluster, prefix: str, queues: int = 2) -> str:
@@ -84,7 +84,7 @@ async def test_a_4x_broker_refuses_pop_clearly(
     java_cluster: JavaCluster, rocketmq: Install
 ) -> None:
     if rocketmq.version_tuple >= (5,):
-        pytest.skip("a 5.x broker serves POP")
+        pytest.skip(f"a 4.x broker refuses POP; this install is {rocketmq.version}")
     topic = await _topic(java_cluster, "pop4x")
     async with _simple(java_cluster.namesrv, unique_name("pop4x_g"), topic) as c:
         with pytest.raises(RequestCodeNotSupportedError, match="POP"):

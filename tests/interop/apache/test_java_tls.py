@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket import (
+    Admin,
+    ConcurrentContext,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConnectionClosedError, RocketError
 from tests.interop.apache.cluster import JavaCluster
@@ -157,7 +164,11 @@ async def test_java_client_with_tls_against_embedded_broker(
     got = await consume(tls_broker.address, topic, unique_name("g"), 10, tls=True, tls_ca=pki.ca)
     assert sorted(int(m.properties["idx"]) for m in got) == list(range(10))
 
+    # the topic exists before the Java consumer subscribes, as an operator would create it: a
+    # consumer of a missing topic looks it up again only at its next route poll (30 s)
     topic2 = unique_name("TlsE")
+    async with Admin(namesrv=tls_broker.address, tls=True, tls_ca=pki.ca) as admin:
+        await admin.create_topic(topic2, queues=4)
     consumer = await JavaClient.start(
         java_classes,
         "JClient",
