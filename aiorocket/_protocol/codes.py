@@ -35,11 +35,11 @@ VERSION_V4_9_8 = 409
 #: ``V5_0_0_SNAPSHOT``: from this ordinal on a broker is 5.x: it has the timer wheel
 #: (``TimerMessageStore``, §12.4), and a request of this version comes from a 5.x client.
 VERSION_V5_0_0_SNAPSHOT = 412
-#: ``V5_0_0``: what the embedded broker stamps on its responses by default (it serves 5.x
-#: timer messages and POP).
+#: ``V5_0_0``: the first 5.x release.
 VERSION_V5_0_0 = 413
-#: ``V5_5_0``: a request of this version or later comes from a 5.5+ client (its tools expect a
-#: broker runtime table without ``brokerVersion``, §12.1).
+#: ``V5_5_0``: what the embedded broker stamps on its responses by default; a request of this
+#: version or later comes from a 5.5+ client (its tools expect a runtime table without
+#: ``brokerVersion``, §12.1).
 VERSION_V5_5_0 = 513
 
 

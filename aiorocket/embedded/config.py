@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from aiorocket._names import is_valid_name
-from aiorocket._protocol.codes import VERSION_V5_0_0, VERSION_V5_0_0_SNAPSHOT
+from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, VERSION_V5_5_0
 from aiorocket.errors import ConfigurationError
 from aiorocket.tls import TLS_MODES, TlsMode
 
@@ -164,8 +164,9 @@ class BrokerConfig:
     #: The ``MQVersion`` ordinal stamped on every response (docs/protocol.md §0.3). Clients read a
     #: broker's abilities off it: aiorocket sends timer messages only to brokers >= 412
     #: (V5_0_0_SNAPSHOT). Below 412 the broker behaves as 4.9.8 does: timer properties are
-    #: plain properties and such a message is delivered at once.
-    remoting_version: int = VERSION_V5_0_0
+    #: plain properties and such a message is delivered at once. The default is 5.5.0's (513):
+    #: clients of every version read it (a 4.x client ignores it).
+    remoting_version: int = VERSION_V5_5_0
 
     #: ``retryMaxTimes`` of a subscription group (16).
     max_reconsume_times: int = 16
