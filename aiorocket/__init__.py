@@ -36,6 +36,7 @@ from aiorocket.models import (
     ReceivedMessage,
     SendResult,
     SendStatus,
+    TopicMessageType,
 )
 
 __version__ = "0.1.0"
@@ -77,6 +78,7 @@ __all__ = [
     "SendStatus",
     "SimpleConsumer",
     "SyncQueueReader",
+    "TopicMessageType",
     "TopicRoute",
     "TopicStatistics",
     "TraceEntry",

@@ -7,8 +7,9 @@ Everything the library raises on purpose derives from :class:`RocketError`::
     │   ├── InvalidNameError          a topic or group name RocketMQ would refuse
     │   ├── SubscriptionConflictError a pull consumer asked to both subscribe and assign
     │   ├── InvalidSelectorError      an SQL92 filter expression that does not compile
-    │   └── UnsupportedFeatureError   the broker's release cannot do what was asked (a timer
-    │                                 message to a 4.x broker)
+    │   ├── UnsupportedFeatureError   the broker's release cannot do what was asked (a timer
+    │   │                             message to a 4.x broker)
+    │   └── NotANameServerError       a proxy's address given where a name server is needed
     ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
     ├── ClientClosedError             the producer / consumer / connection was closed by its owner
     ├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
@@ -30,7 +31,9 @@ Everything the library raises on purpose derives from :class:`RocketError`::
         │                             AclException; 5.x ACL 2.0: code 16 + its refusal)
         ├── SystemBusyError (2), RequestCodeNotSupportedError (3),
         ├── FlushDiskTimeoutError (10), SlaveNotAvailableError (11), FlushSlaveTimeoutError (12),
-        ├── MessageIllegalError (13), ServiceNotAvailableError (14), VersionNotSupportedError (15),
+        ├── MessageIllegalError (13)
+        │   └── TopicMessageTypeError a 5.x proxy refused a message of another kind than its topic's
+        ├── ServiceNotAvailableError (14), VersionNotSupportedError (15),
         ├── NoPermissionError (16), TopicNotExistError (17), TopicExistAlreadyError (18),
         ├── PullNotFoundError (19), PullRetryImmediatelyError (20), PullOffsetMovedError (21),
         ├── QueryNotFoundError (22), SubscriptionParseFailedError (23),
@@ -40,7 +43,8 @@ Everything the library raises on purpose derives from :class:`RocketError`::
         ├── TransactionShouldRollbackError (201), TransactionStateUnknownError (202),
         ├── TransactionStateGroupWrongError (203), NoBuyerIdError (204),
         ├── NotInCurrentUnitError (205), ConsumerNotOnlineError (206),
-        ├── ConsumeMessageTimeoutError (207), NoMessageError (208), FlowControlError (215)
+        ├── ConsumeMessageTimeoutError (207), NoMessageError (208), FlowControlError (215),
+        ├── IllegalOperationError (604)
         └── (any other code: BrokerError itself, with ``code`` set)
 
 Broker errors carry ``retriable`` (a producer may try again, following the Java 4.9 sync
@@ -77,7 +81,10 @@ __all__ = [
     "InvalidReceiptHandleError",
     "InvalidSelectorError",
     "LocalProtocolError",
+    "IllegalOperationError",
     "MessageIllegalError",
+    "NotANameServerError",
+    "TopicMessageTypeError",
     "MessageTooLargeError",
     "MissingHeaderFieldError",
     "NoBuyerIdError",
@@ -153,6 +160,13 @@ class InvalidSelectorError(ConfigurationError):
             f"{message} at line {self.line}, column {self.column} (position {position}) "
             f"of {expression!r}"
         )
+
+
+class NotANameServerError(ConfigurationError):
+    """The address given as a name server is a RocketMQ 5 proxy's, which serves sending,
+    consuming and routes but not the request made (an [`Admin`][aiorocket.Admin] call, or a
+    request code the proxy's remoting port does not serve); the message names the request
+    and says to give the name server's address."""
 
 
 class UnsupportedFeatureError(ConfigurationError):
@@ -399,6 +413,35 @@ class MessageIllegalError(BrokerError):
     code = 13
 
 
+class TopicMessageTypeError(MessageIllegalError):
+    """MESSAGE_ILLEGAL (13) from a RocketMQ 5 proxy: the message's kind is not its topic's
+    ``message.type`` (a message with a sharding key is ``FIFO`` and needs a ``FIFO`` or
+    ``MIXED`` topic). The message says which kind the topic needs."""
+
+    def __init__(self, remark: str = "", *, code: int | None = None) -> None:
+        found = _MESSAGE_TYPE_REFUSAL.search(remark)
+        if found is not None and found.group(1) == "UNSPECIFIED":
+            # TopicMessageType of a topic the proxy's metadata does not know
+            remark += (
+                " (the topic does not exist and a proxy creates none: create it; for message "
+                "trace, RMQ_SYS_TRACE_TOPIC, or set the brokers' traceTopicEnable=true)"
+            )
+        elif found is not None:
+            topic_type, message_type = found.groups()
+            remark += (
+                f" (the topic takes {topic_type} messages, this one is {message_type}: create "
+                f"the topic with message_type={message_type} or MIXED, e.g. "
+                f"`aiorocket admin create-topic TOPIC --type {message_type}`)"
+            )
+        super().__init__(remark, code=code)
+
+
+# The proxy's TopicMessageTypeValidator refusal (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+_MESSAGE_TYPE_REFUSAL = re.compile(
+    r"TopicMessageType validate failed, the expected type is (\w+), but actual type is (\w+)"
+)
+
+
 class ServiceNotAvailableError(BrokerError):
     """SERVICE_NOT_AVAILABLE (14)."""
 
@@ -551,6 +594,13 @@ class NoMessageError(BrokerError):
     code = 208
 
 
+class IllegalOperationError(BrokerError):
+    """ILLEGAL_OPERATION (604, RocketMQ 5.x): the broker refuses what its state does not allow,
+    such as recalling a message that is already due."""
+
+    code = 604
+
+
 class FlowControlError(BrokerError):
     """FLOW_CONTROL (215): retry after a short pause."""
 
@@ -574,6 +624,8 @@ def broker_error(code: int, remark: str | None = None) -> BrokerError:
         return AccessDeniedError(remark or "")
     if code == NoPermissionError.code and remark and _ACL2_REFUSAL.fullmatch(remark):
         return AccessDeniedError(remark, code=code)
+    if code == MessageIllegalError.code and remark and _MESSAGE_TYPE_REFUSAL.search(remark):
+        return TopicMessageTypeError(remark)
     cls = _BY_CODE.get(code)
     if cls is None:
         return BrokerError(remark or "", code=code)

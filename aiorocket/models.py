@@ -23,11 +23,32 @@ __all__ = [
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "TopicMessageType",
     "validate_name",
 ]
 
 #: The broker's ``messageDelayLevel`` has 18 levels (1 s … 2 h); higher values clamp to 18.
 MAX_DELAY_LEVEL: Final = 18
+
+
+class TopicMessageType(enum.Enum):
+    """The kind of messages a RocketMQ 5 topic takes (its ``message.type`` attribute, Java
+    ``TopicMessageType``).
+
+    A 5.x proxy refuses a message whose kind is not its topic's (``MIXED`` takes every kind);
+    a broker reached directly does not check. A message's kind follows from what it carries,
+    in this order: a transaction (``TRANSACTION``), a delay level or delivery time
+    (``DELAY``), a sharding key or message group (``FIFO``), a priority (``PRIORITY``,
+    RocketMQ 5.4+), a lite topic (``LITE``, 5.5+); anything else is ``NORMAL``.
+    """
+
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+    PRIORITY = "PRIORITY"
+    LITE = "LITE"
+    MIXED = "MIXED"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -62,6 +83,10 @@ class Message:
             the message is sent as if ``sharding_key=message_group`` were passed to
             :meth:`Producer.send <aiorocket.Producer.send>`: it goes to the queue of that key
             and carries it as ``__SHARDINGKEY``, so messages of one group stay in order.
+        priority: RocketMQ 5.4+ message priority, 0 the lowest (``_SYS_MSG_PRIORITY_``): the
+            broker stores the message in queue ``min(priority, queues - 1)`` and POP consumers
+            of a ``PRIORITY`` topic read higher queues first (docs/how-to/rocketmq5.md). A
+            priority message has no delay, delivery time or message group.
 
     Raises:
         ConfigurationError: a tag, key, delay level or message group is invalid.
@@ -74,6 +99,7 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     delay_level: int | None = None
     message_group: str | None = None
+    priority: int | None = None
 
     def __init__(
         self,
@@ -85,6 +111,7 @@ class Message:
         properties: Mapping[str, str] | None = None,
         delay_level: int | None = None,
         message_group: str | None = None,
+        priority: int | None = None,
     ) -> None:
         if isinstance(body, str):
             body = body.encode("utf-8")
@@ -108,6 +135,14 @@ class Message:
             raise ConfigurationError(
                 f"message_group {message_group!r} must be non-blank without \\x01 or \\x02"
             )
+        if priority is not None:
+            # Message.setPriority: "The priority must be greater than or equal to 0".
+            if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+                raise ConfigurationError(f"priority must be an int >= 0, not {priority!r}")
+            if delay_level or message_group is not None:
+                # TopicMessageType: one kind per message (a broker drops the priority of a
+                # delay or FIFO message).
+                raise ConfigurationError("a priority message has no delay_level or message_group")
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "tags", tags)
@@ -115,6 +150,7 @@ class Message:
         object.__setattr__(self, "properties", dict(properties or {}))
         object.__setattr__(self, "delay_level", delay_level or None)
         object.__setattr__(self, "message_group", message_group)
+        object.__setattr__(self, "priority", priority)
 
 
 class SendStatus(enum.Enum):
@@ -141,6 +177,9 @@ class SendResult:
         queue: the queue the message went to (its topic without the client namespace, as
             in Java's SendResult).
         queue_offset: its offset in that queue (the first one for a batch).
+        recall_handle: what [`Producer.recall`][aiorocket.Producer.recall] takes to cancel a
+            timer message before it is due (RocketMQ 5.3.2+ brokers answer it for a single
+            timer message); ``None`` otherwise.
     """
 
     status: SendStatus
@@ -148,6 +187,7 @@ class SendResult:
     offset_msg_id: str
     queue: MessageQueue
     queue_offset: int
+    recall_handle: str | None = None
 
 
 class ConsumeStatus(enum.Enum):
@@ -458,6 +498,12 @@ class ReceivedMessage:
     def offset_msg_id(self) -> str:
         r = self._r
         return _offset_msg_id(r.store_host, r.store_port, r.commit_log_offset)
+
+    @property
+    def priority(self) -> int | None:
+        """The message's RocketMQ 5.4+ priority (``_SYS_MSG_PRIORITY_``), if it has one."""
+        raw = self._r.properties.get("_SYS_MSG_PRIORITY_")
+        return int(raw) if raw is not None and raw.isdigit() else None
 
     @property
     def reconsume_times(self) -> int:

@@ -19,6 +19,8 @@ works against a Java 4.9 cluster and against the embedded broker alike:
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +32,7 @@ from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pop import set_message_request_mode
 from aiorocket._client.pull import to_received
 from aiorocket._protocol.admin_bodies import ConsumeStats
+from aiorocket._protocol.attributes import MESSAGE_TYPE_ATTRIBUTE, encode_attributes
 from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicList, TopicRouteData
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -51,11 +54,13 @@ from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
     ConsumerNotOnlineError,
+    NotANameServerError,
     QueryNotFoundError,
     RemoteProtocolError,
+    TransportError,
     broker_error,
 )
-from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
+from aiorocket.models import MessageQueue, ReceivedMessage, TopicMessageType, validate_name
 from aiorocket.settings import ClientSettings, build_settings
 
 __all__ = ["Admin", "GroupLag", "QueueLag", "TopicRoute"]
@@ -129,10 +134,22 @@ class TopicRoute:
     order_topic_conf: str | None = None
 
 
-def _check(resp: RemotingCommand) -> RemotingCommand:
+def _check_code(resp: RemotingCommand) -> RemotingCommand:
     if resp.code != ResponseCode.SUCCESS:
         raise broker_error(resp.code, resp.remark)
     return resp
+
+
+def _request_name(resp: RemotingCommand) -> str:
+    # The refusal's remark is RemotingHelper's " request type 106 not supported".
+    found = re.search(r"request type (\d+)", resp.remark or "")
+    if found is None:
+        return "this one"
+    code = int(found.group(1))
+    try:
+        return f"{RequestCode(code).name} ({code})"
+    except ValueError:
+        return f"request {code}"
 
 
 def _timestamp_ms(to: ResetTarget) -> int:
@@ -173,6 +190,26 @@ class Admin(ClientOwner):
     def __init__(self, *, namesrv: str | Sequence[str], **settings: Any) -> None:
         super().__init__(build_settings(ClientSettings, {"namesrv": namesrv, **settings}))
 
+    async def _checked(self, resp: RemotingCommand) -> RemotingCommand:
+        """``resp`` if it succeeded, else the matching broker error; a request the proxy
+        does not serve raises [`NotANameServerError`][aiorocket.errors.NotANameServerError]."""
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and await self._behind_proxy():
+            namesrv = ",".join(self.settings.namesrv)
+            what = _request_name(resp)
+            raise NotANameServerError(
+                f"{namesrv} is a RocketMQ proxy, not a name server: a proxy serves sending, "
+                f"consuming and routes but not admin requests such as {what}; "
+                "give Admin the name server's address (the proxy's namesrvAddr)"
+            )
+        return _check_code(resp)
+
+    async def _behind_proxy(self) -> bool:
+        client = self._require()
+        for addr in self.settings.namesrv:
+            with contextlib.suppress(TransportError):
+                return await client.is_proxy(addr)
+        return False
+
     # -- name server --------------------------------------------------------------------------
 
     async def topics(self) -> list[str]:
@@ -182,7 +219,7 @@ class Admin(ClientOwner):
             BrokerError, TransportError: the name server failed or could not be reached.
             ClientClosedError: not started, or closed.
         """
-        resp = _check(
+        resp = await self._checked(
             await self._require().invoke_namesrv(
                 RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
             )
@@ -213,7 +250,7 @@ class Admin(ClientOwner):
         )
 
     async def _cluster_masters(self, cluster: str | None) -> list[str]:
-        resp = _check(
+        resp = await self._checked(
             await self._require().invoke_namesrv(
                 RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
             )
@@ -255,7 +292,7 @@ class Admin(ClientOwner):
         tps = 0.0
         header = GetConsumeStatsRequestHeader(consumer_group=group)
         for _name, addr in self._masters(route):
-            resp = _check(
+            resp = await self._checked(
                 await client.invoke(
                     addr, RemotingCommand.request(RequestCode.GET_CONSUME_STATS, header.to_ext())
                 )
@@ -307,7 +344,7 @@ class Admin(ClientOwner):
                     await self._reset_offline(group, topic, route, name, addr, to, timestamp)
                 )
                 continue
-            _check(resp)
+            await self._checked(resp)
             if resp.body:
                 out.update(ResetOffsetBody.from_json(resp.body).offset_table)
         return dict(sorted(out.items()))
@@ -358,7 +395,7 @@ class Admin(ClientOwner):
                 RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=offset).to_ext()
             )
             try:
-                resp = _check(await client.invoke(f"{host}:{port}", cmd))
+                resp = await self._checked(await client.invoke(f"{host}:{port}", cmd))
                 msgs = self._decode(resp.body, "")
                 if msgs:
                     return msgs[0]
@@ -426,7 +463,7 @@ class Admin(ClientOwner):
             )
             if resp.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
-            _check(resp)
+            await self._checked(resp)
             out.extend(self._decode(resp.body, name))
         return out
 
@@ -491,26 +528,48 @@ class Admin(ClientOwner):
         perm: int = int(Perm.READ | Perm.WRITE),
         order: bool = False,
         cluster: str | None = None,
+        message_type: TopicMessageType | str | None = None,
     ) -> list[str]:
         """Create or update ``topic`` with ``queues`` read and write queues on every master
         of ``cluster`` (every cluster by default) (``mqadmin updateTopic -c``). Returns the
         broker addresses.
 
+        ``message_type`` (RocketMQ 5) sets the topic's
+        [`TopicMessageType`][aiorocket.TopicMessageType] (its ``message.type`` attribute,
+        ``mqadmin updateTopic -a +message.type=FIFO``), which a 5.x proxy checks every message
+        against: a ``PRIORITY`` topic takes priority messages (5.4+), a ``LITE`` one lite
+        topics (5.5+). A 4.x broker ignores it.
+
         Raises:
-            ConfigurationError: a bad queue count or an unknown cluster.
+            ConfigurationError: a bad queue count, message type or an unknown cluster.
             InvalidNameError: a bad topic name.
             BrokerError, TransportError: a server failed or could not be reached.
         """
         validate_name(topic)
         if not 1 <= queues <= 1024:
             raise ConfigurationError(f"queues must be in 1..1024, not {queues}")
+        attributes = None
+        if message_type is not None:
+            try:
+                kind = TopicMessageType(message_type)
+            except ValueError:
+                names = ", ".join(t.value for t in TopicMessageType)
+                raise ConfigurationError(
+                    f"message_type {message_type!r} is none of {names}"
+                ) from None
+            attributes = encode_attributes({MESSAGE_TYPE_ATTRIBUTE: kind.value})
         client = self._require()
         header = CreateTopicRequestHeader(
-            topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order
+            topic=topic,
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=perm,
+            order=order,
+            attributes=attributes,
         )
         masters = await self._cluster_masters(cluster)
         for addr in masters:
-            _check(
+            await self._checked(
                 await client.invoke(
                     addr,
                     RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()),
@@ -532,14 +591,14 @@ class Admin(ClientOwner):
         masters = await self._cluster_masters(cluster)
         ext = DeleteTopicRequestHeader(topic=topic).to_ext()
         for addr in masters:
-            _check(
+            await self._checked(
                 await client.invoke(
                     addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, ext)
                 )
             )
         ns_ext = DeleteTopicFromNamesrvRequestHeader(topic=topic).to_ext()
         for ns in self.settings.namesrv:
-            _check(
+            await self._checked(
                 await client.invoke(
                     ns, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, ns_ext)
                 )

@@ -145,6 +145,8 @@ class ClientInstance:
         #: the ``version`` of the last response from each address: the server's release
         #: (docs/protocol.md §0.3; Java keeps the heartbeat's in ``brokerVersionTable``)
         self._versions: dict[str, int] = {}
+        #: whether a name-server address is a proxy's (:meth:`is_proxy`)
+        self._proxies: dict[str, bool] = {}
         #: called with the broker names that appeared in a route for the first time
         self.on_new_brokers: Callable[[set[str]], None] | None = None
 
@@ -203,6 +205,26 @@ class ClientInstance:
         resp = await conn.request(cmd, timeout=timeout or self.settings.request_timeout)
         self._versions[addr] = resp.version
         return resp
+
+    async def is_proxy(self, addr: str) -> bool:
+        """Whether ``addr`` is a RocketMQ 5 proxy's remoting port given as a name server.
+
+        Routes through a proxy name the proxy for every broker, so a broker address equal to a
+        name-server address is a proxy's, or the embedded broker's (one port for both); the
+        proxy alone refuses GET_BROKER_CLUSTER_INFO, which every name server serves. Asked
+        once per address.
+
+        Raises:
+            TransportError: the address could not be reached.
+        """
+        if addr not in self.settings.namesrv:
+            return False
+        known = self._proxies.get(addr)
+        if known is None:
+            cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+            resp = await self.invoke(addr, cmd)
+            self._proxies[addr] = known = resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        return known
 
     def server_version(self, addr: str) -> int | None:
         """The ``MQVersion`` ordinal the server at ``addr`` last answered with (every response

@@ -29,6 +29,7 @@ from aiorocket._client.pop import (
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import now_ms, without_namespace, wrap_namespace
+from aiorocket._protocol.codes import PullSysFlag
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._protocol.pop import (
     AckMessageRequestHeader,
@@ -42,7 +43,9 @@ from aiorocket._protocol.properties import TAGS
 from aiorocket.errors import (
     BrokerError,
     InvalidReceiptHandleError,
+    NotANameServerError,
     ReceiptHandleExpiredError,
+    RequestCodeNotSupportedError,
     TransportError,
 )
 from aiorocket.models import ReceivedMessage
@@ -119,6 +122,9 @@ class PopClient:
         self._settings = settings
         self._sender = sender
         self._init_mode = _INIT_MODE["first" if settings.consume_from == "first" else "last"]
+        #: broker names whose address refused BATCH_ACK_MESSAGE / NOTIFICATION (a proxy's)
+        self._no_batch_ack: set[str] = set()
+        self._no_notification: set[str] = set()
 
     # -- popping ------------------------------------------------------------------------------
 
@@ -153,8 +159,19 @@ class PopClient:
             exp=sub.expression,
             order=order,
             broker_name=broker_name,
+            proxy_sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            proxy_suspend_ms=poll_ms,
         )
         addr = await self._client.find_broker(broker_name, sub.topic, master=True)
+        if await self._client.is_proxy(addr):
+            # Routes through a 5.x proxy name the proxy for every broker. Its remoting port
+            # hands POP to its pull activity and never answers ACK_MESSAGE (Apache 5.3.3,
+            # 5.5.0): messages could be popped but not acked (docs/protocol.md §12.5).
+            raise NotANameServerError(
+                f"{addr} is a RocketMQ proxy: its remoting port cannot serve POP consumption "
+                "(it never answers ACK_MESSAGE); give the consumer the name server's address, "
+                "or consume in pull mode (PushConsumer's default) through the proxy"
+            )
         # The broker answers after its hold: the request timeout starts after it.
         timeout = poll_ms / 1000 + self._settings.request_timeout
         result = await pop_message(self._client, addr, broker_name, header, timeout=timeout)
@@ -205,6 +222,11 @@ class PopClient:
         log.info("message %s went to the DLQ after %d deliveries", msg.msg_id, msg.reconsume_times)
         await self.ack_quietly(msg)
 
+    def notifies(self, targets: list[PopTarget]) -> bool:
+        """Whether any of ``targets`` answered NOTIFICATION (or was not asked yet); a proxy's
+        never do, so a receive holds a POP instead."""
+        return any(name not in self._no_notification for _, name in targets)
+
     async def first_notified(self, targets: list[PopTarget], wait: float) -> PopTarget | None:
         """Hold a NOTIFICATION at every target for up to ``wait`` seconds; the first that has
         a message for the group, or None."""
@@ -225,6 +247,10 @@ class PopClient:
                 has = await notification(
                     self._client, addr, header, timeout=wait + self._settings.request_timeout
                 )
+            except RequestCodeNotSupportedError:
+                # Apache's proxy serves no NOTIFICATION (5.3.3, 5.5.0): see notifies()
+                self._no_notification.add(broker_name)
+                return None
             except (BrokerError, TransportError) as exc:
                 log.debug("notification from %s failed: %s", broker_name, exc)
                 await asyncio.sleep(min(wait, 1.0))
@@ -296,13 +322,19 @@ class PopClient:
             self.check(m)
             by_broker.setdefault(m._handle.broker_name, []).append(m)
         for broker_name, popped in by_broker.items():
-            if len(popped) == 1:
-                await self.ack(popped[0])
-                continue
-            acks = batch_acks(self._group, [(self._wire_topic(p), p._handle) for p in popped])
-            addr = await self._client.find_broker(broker_name, popped[0]._popped_topic, master=True)
-            body = BatchAckMessageRequestBody(broker_name=broker_name, acks=tuple(acks))
-            await batch_ack(self._client, addr, body)
+            if len(popped) > 1 and broker_name not in self._no_batch_ack:
+                acks = batch_acks(self._group, [(self._wire_topic(p), p._handle) for p in popped])
+                topic = popped[0]._popped_topic
+                addr = await self._client.find_broker(broker_name, topic, master=True)
+                body = BatchAckMessageRequestBody(broker_name=broker_name, acks=tuple(acks))
+                try:
+                    await batch_ack(self._client, addr, body)
+                    continue
+                except RequestCodeNotSupportedError:
+                    # Apache's proxy serves ACK_MESSAGE but not BATCH_ACK_MESSAGE (5.3.3, 5.5.0)
+                    self._no_batch_ack.add(broker_name)
+            for msg in popped:
+                await self.ack(msg)
 
     def _wire_topic(self, msg: PoppedMessage) -> str:
         # BatchAck names the subscribed topic and marks the retry topic separately.

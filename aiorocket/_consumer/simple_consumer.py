@@ -290,7 +290,20 @@ class SimpleConsumer(GroupMember):
             remaining = deadline - time.monotonic()
             if remaining <= 0.05:
                 return []
-            ready = await self._pop.first_notified(ordered, remaining)
+            ready = None
+            if self._pop.notifies(ordered):
+                ready = await self._pop.first_notified(ordered, remaining)
+            remaining = deadline - time.monotonic()
+            if ready is None and not self._pop.notifies(ordered) and remaining > 0.05:
+                # No NOTIFICATION (a proxy): hold a POP at the first broker instead (the
+                # first one rotates from one receive to the next).
+                return await self._pop.pop(
+                    ordered[0],
+                    max_messages=max_messages,
+                    invisible_ms=invisible,
+                    poll_ms=int(remaining * 1000),
+                    order=self._fifo,
+                )
             if ready is None:
                 return []
             ordered = [ready] + [t for t in ordered if t is not ready]

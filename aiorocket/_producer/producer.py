@@ -33,15 +33,17 @@ from aiorocket._producer.hooks import (
     run_send_prepare,
 )
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
+from aiorocket._producer.recall import recall_message
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
-from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, MessageSysFlag
+from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, VERSION_V5_4_0, MessageSysFlag
 from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import BatchItem, compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import (
     DELAY,
     KEYS,
+    PRIORITY,
     SHARDING_KEY,
     TAGS,
     TIMER_DELIVER_MS,
@@ -84,6 +86,28 @@ _STATUS = {
 _BATCH_ITEM_OVERHEAD = 22
 #: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
 _BUSY_BACKOFF = 0.05
+
+
+#: a broker release a message needs: its MQVersion ordinal, its name, what older ones cannot do
+_Release = tuple[int, str, str]
+_TIMER_RELEASE: _Release = (
+    VERSION_V5_0_0_SNAPSHOT,
+    "5.0",
+    "deliver a message at a time; it would deliver it at once",
+)
+_PRIORITY_RELEASE: _Release = (
+    VERSION_V5_4_0,
+    "5.4",
+    "order messages by priority; it would keep the priority as a plain property",
+)
+
+
+def _needed_release(props: dict[str, str]) -> _Release | None:
+    if has_timer(props):
+        return _TIMER_RELEASE
+    if PRIORITY in props:
+        return _PRIORITY_RELEASE
+    return None
 
 
 class Producer(AsyncResource):
@@ -426,6 +450,36 @@ class Producer(AsyncResource):
                 raise
         return [r for r in results if r is not None]
 
+    async def recall(
+        self, target: SendResult | str, *, topic: str | None = None, timeout: float | None = None
+    ) -> str:
+        """Cancel a timer message before it is due (RocketMQ 5.3.2+, with the brokers'
+        ``recallMessageEnable=true``; Java's ``recallMessage``); returns its message id.
+
+        ``target`` is the [`SendResult`][aiorocket.SendResult] of a ``send(...,
+        deliver_at=)`` / ``deliver_after=`` or its ``recall_handle`` (kept, say, in a
+        database); ``topic`` optionally checks the handle is that topic's.
+
+        Raises:
+            ConfigurationError: the result has no recall handle (not a timer message), the
+                handle is malformed or of another topic.
+            UnsupportedFeatureError: the broker is older than 5.3.2 (4.x cannot recall).
+            IllegalOperationError: the message is already due: it has been delivered.
+            BrokerError, TransportError: the broker refused (recalls not enabled: code 16)
+                or could not be reached.
+            ClientClosedError: the producer is not running.
+        """
+        if self._closed or not self._started:
+            raise ClientClosedError("the producer is not started or is closed")
+        wire_topic = self._wire_topic(topic) if topic is not None else None
+        return await recall_message(
+            self._client,
+            target,
+            group=self._wire_group(),
+            wire_topic=wire_topic,
+            timeout=timeout or self.settings.request_timeout,
+        )
+
     # -- internals ----------------------------------------------------------------------------
 
     def _broker_requests(self) -> RequestHandler | None:
@@ -458,6 +512,8 @@ class Producer(AsyncResource):
         level = delay_level if delay_level is not None else msg.delay_level
         if level:
             props[DELAY] = str(level)
+        if msg.priority is not None:
+            props[PRIORITY] = str(msg.priority)
         props[WAIT] = "true"
         props[UNIQ_KEY] = uniq
         return props
@@ -481,6 +537,12 @@ class Producer(AsyncResource):
         check_sharding_key(sharding_key)
         if delay_level is not None and not 0 <= delay_level <= 18:
             raise ConfigurationError("delay_level must be within 0..18")
+        if msg.priority is not None and (sharding_key is not None or delay_level or deliver_ms):
+            # TopicMessageType: a message is of one kind; a broker would drop its priority
+            # (SendMessageProcessor clears it from a FIFO or delay message).
+            raise ConfigurationError(
+                "a priority message has no sharding key, message group, delay or delivery time"
+            )
         if deliver_ms is not None:
             if delay_level or (delay_level is None and msg.delay_level):
                 raise ConfigurationError("a message has either a delivery time or a delay level")
@@ -507,7 +569,7 @@ class Producer(AsyncResource):
         if self._call_hooks:
             call = SendCallContext(s.group, msg.topic, (msg,), [fields], oneway=oneway)
             run_send_prepare(self._call_hooks, call)
-        timer = has_timer(fields)
+        needs = _needed_release(fields)
         props = encode_properties(fields)
         body = msg.body
         if s.compress_threshold and len(body) >= s.compress_threshold:
@@ -527,7 +589,7 @@ class Producer(AsyncResource):
                 timeout,
                 batch=False,
                 oneway=oneway,
-                timer=timer,
+                needs=needs,
                 msg_type=msg_type(fields),
             )
         except BaseException as exc:
@@ -553,7 +615,7 @@ class Producer(AsyncResource):
         *,
         batch: bool,
         oneway: bool,
-        timer: bool = False,
+        needs: _Release | None = None,
         msg_type: str = "Normal",
         batch_msgs: Sequence[Message] = (),
     ) -> SendResult | None:
@@ -607,8 +669,8 @@ class Producer(AsyncResource):
                 try:
                     # sends need the master; without one the route is asked again at once
                     addr = await self._client.find_broker(mq.broker_name, wire_topic, master=True)
-                    if timer:
-                        await self._require_timers(addr)
+                    if needs is not None:
+                        await self._require_release(addr, needs)
                     if self._hooks:
                         hook = SendHookContext(
                             s.group,
@@ -669,21 +731,22 @@ class Producer(AsyncResource):
         run_send_after(self._hooks, hook)
         return result
 
-    async def _require_timers(self, addr: str) -> None:
-        # A 4.x broker stores timer properties as plain ones and delivers the message at once:
-        # refuse instead. Its release is the version of its responses (docs/protocol.md §0.3).
+    async def _require_release(self, addr: str, needs: _Release) -> None:
+        # An older broker stores timer or priority properties as plain ones (delivering at
+        # once, in no priority order): refuse instead. Its release is the version of its
+        # responses (docs/protocol.md §0.3).
+        needed, release, what = needs
         version = self._client.server_version(addr)
         if version is None:
             # It never answered us (its first heartbeat may still be on its way): ask it now.
             version = await self._client.heartbeat(addr, self._heartbeat_data())
-        if version < VERSION_V5_0_0_SNAPSHOT:
+        if version < needed:
             raise UnsupportedFeatureError(
-                f"broker {addr} answers as MQVersion ordinal {version}, older than 5.0 "
-                f"({VERSION_V5_0_0_SNAPSHOT}): it cannot deliver a message at a time; it would "
-                "deliver it at once",
+                f"broker {addr} answers as MQVersion ordinal {version}, older than {release} "
+                f"({needed}): it cannot {what}",
                 broker=addr,
                 version=version,
-                needed=VERSION_V5_0_0_SNAPSHOT,
+                needed=needed,
             )
 
     def _result(self, resp: SendResponse, mq: MessageQueue, uniq: str) -> SendResult:
@@ -695,6 +758,7 @@ class Producer(AsyncResource):
             # Without the namespace, as Java's processSendResponse builds it.
             queue=MessageQueue(self._user_topic(mq.topic), mq.broker_name, h.queue_id),
             queue_offset=h.queue_offset,
+            recall_handle=h.recall_handle,
         )
 
     def _user_topic(self, topic: str) -> str:

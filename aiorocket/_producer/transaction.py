@@ -63,7 +63,7 @@ ExecuteLocal = Callable[[Message, Any], Awaitable[TransactionState]]
 CheckLocal = Callable[[ReceivedMessage], Awaitable[TransactionState]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionSendResult(SendResult):
     """A :class:`SendResult` of the half message plus what the local transaction decided
     (Java ``TransactionSendResult``).

@@ -220,6 +220,8 @@ class TopicConfigBody(Body):
     topic_filter_type: Annotated[str, BLANK_IS_ABSENT] = "SINGLE_TAG"
     topic_sys_flag: Int32 = 0
     order: Bool = False
+    #: 5.x ``attributes`` (``{"message.type": "FIFO"}``); 4.x has none
+    attributes: dict[_Text, _Text] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ __all__ = [
     "VERSION_V4_9_8",
     "VERSION_V5_0_0",
     "VERSION_V5_0_0_SNAPSHOT",
+    "VERSION_V5_3_2",
+    "VERSION_V5_4_0",
     "VERSION_V5_5_0",
 ]
 
@@ -37,6 +39,10 @@ VERSION_V4_9_8 = 409
 VERSION_V5_0_0_SNAPSHOT = 412
 #: ``V5_0_0``: the first 5.x release.
 VERSION_V5_0_0 = 413
+#: ``V5_3_2``: from here a broker serves RECALL_MESSAGE (§12.7).
+VERSION_V5_3_2 = 477
+#: ``V5_4_0``: from here a broker orders a priority message by ``_SYS_MSG_PRIORITY_`` (§12.6).
+VERSION_V5_4_0 = 493
 #: ``V5_5_0``: what the embedded broker stamps on its responses by default; a request of this
 #: version or later comes from a 5.5+ client (its tools expect a runtime table without
 #: ``brokerVersion``, §12.1).
@@ -125,6 +131,7 @@ class RequestCode(enum.IntEnum):
     #: 5.x: one topic's configuration (``mqadmin topicStatus`` asks each broker first)
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370
     #: 5.x server-side assignment (§12.3): the queues a client is to consume, and their mode
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
@@ -182,6 +189,8 @@ class ResponseCode(enum.IntEnum):
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
+    #: 5.x: an operation the broker refuses by its state (a recall after the due time, §12.7)
+    ILLEGAL_OPERATION = 604
 
 
 class PullSysFlag(enum.IntFlag):

@@ -171,6 +171,8 @@ class SendMessageResponseHeader(Header):
     transaction_id: str | None = wire("transactionId", default=None)
     msg_region: str | None = wire("MSG_REGION", default=None)
     trace_on: bool | None = wire("TRACE_ON", default=None)
+    #: 5.3.2+: the handle that recalls a timer message (§12.7); absent for any other
+    recall_handle: str | None = wire("recallHandle", default=None)
 
 
 # --------------------------------------------------------------------------- pull
@@ -516,6 +518,9 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str = wire("topicFilterType", required=True, default="SINGLE_TAG")
     topic_sys_flag: int | None = wire("topicSysFlag", _INT, default=None)
     order: bool = wire("order", required=True, default=False)
+    #: 5.x topic attributes, ``+name=value`` comma-separated (``+message.type=FIFO``); 4.x
+    #: brokers ignore the field.
+    attributes: str | None = wire("attributes", default=None)
 
 
 # --------------------------------------------------------------------------- admin tools (mqadmin)

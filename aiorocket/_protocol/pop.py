@@ -102,6 +102,12 @@ class PopMessageRequestHeader(_Header):
     order: bool = _wire("order", default=False)
     attempt_id: str | None = _wire("attemptId", default=None)
     broker_name: str | None = _wire("bname", default=None)
+    #: Not Java's: ``PullMessageRequestHeader`` fields for Apache's proxy, whose remoting server
+    #: hands POP_MESSAGE to its pull activity (5.3.3, 5.5.0): with the subscription bit set
+    #: (``PullSysFlag.SUBSCRIPTION``) it forwards the request untouched, waiting
+    #: ``suspendTimeoutMillis`` + 10 s. Brokers ignore both (docs/protocol.md §12.5).
+    proxy_sys_flag: int | None = _wire("sysFlag", _INT, default=None)
+    proxy_suspend_ms: int | None = _wire("suspendTimeoutMillis", _LONG, default=None)
 
 
 @header_class

@@ -35,6 +35,8 @@ __all__ = [
     "REAL_TOPIC",
     "RECONSUME_TIME",
     "RETRY_TOPIC",
+    "LITE_TOPIC",
+    "PRIORITY",
     "SHARDING_KEY",
     "START_DELIVER_TIME",
     "TAGS",
@@ -55,6 +57,7 @@ __all__ = [
     "WAIT",
     "decode_properties",
     "encode_properties",
+    "message_kind",
     "encode_properties_bytes",
     "properties_bytes",
 ]
@@ -113,6 +116,10 @@ CLUSTER: Final[str] = "CLUSTER"
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
 #: Aliyun ONS timed delivery; the Java client hook only inspects it.
 START_DELIVER_TIME: Final[str] = "__STARTDELIVERTIME"
+#: PROPERTY_PRIORITY (5.4+): a priority message's priority, 0 the lowest (§12.6).
+PRIORITY: Final[str] = "_SYS_MSG_PRIORITY_"
+#: PROPERTY_LITE_TOPIC (5.5+): the lite topic a message of a LITE topic belongs to.
+LITE_TOPIC: Final[str] = "__LITE_TOPIC"
 
 #: PROPERTY_POP_CK: a popped message's receipt handle, when the broker writes it itself (a
 #: message re-encoded from a POP retry topic; docs/protocol.md §12.3).
@@ -244,3 +251,20 @@ def _raise_bad_property(props: Mapping[str, str]) -> NoReturn:
                     f"message property {key!r} contains a separator (\\x01 or \\x02)"
                 )
     raise LocalProtocolError("invalid message properties")
+
+
+def message_kind(props: Mapping[str, str]) -> str:
+    """``TopicMessageType.parseFromMessageProperty``: a message's kind from its properties,
+    in Java's order (``TRANSACTION``, ``DELAY``, ``FIFO``, ``PRIORITY``, ``LITE``, else
+    ``NORMAL``), as a 5.x proxy checks it against its topic's ``message.type``."""
+    if props.get(TRAN_MSG, "").lower() == "true":
+        return "TRANSACTION"
+    if DELAY in props or any(k in props for k in TIMER_KEYS):
+        return "DELAY"
+    if SHARDING_KEY in props:
+        return "FIFO"
+    if PRIORITY in props:
+        return "PRIORITY"
+    if LITE_TOPIC in props:
+        return "LITE"
+    return "NORMAL"

@@ -10,7 +10,7 @@
     aiorocket admin message ID [--topic T]        a message by offset id (or client id + topic)
     aiorocket admin message --key K --topic T     messages by key
     aiorocket admin trace ID [--topic TRACE_TOPIC]  a message's trace (queryMsgTraceById)
-    aiorocket admin create-topic TOPIC [--queues N]
+    aiorocket admin create-topic TOPIC [--queues N] [--type FIFO|DELAY|...]
     aiorocket admin delete-topic TOPIC
     aiorocket admin dlq GROUP [--resend [--dry-run]]  a group's dead letters, with reasons;
                                                   resend them to their original topics
@@ -33,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from aiorocket import Admin, GroupLag, ReceivedMessage
+from aiorocket import Admin, GroupLag, ReceivedMessage, TopicMessageType
 from aiorocket._admin.dlq import DEFAULT_MAX_RECONSUME_TIMES, DlqEntry, ResendOutcome
 from aiorocket._names import RETRY_PREFIX
 from aiorocket.cli import HelpFormatter
@@ -114,6 +114,13 @@ def add_admin_parser(sub: Any) -> None:
     c.add_argument("--queues", type=int, default=8, help="read and write queues")
     c.add_argument("--cluster", default=None, help="only this cluster's brokers")
     c.add_argument("--order", action="store_true", help="mark the topic ordered")
+    c.add_argument(
+        "--type",
+        dest="message_type",
+        choices=[t.value for t in TopicMessageType],
+        default=None,
+        help="the kind of messages it takes (RocketMQ 5: a proxy checks every message)",
+    )
     d = command("delete-topic", "delete a topic")
     d.add_argument("topic")
     d.add_argument("--cluster", default=None, help="only this cluster's brokers")
@@ -427,10 +434,21 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
             return value, text if rows else f"no trace of {args.id}"
         if cmd == "create-topic":
             brokers = await admin.create_topic(
-                args.topic, queues=args.queues, cluster=args.cluster, order=args.order
+                args.topic,
+                queues=args.queues,
+                cluster=args.cluster,
+                order=args.order,
+                message_type=args.message_type,
             )
-            value = {"topic": args.topic, "queues": args.queues, "brokers": brokers}
-            return value, f"topic {args.topic} ({args.queues} queues) on {', '.join(brokers)}"
+            value = {
+                "topic": args.topic,
+                "queues": args.queues,
+                "message_type": args.message_type,
+                "brokers": brokers,
+            }
+            kind = f", {args.message_type}" if args.message_type else ""
+            text = f"topic {args.topic} ({args.queues} queues{kind}) on {', '.join(brokers)}"
+            return value, text
         if cmd == "delete-topic":
             brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
             value = {"topic": args.topic, "brokers": brokers}

@@ -58,6 +58,7 @@ from aiorocket.embedded.pop import pop_processors
 from aiorocket.embedded.pop_service import PopService
 from aiorocket.embedded.processors import BrokerProcessors
 from aiorocket.embedded.pull import PullProcessor
+from aiorocket.embedded.recall import RecallProcessor
 from aiorocket.embedded.schedule import ScheduleService
 from aiorocket.embedded.send import SendProcessor
 from aiorocket.embedded.stats import BrokerStats
@@ -439,6 +440,7 @@ class EmbeddedBroker(AsyncResource):
                 AdminProcessors(ctx),
                 ConfigAdmin(ctx),
                 NameServer(ctx),
+                RecallProcessor(ctx),
                 *pop_processors(ctx, pop.context),
             ),
         )

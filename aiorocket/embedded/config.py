@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Literal
 
 from aiorocket._names import is_valid_name
-from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, VERSION_V5_5_0
+from aiorocket._protocol.codes import (
+    VERSION_V5_0_0_SNAPSHOT,
+    VERSION_V5_3_2,
+    VERSION_V5_4_0,
+    VERSION_V5_5_0,
+)
 from aiorocket.errors import ConfigurationError
 from aiorocket.tls import TLS_MODES, TlsMode
 
@@ -128,6 +133,14 @@ class BrokerConfig:
     #: of POPs that read the group's POP retry topic before the topic itself; the others read it
     #: after, when the topic did not fill the batch.
     pop_from_retry_probability: int = 20
+    #: ``popFromRetryProbabilityForPriority`` (0): the same for a POP of a ``PRIORITY`` topic
+    #: (5.4+; docs/protocol.md §12.6).
+    pop_from_retry_probability_for_priority: int = 0
+    #: ``priorityOrderAsc``: a higher priority is a higher number (queue id); False reverses it.
+    priority_order_asc: bool = True
+    #: ``recallMessageEnable`` (off, as in Apache): whether RECALL_MESSAGE may cancel a pending
+    #: timer message (5.3.2+; docs/protocol.md §12.7).
+    recall_message_enable: bool = False
     #: ``reviveInterval`` (1 s): the revive task looks for due POP checkpoints at least this
     #: often (it also wakes when one is due sooner).
     pop_revive_interval: float = 1.0
@@ -278,6 +291,8 @@ class BrokerConfig:
             raise ConfigurationError("remoting_version must fit a binary header (0..32767)")
         if self.max_reconsume_times < 0 or self.retry_queue_nums < 1:
             raise ConfigurationError("max_reconsume_times >= 0 and retry_queue_nums >= 1")
+        if not 0 <= self.pop_from_retry_probability_for_priority <= 100:
+            raise ConfigurationError("pop_from_retry_probability_for_priority must be 0..100")
         if not 0 <= self.pop_from_retry_probability <= 100 or self.pop_revive_interval <= 0:
             raise ConfigurationError(
                 "pop_from_retry_probability in 0..100, pop_revive_interval > 0"
@@ -313,6 +328,17 @@ class BrokerConfig:
         """Whether timer properties are interpreted at all: the broker answers as a 5.x one
         (``remoting_version`` >= 412). A 4.9.8 broker stores them as plain properties."""
         return self.remoting_version >= VERSION_V5_0_0_SNAPSHOT
+
+    @property
+    def priorities_enabled(self) -> bool:
+        """Whether the broker honours message priorities (``remoting_version`` >= 493,
+        V5_4_0)."""
+        return self.remoting_version >= VERSION_V5_4_0
+
+    @property
+    def recall_enabled(self) -> bool:
+        """Whether the broker serves RECALL_MESSAGE (``remoting_version`` >= 477, V5_3_2)."""
+        return self.remoting_version >= VERSION_V5_3_2
 
     @property
     def acl_enabled(self) -> bool:

@@ -30,7 +30,13 @@ from aiorocket._protocol.headers import (
 )
 from aiorocket._remoting import Connection
 from aiorocket.embedded.context import Processor, handles, illegal_name, peer_address
-from aiorocket.embedded.topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, is_valid_name
+from aiorocket.embedded.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    TopicConfig,
+    altered_attributes,
+    is_valid_name,
+)
+from aiorocket.errors import RemoteProtocolError
 
 __all__ = ["ConfigAdmin"]
 
@@ -68,6 +74,13 @@ class ConfigAdmin(Processor):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, remark="queue counts must be 1..1024"
             )
+        old = self._topics.get(h.topic)
+        try:
+            attributes = altered_attributes(
+                dict(old.attributes) if old is not None else None, h.attributes
+            )
+        except (ValueError, RemoteProtocolError) as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         self._topics.put(
             TopicConfig(
                 name=h.topic,
@@ -77,6 +90,7 @@ class ConfigAdmin(Processor):
                 topic_filter_type=h.topic_filter_type,
                 topic_sys_flag=h.topic_sys_flag or 0,
                 order=h.order,
+                attributes=tuple(sorted(attributes.items())),
             )
         )
         return cmd.make_response(ResponseCode.SUCCESS)
@@ -195,4 +209,5 @@ def _topic_body(t: TopicConfig) -> TopicConfigBody:
         topic_filter_type=t.topic_filter_type,
         topic_sys_flag=t.topic_sys_flag,
         order=t.order,
+        attributes=dict(t.attributes),
     )

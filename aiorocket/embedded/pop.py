@@ -297,15 +297,28 @@ class PopProcessor(Processor):
         """One pass over the queues (``popMsgFromTopic`` / ``popMsgFromQueue``); synchronous,
         so no other request interleaves with a queue's read, checkpoint and offset."""
         batch = _Batch(now_ms())
+        config = self._config
         start = self._random.randrange(100)
-        retry_first = not h.order and start < self._config.pop_from_retry_probability
+        # PopMessageProcessor (5.4+): a PRIORITY topic is read from its highest queue down
+        # (priorityOrderAsc: the queue id is the priority), the retry topic first only with
+        # popFromRetryProbabilityForPriority (docs/protocol.md §12.6).
+        by_priority = config.priorities_enabled and cfg.message_type == "PRIORITY" and not h.order
+        chance = (
+            config.pop_from_retry_probability_for_priority
+            if by_priority
+            else config.pop_from_retry_probability
+        )
+        retry_first = not h.order and start < chance
+        if by_priority:
+            start = 0
         retries = [] if h.order else [retry_topic_of(h.topic, h.consumer_group)]
         if retry_first:
             self._pop_retries(batch, h, retries, filt, start)
         if h.queue_id < 0:
             n = cfg.read_queue_nums
             for i in range(n):
-                self._pop_queue(batch, h, h.topic, (start + i) % n, filt, retry=False)
+                index = n - 1 - i if config.priorities_enabled and config.priority_order_asc else i
+                self._pop_queue(batch, h, h.topic, (index + start) % n, filt, retry=False)
         else:
             self._pop_queue(batch, h, h.topic, h.queue_id, filt, retry=False)
         if not retry_first:

@@ -23,6 +23,8 @@ from aiorocket._protocol.headers import (
 )
 from aiorocket._protocol.message import MessageRecord, decode_batch_body, decode_message
 from aiorocket._protocol.msgid import make_offset_msg_id
+from aiorocket._protocol.properties import message_kind
+from aiorocket._protocol.recall import RecallHandle
 from aiorocket._remoting import Connection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
 from aiorocket.embedded.store import PutResult
@@ -172,7 +174,23 @@ class SendProcessor(Processor):
             )
         if header.batch:
             return await self._send_batch(conn, cmd, header, queue_id, props)
+        if config.priorities_enabled and mp.PRIORITY in props:
+            queue_id = self._priority_queue(props, cfg.write_queue_nums, queue_id)
         return await self._send_single(conn, cmd, header, queue_id, props)
+
+    @staticmethod
+    def _priority_queue(props: dict[str, str], write_queues: int, queue_id: int) -> int:
+        # SendMessageProcessor (5.4+): a message whose kind is PRIORITY (no transaction, delay
+        # or FIFO property before it) goes to queue min(priority, writeQueueNums - 1), whatever
+        # the producer chose; any other keeps its queue and loses the property (§12.6).
+        raw = props[mp.PRIORITY]
+        priority = int(raw) if raw.isdigit() else -1
+        if priority < 0:
+            return queue_id
+        if message_kind(props) == "PRIORITY":
+            return min(priority, write_queues - 1)
+        del props[mp.PRIORITY]
+        return queue_id
 
     def _record(
         self,
@@ -273,10 +291,25 @@ class SendProcessor(Processor):
             "MSG_REGION": "DefaultRegion",
             "TRACE_ON": "true",
         }
+        handle = self._recall_handle(props)
+        if handle is not None:
+            ext["recallHandle"] = handle
         code = ResponseCode.SUCCESS
         if not await self._writer.wait_durable(result):
             code = ResponseCode.FLUSH_DISK_TIMEOUT
         return cmd.make_response(code, ext_fields=ext)
+
+    def _recall_handle(self, props: dict[str, str]) -> str | None:
+        # SendMessageProcessor.attachRecallHandle (5.3.2+): a parked timer message (not a
+        # retry) is answered with the handle that recalls it (docs/protocol.md §12.7).
+        slot, real_topic = props.get(mp.TIMER_OUT_MS), props.get(mp.REAL_TOPIC)
+        if not self._config.recall_enabled or slot is None or real_topic is None:
+            return None
+        uniq = props.get(mp.UNIQ_KEY)
+        if real_topic.startswith(RETRY_PREFIX) or not slot.isdigit() or uniq is None:
+            return None
+        due = str(int(slot) + 1)
+        return RecallHandle(real_topic, self._config.broker_name, due, uniq).encode()
 
     async def _send_batch(
         self,
