@@ -54,6 +54,7 @@ def test_version_and_tools_from_the_install(tmp_path: Path, jdk_env: dict[str, s
     found = inst.find_install({**jdk_env, "ROCKETMQ_HOME": str(home)})
     assert found is not None
     assert (found.version, found.v5, found.version_name) == ("5.3.3", True, "V5_3_3")
+    assert found.ordinal == 479  # MQVersion.Version.V5_3_3
     assert found.java == str(tmp_path / "jdk" / "bin" / "java")
     assert found.javac == str(tmp_path / "jdk" / "bin" / "javac")
     argv = found.java_argv("Main", "a", classpath=[tmp_path / "classes"], jvm_options=["-Dx=1"])

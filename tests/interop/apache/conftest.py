@@ -8,7 +8,8 @@ A module picks its cluster with module-level constants: ``JAVA_BROKERS`` (broker
 one broker), ``JAVA_BROKER_CONF`` (``k=v`` settings added to :data:`DEFAULT_BROKER_CONF`),
 ``JAVA_BROKER_FILES`` (files for each broker's ``conf/``, e.g. ``plain_acl.yml``) and
 ``JAVA_BROKER_PROPERTIES`` (JVM system properties of each broker); ``JAVA_PROXY = True`` starts
-a 5.x proxy in cluster mode in front of them (a 4.x install skips such a module's tests). Tests of one module share
+a 5.x proxy in cluster mode in front of them (a 4.x install skips such a module's tests), with
+``JAVA_PROXY_CONF`` added to its ``rmq-proxy.json``. Tests of one module share
 the cluster, so each uses its own topics and groups (``unique_name``).
 """
 
@@ -127,6 +128,7 @@ def java_cluster(
         system_properties=getattr(module, "JAVA_BROKER_PROPERTIES", None),
         install=rocketmq,
         proxy=getattr(module, "JAVA_PROXY", False),
+        proxy_conf=getattr(module, "JAVA_PROXY_CONF", None),
     )
     with cluster:
         yield cluster

@@ -36,6 +36,7 @@ __all__ = [
     "BROKER_MAIN",
     "CLIENT_HEAP",
     "ENV",
+    "JAVA55_SOURCES",
     "JAVA5_SOURCES",
     "JAVA_SOURCES",
     "NO_INSTALL",
@@ -71,6 +72,11 @@ JAVA_SOURCES = Path(__file__).with_name("java")
 #: the programs that need a 5.x install (``java5/``); they print with ``java/JsonOut.java``
 JAVA5_SOURCES = (
     *sorted(Path(__file__).with_name("java5").glob("*.java")),
+    JAVA_SOURCES / "JsonOut.java",
+)
+#: the programs that need a 5.5 install (``java55/``: priorities, recall)
+JAVA55_SOURCES = (
+    *sorted(Path(__file__).with_name("java55").glob("*.java")),
     JAVA_SOURCES / "JsonOut.java",
 )
 
@@ -144,6 +150,21 @@ class Install:
     def v5(self) -> bool:
         """Whether this is a 5.x install (where several behaviours differ from 4.9.x)."""
         return self.version_tuple >= (5,)
+
+    @property
+    def ordinal(self) -> int:
+        """The ``MQVersion.Version`` ordinal its servers answer with: 4.9.x is ``393 + 2x``
+        (409 for 4.9.8), 5.x.y ``413 + 20x + 2y`` (479 for 5.3.3, 513 for 5.5.0).
+
+        Raises:
+            InstallError: a release line the formula does not cover.
+        """
+        major, minor, patch = self.version_tuple[:3]
+        if (major, minor) == (4, 9):
+            return 393 + 2 * patch
+        if major == 5:
+            return 413 + 20 * minor + 2 * patch
+        raise InstallError(f"no MQVersion ordinal known for {self.version}")
 
     @property
     def version_name(self) -> str:

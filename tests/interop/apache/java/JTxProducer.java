@@ -37,6 +37,8 @@ public class JTxProducer {
         TransactionMQProducer p = new TransactionMQProducer(group);
         p.setNamesrvAddr(ns);
         p.setSendMsgTimeout(15000);
+        // route and heartbeat requests too: a JVM starting on a loaded 2-core machine is slow
+        p.setMqClientApiTimeout(15000);
         p.setTransactionListener(new TransactionListener() {
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
                 return stateOf(new String(msg.getBody(), StandardCharsets.UTF_8));

@@ -2,11 +2,12 @@
 // the broker for its queues with QUERY_ASSIGNMENT and pops the ones assigned POP, which the
 // group's request mode decides: mqadmin setConsumeMode / aiorocket admin set-consume-mode).
 //
-//   JPop NAMESRV TOPIC GROUP N TIMEOUT_S
+//   JPop NAMESRV TOPIC GROUP N TIMEOUT_S [THREADS]
 //
 // Prints {"ev":"ready"} once started, then a line {"ev":"msg","body","reconsume","queue",
-// "offset","pop_ck"} per message consumed (CONSUME_SUCCESS, acked by the client), and exits 0
-// after N messages or TIMEOUT_S seconds. Compiled with ../java/JsonOut.java (its line helpers).
+// "offset","pop_ck","priority"} per message consumed (CONSUME_SUCCESS, acked by the client), and
+// exits 0 after N messages or TIMEOUT_S seconds. THREADS 1 consumes one message at a time in the
+// order the pops brought them. Compiled with ../java/JsonOut.java (its line helpers).
 import java.nio.charset.StandardCharsets;
 import java.util.concurrent.*;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -17,8 +18,8 @@ import org.apache.rocketmq.common.message.MessageExt;
 
 public class JPop {
     public static void main(String[] a) throws Exception {
-        if (a.length != 5) {
-            System.err.println("usage: JPop NAMESRV TOPIC GROUP N TIMEOUT_S");
+        if (a.length != 5 && a.length != 6) {
+            System.err.println("usage: JPop NAMESRV TOPIC GROUP N TIMEOUT_S [THREADS]");
             System.exit(2);
         }
         int n = Integer.parseInt(a[3]);
@@ -30,12 +31,19 @@ public class JPop {
         c.setClientRebalance(false);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setPopInvisibleTime(20000);
+        if (a.length == 6) {
+            int threads = Integer.parseInt(a[5]);
+            c.setConsumeThreadMin(threads);
+            c.setConsumeThreadMax(threads);
+            c.setConsumeMessageBatchMaxSize(1);
+        }
         c.subscribe(a[1], "*");
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
                 JsonOut.emit("{\"ev\":\"msg\",\"body\":" + JsonOut.q(new String(m.getBody(), StandardCharsets.UTF_8))
                     + ",\"reconsume\":" + m.getReconsumeTimes() + ",\"queue\":" + m.getQueueId()
-                    + ",\"offset\":" + m.getQueueOffset() + ",\"pop_ck\":" + JsonOut.q(m.getProperty("POP_CK")) + "}");
+                    + ",\"offset\":" + m.getQueueOffset() + ",\"pop_ck\":" + JsonOut.q(m.getProperty("POP_CK"))
+                    + ",\"priority\":" + JsonOut.q(m.getProperty("_SYS_MSG_PRIORITY_")) + "}");
                 if (count.incrementAndGet() >= n) done.countDown();
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
