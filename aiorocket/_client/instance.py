@@ -510,7 +510,9 @@ class ClientInstance:
         Raises:
             BrokerError, TransportError.
         """
-        header = GetMinOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id)
+        header = GetMinOffsetRequestHeader(
+            topic=mq.topic, queue_id=mq.queue_id, broker_name=mq.broker_name
+        )
         resp = _check(
             await self.invoke(
                 addr, RemotingCommand.request(RequestCode.GET_MIN_OFFSET, header.to_ext())
@@ -525,7 +527,10 @@ class ClientInstance:
             BrokerError, TransportError.
         """
         header = SearchOffsetRequestHeader(
-            topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            timestamp=timestamp_ms,
+            broker_name=mq.broker_name,
         )
         resp = _check(
             await self.invoke(

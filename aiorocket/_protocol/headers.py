@@ -279,6 +279,7 @@ class GetMinOffsetRequestHeader(Header):
 
     topic: str = wire("topic", required=True)
     queue_id: int = wire("queueId", _INT, required=True)
+    broker_name: str | None = wire("bname", default=None)
 
 
 @header_class
@@ -296,6 +297,7 @@ class SearchOffsetRequestHeader(Header):
     queue_id: int = wire("queueId", _INT, required=True)
     #: milliseconds since the epoch.
     timestamp: int = wire("timestamp", _LONG, required=True)
+    broker_name: str | None = wire("bname", default=None)
 
 
 @header_class
@@ -311,6 +313,7 @@ class GetEarliestMsgStoretimeRequestHeader(Header):
 
     topic: str = wire("topic", required=True)
     queue_id: int = wire("queueId", _INT, required=True)
+    broker_name: str | None = wire("bname", default=None)
 
 
 @header_class
@@ -435,6 +438,7 @@ class ResetOffsetRequestHeader(Header):
     group: str = wire("group", required=True)
     #: milliseconds since the epoch.
     timestamp: int = wire("timestamp", _LONG, required=True)
+    broker_name: str | None = wire("bname", default=None)
     is_force: bool = wire("isForce", required=True)
 
 

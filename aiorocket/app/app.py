@@ -447,9 +447,11 @@ class App(AsyncResource):
         properties: Mapping[str, str] | None = None,
         sharding_key: str | None = None,
         delay_level: int | None = None,
+        priority: int | None = None,
     ) -> SendResult:
         """Send one message through the shared producer; models and JSON values are encoded
-        as JSON.
+        as JSON. ``priority`` makes it a RocketMQ 5.4+ priority message (see
+        [`Message`][aiorocket.Message]).
 
         Raises:
             ClientClosedError: the app is not running.
@@ -464,7 +466,13 @@ class App(AsyncResource):
         else:
             data = body
         msg = Message(
-            topic, data, tags=tags, keys=keys, properties=properties, delay_level=delay_level
+            topic,
+            data,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            delay_level=delay_level,
+            priority=priority,
         )
         result = await self.producer.send(msg, sharding_key=sharding_key)
         if len(self._published) < _PUBLISHED_TOPICS:
