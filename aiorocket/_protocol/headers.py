@@ -438,7 +438,6 @@ class ResetOffsetRequestHeader(Header):
     group: str = wire("group", required=True)
     #: milliseconds since the epoch.
     timestamp: int = wire("timestamp", _LONG, required=True)
-    broker_name: str | None = wire("bname", default=None)
     is_force: bool = wire("isForce", required=True)
 
 

@@ -202,6 +202,7 @@ def test_field_tables_follow_remoting_md() -> None:
         "transactionId",
         "MSG_REGION",
         "TRACE_ON",
+        "recallHandle",
     ]
 
 
