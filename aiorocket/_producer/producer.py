@@ -33,15 +33,18 @@ from aiorocket._producer.hooks import (
     run_send_prepare,
 )
 from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
+from aiorocket._producer.request import PendingRequests, create_reply_message, request_reply
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
-from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, MessageSysFlag
+from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, MessageSysFlag, RequestCode
 from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import BatchItem, compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import (
     DELAY,
     KEYS,
+    MSG_TYPE,
+    REPLY_MESSAGE_FLAG,
     SHARDING_KEY,
     TAGS,
     TIMER_DELIVER_MS,
@@ -49,7 +52,7 @@ from aiorocket._protocol.properties import (
     WAIT,
     encode_properties,
 )
-from aiorocket._remoting import RequestHandler
+from aiorocket._remoting import Dispatcher, RequestHandler
 from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     ClientClosedError,
@@ -64,7 +67,14 @@ from aiorocket.errors import (
     TopicNotExistError,
     UnsupportedFeatureError,
 )
-from aiorocket.models import Message, MessageQueue, SendResult, SendStatus, validate_name
+from aiorocket.models import (
+    Message,
+    MessageQueue,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    validate_name,
+)
 from aiorocket.settings import ProducerSettings, build_settings
 
 __all__ = ["Producer"]
@@ -111,6 +121,9 @@ class Producer(AsyncResource):
             self._settings_class, {"namesrv": namesrv, "group": group, **settings}
         )
         validate_name(self._wire_group(), "producer group")
+        self._requests = PendingRequests()
+        #: topics a request was sent to: the first one heartbeats every broker first
+        self._request_topics: set[str] = set()
         self._client = ClientInstance(self.settings, handler=self._broker_requests())
         self._client.on_new_brokers = self._on_new_brokers
         self._publish: dict[str, TopicPublishInfo] = {}
@@ -426,11 +439,93 @@ class Producer(AsyncResource):
                 raise
         return [r for r in results if r is not None]
 
+    # -- request/reply ------------------------------------------------------------------------
+
+    async def request(
+        self,
+        msg: Message,
+        *,
+        timeout: float | None = None,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+    ) -> ReceivedMessage:
+        """Send ``msg`` as a request and return the reply a responder sends back (Java's
+        ``DefaultMQProducer.request``; docs/protocol.md §13).
+
+        The message carries a new ``CORRELATION_ID``, this producer's client id as
+        ``REPLY_TO_CLIENT`` and the timeout as ``TTL``; a consumer of the topic answers
+        with [Producer.reply][aiorocket.Producer.reply] (or an `App` handler returning a
+        value), and the broker pushes the reply straight to this producer. ``timeout``
+        (default ``send_timeout``) bounds the send and the wait together; any number of
+        requests may be in flight, each with its own. A reply arriving after its request
+        timed out is dropped and counted in
+        [unmatched_replies][aiorocket.Producer.unmatched_replies]. The queue is chosen as
+        for [send][aiorocket.Producer.send].
+
+        Raises:
+            ReplyTimeoutError: the request was stored but no reply came within ``timeout``.
+            RocketError: the request could not be sent (as [send][aiorocket.Producer.send]).
+        """
+        budget = timeout or self.settings.send_timeout
+        wire_topic = self._wire_topic(msg.topic)
+        if wire_topic not in self._request_topics:
+            # prepareSendRequest: before a topic's first request every broker hears this
+            # client, so that whichever stores the reply can push it here.
+            await self._publish_info(wire_topic)
+            await self._send_heartbeats()
+            self._request_topics.add(wire_topic)
+
+        async def send(fields: dict[str, str], left: float) -> object:
+            return await self._send_one(
+                msg, sharding_key, None, queue, None, left, oneway=False, extra=fields
+            )
+
+        return await request_reply(
+            self._requests, send, client_id=self.client_id, topic=msg.topic, timeout=budget
+        )
+
+    async def reply(
+        self,
+        request: ReceivedMessage,
+        body: bytes | str,
+        *,
+        tags: str | None = None,
+        keys: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Answer ``request`` (a message sent with [request][aiorocket.Producer.request], by
+        any client) with ``body``: a reply to ``<cluster>_REPLY_TOPIC`` that the broker
+        pushes to the requester (Java's ``MessageUtil.createReplyMessage`` then ``send``).
+
+        Raises:
+            NotARequestError: ``request`` asked for no reply.
+            BrokerError: the broker refused it, or could not reach the requester (code 1:
+                it is gone, or its request timed out and it left).
+            TransportError, ClientClosedError: as [send][aiorocket.Producer.send].
+        """
+        data = body.encode() if isinstance(body, str) else body
+        message = create_reply_message(request, data, tags=tags, keys=keys, properties=properties)
+        return await self.send(message, timeout=timeout)
+
+    @property
+    def unmatched_replies(self) -> int:
+        """Replies that reached this producer but matched no waiting request: their request
+        had timed out already (Java logs "receive reply message, but not matched any
+        request")."""
+        return self._requests.unmatched
+
     # -- internals ----------------------------------------------------------------------------
 
     def _broker_requests(self) -> RequestHandler | None:
-        # Requests brokers send this producer; a plain producer serves none.
-        return None
+        # Requests brokers send this producer: the replies to its requests.
+        return self._dispatcher()
+
+    def _dispatcher(self) -> Dispatcher:
+        # ClientRemotingProcessor: PUSH_REPLY_MESSAGE_TO_CLIENT (a subclass adds its codes).
+        dispatcher = Dispatcher()
+        dispatcher.register(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self._requests.on_push)
+        return dispatcher
 
     def _wire_group(self) -> str:
         return wrap_namespace(self.settings.namespace, self.settings.group)
@@ -529,6 +624,8 @@ class Producer(AsyncResource):
                 oneway=oneway,
                 timer=timer,
                 msg_type=msg_type(fields),
+                # MQClientAPIImpl.sendMessage: a MSG_TYPE=reply message goes as a reply
+                reply=fields.get(MSG_TYPE) == REPLY_MESSAGE_FLAG,
             )
         except BaseException as exc:
             self._call_done(call, exc)
@@ -556,6 +653,7 @@ class Producer(AsyncResource):
         timer: bool = False,
         msg_type: str = "Normal",
         batch_msgs: Sequence[Message] = (),
+        reply: bool = False,
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -622,7 +720,12 @@ class Producer(AsyncResource):
                         )
                         run_send_before(self._hooks, hook)
                     resp = await self._client.send_message(
-                        addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
+                        addr,
+                        header,
+                        body,
+                        timeout=max(remaining, 0.001),
+                        oneway=oneway,
+                        reply=reply,
                     )
                 except RocketError as exc:
                     if hook is not None:

@@ -58,6 +58,7 @@ from aiorocket.embedded.pop import pop_processors
 from aiorocket.embedded.pop_service import PopService
 from aiorocket.embedded.processors import BrokerProcessors
 from aiorocket.embedded.pull import PullProcessor
+from aiorocket.embedded.reply import ReplyProcessor
 from aiorocket.embedded.schedule import ScheduleService
 from aiorocket.embedded.send import SendProcessor
 from aiorocket.embedded.stats import BrokerStats
@@ -433,6 +434,7 @@ class EmbeddedBroker(AsyncResource):
             self._dispatcher,
             (
                 SendProcessor(ctx),
+                ReplyProcessor(ctx),
                 transactions,
                 PullProcessor(ctx),
                 BrokerProcessors(ctx),
