@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import inspect
 import logging
 import time
 from collections import deque
@@ -21,7 +21,15 @@ from aiorocket._consumer.subscription import check_selector
 from aiorocket._names import dlq_topic, wrap_namespace
 from aiorocket._producer.hooks import SendCallHook, SendHook
 from aiorocket._producer.producer import Producer
-from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
+from aiorocket._producer.request import is_request
+from aiorocket.app.asyncapi import Endpoint, build_document
+from aiorocket.app.decoding import (
+    BodyDecodeError,
+    HandlerSignature,
+    body_decoder,
+    encode_body,
+    inspect_handler,
+)
 from aiorocket.app.failures import FailureLog
 from aiorocket.app.health import QueueHealth, queue_health, readiness_report
 from aiorocket.app.readiness import ReadinessProbe
@@ -107,6 +115,15 @@ class _Subscriber:
         return msg.topic == self.topic and (self.tags is None or msg.tags in self.tags)
 
 
+@dataclass(frozen=True, slots=True)
+class _Publisher:
+    topic: str
+    model: Any
+    tags: str | None
+    reply: Any
+    description: str | None
+
+
 def _parse_tags(tags: str) -> frozenset[str] | None:
     parts = {t.strip() for t in tags.split("||") if t.strip()}
     return None if not parts or "*" in parts else frozenset(parts)
@@ -135,6 +152,7 @@ class App(AsyncResource):
     def __init__(self, *, namesrv: str | Sequence[str] | None = None, **settings: Any) -> None:
         self.settings: AppSettings = load_app_settings({"namesrv": namesrv, **settings})
         self._subscribers: list[_Subscriber] = []
+        self._publishers: list[_Publisher] = []
         self._consumers: dict[str, PushConsumer] = {}
         self._producer: Producer | None = None
         self._started = False
@@ -296,6 +314,26 @@ class App(AsyncResource):
 
         return register
 
+    def publisher(
+        self,
+        topic: str,
+        model: Any = bytes,
+        *,
+        tags: str | None = None,
+        reply: Any = None,
+        description: str | None = None,
+    ) -> None:
+        """Declare that the app publishes ``model`` bodies to ``topic`` (with ``tags``), or
+        sends them as requests answered with ``reply`` bodies
+        ([request][aiorocket.App.request]): a ``send`` operation of the
+        [AsyncAPI document][aiorocket.App.asyncapi]. Publishing does not require it.
+
+        Raises:
+            InvalidNameError: a bad topic name.
+        """
+        validate_name(topic)
+        self._publishers.append(_Publisher(topic, model, tags, reply, description))
+
     def register_hook(self, hook: SendHook | SendCallHook | ConsumeHook) -> None:
         """Add a hook to the clients the app starts: a send hook (``send_before`` /
         ``send_after``, ``send_prepare`` / ``send_done``) to its producer, a consume hook
@@ -455,21 +493,98 @@ class App(AsyncResource):
             ClientClosedError: the app is not running.
             RocketError: as :meth:`Producer.send`.
         """
-        if isinstance(body, BaseModel):
-            data = body.model_dump_json().encode()
-        elif isinstance(body, Mapping | list):
-            data = json.dumps(body, separators=(",", ":")).encode()
-        elif isinstance(body, str):
-            data = body.encode()
-        else:
-            data = body
         msg = Message(
-            topic, data, tags=tags, keys=keys, properties=properties, delay_level=delay_level
+            topic,
+            encode_body(body),
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            delay_level=delay_level,
         )
         result = await self.producer.send(msg, sharding_key=sharding_key)
+        self._note_published(topic)
+        return result
+
+    async def request(
+        self,
+        topic: str,
+        body: bytes | str | BaseModel | Mapping[str, Any] | list[Any],
+        *,
+        reply_model: Any = bytes,
+        timeout: float | None = None,
+        tags: str | None = None,
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        sharding_key: str | None = None,
+    ) -> Any:
+        """Send ``body`` (encoded as by [publish][aiorocket.App.publish]) as a request and
+        return the reply decoded as ``reply_model`` (a pydantic model, ``dict``, ``list``,
+        ``str``; ``bytes`` as it came). A subscriber of ``topic`` whose handler returns a
+        value answers it (see [subscriber][aiorocket.App.subscriber]); any RocketMQ
+        responder will do ([Producer.request][aiorocket.Producer.request]).
+
+        Raises:
+            ReplyTimeoutError: no reply within ``timeout`` (default ``send_timeout``).
+            BodyDecodeError: the reply does not decode as ``reply_model``.
+            ConfigurationError: ``reply_model`` is no supported type.
+            ClientClosedError: the app is not running.
+            RocketError: as [Producer.request][aiorocket.Producer.request].
+        """
+        decode = body_decoder(reply_model)
+        msg = Message(topic, encode_body(body), tags=tags, keys=keys, properties=properties)
+        reply = await self.producer.request(msg, timeout=timeout, sharding_key=sharding_key)
+        self._note_published(topic)
+        return decode(reply.body)
+
+    def _note_published(self, topic: str) -> None:
         if len(self._published) < _PUBLISHED_TOPICS:
             self._published[wrap_namespace(self.settings.namespace, topic)] = None
-        return result
+
+    def asyncapi(
+        self,
+        *,
+        title: str = "aiorocket app",
+        version: str = "1.0.0",
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """The app's AsyncAPI 3.0 document (JSON data; :mod:`aiorocket.app.asyncapi`): its
+        name servers, a channel per topic, a ``receive`` operation per subscriber and a
+        ``send`` operation per declared [publisher][aiorocket.App.publisher], the message
+        schemas pydantic derives, request/reply operations linked to the reply channel."""
+        endpoints = [
+            Endpoint(
+                action="receive",
+                name=getattr(s.fn, "__name__", s.group),
+                topic=s.topic,
+                payload=s.sig.body_annotation,
+                reply=s.sig.reply_annotation,
+                tags=None if s.tags is None else " || ".join(sorted(s.tags)),
+                sql=s.sql,
+                group=s.group,
+                orderly=s.orderly,
+                description=inspect.getdoc(s.fn),
+            )
+            for s in self._subscribers
+        ]
+        endpoints.extend(
+            Endpoint(
+                action="send",
+                name=f"publish_{p.topic}",
+                topic=p.topic,
+                payload=p.model,
+                reply=p.reply,
+                tags=p.tags,
+                description=p.description,
+            )
+            for p in self._publishers
+        )
+        return build_document(
+            endpoints,
+            namesrv=build_settings(ClientSettings, self.settings.client_settings()).namesrv,
+            title=title,
+            version=version,
+            description=description,
+        )
 
     # -- health -------------------------------------------------------------------------------
 
@@ -635,10 +750,7 @@ class App(AsyncResource):
                     return index, -1
                 continue
             try:
-                if sub.sig.wants_message:
-                    await sub.fn(body, msg)
-                else:
-                    await sub.fn(body)
+                result = await (sub.fn(body, msg) if sub.sig.wants_message else sub.fn(body))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -648,7 +760,17 @@ class App(AsyncResource):
                     return index, outcome
                 continue
             sub.stats.handled += 1
+            if result is not None and is_request(msg):
+                await self._reply(msg, result)
         return None, None
+
+    async def _reply(self, request: ReceivedMessage, value: Any) -> None:
+        # A failed reply is the requester's loss (it times out), not a reason to consume the
+        # request again: the handler's work is done (as a Java responder's send failing).
+        try:
+            await self.producer.reply(request, encode_body(value))
+        except RocketError as exc:
+            log.warning("could not reply to request %s: %s", request.msg_id, exc)
 
     async def _run_batch(
         self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
