@@ -102,17 +102,19 @@ async def test_the_fastapi_route_asks_the_stock_worker(
     worker = importlib.reload(worker)
     service = importlib.reload(service)
     transport = httpx.ASGITransport(app=service.api)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        async with service.api.router.lifespan_context(service.api):
-            async with worker.app:
-                answer = await client.get("/stock/lamp")
-                assert answer.status_code == 200, answer.text
-                assert answer.json() == {"item": "lamp", "available": 3}
-            # the worker is gone: nobody answers
-            late = await client.get("/stock/chair", timeout=30)
-            assert late.status_code == 504
-            assert "no reply came within 5 s" in late.json()["detail"]
-            doc = (await client.get("/asyncapi.json")).json()
-            assert doc["info"]["title"] == "orders service"
-            assert "reply" in doc["operations"]["publish_stock-queries"]
-            assert (await client.get("/asyncapi.yaml")).text.startswith('"asyncapi": "3.0.0"')
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+        service.api.router.lifespan_context(service.api),
+    ):
+        async with worker.app:
+            answer = await client.get("/stock/lamp")
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"item": "lamp", "available": 3}
+        # the worker is gone: nobody answers
+        late = await client.get("/stock/chair", timeout=30)
+        assert late.status_code == 504
+        assert "no reply came within 5 s" in late.json()["detail"]
+        doc = (await client.get("/asyncapi.json")).json()
+        assert doc["info"]["title"] == "orders service"
+        assert "reply" in doc["operations"]["publish_stock-queries"]
+        assert (await client.get("/asyncapi.yaml")).text.startswith('"asyncapi": "3.0.0"')
