@@ -79,6 +79,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             await replies.reply(msg, msg.body)
 
                 async with consumer:  # started: its first rebalance took the queues
+
                     async def request(i: int) -> None:
                         reply = await producer.request(rmq.Message(TOPIC, b"%d" % i), timeout=10)
                         assert reply.body == b"%d" % i

@@ -15,13 +15,13 @@ __all__ = ["STOCK", "Stock", "StockQuery", "app"]
 
 
 class StockQuery(BaseModel):
-    """How many of ``item`` are in stock?"""
+    """How many of an item are in stock?"""
 
     item: str
 
 
 class Stock(BaseModel):
-    """The answer to a [StockQuery][examples.stock_worker.StockQuery]."""
+    """The answer to a StockQuery."""
 
     item: str
     available: int

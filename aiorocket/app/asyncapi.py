@@ -213,29 +213,42 @@ def build_document(
 
 
 def to_yaml(value: Any, indent: int = 0) -> str:
-    """``value`` (JSON data) as YAML: block style, every string quoted as JSON quotes it (a
-    JSON string is a YAML double-quoted scalar)."""
+    """``value`` (JSON data) as YAML in block style: plain keys where YAML reads them back as
+    the same string, every string value quoted as JSON quotes it (a JSON string is a YAML
+    double-quoted scalar)."""
     pad = "  " * indent
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
+    if isinstance(value, dict) and value:
         lines = []
         for k, v in value.items():
-            key = json.dumps(str(k))
+            key = _yaml_key(str(k))
             if isinstance(v, dict | list) and v:
                 lines.append(f"{pad}{key}:\n{to_yaml(v, indent + 1)}")
             else:
                 lines.append(f"{pad}{key}: {to_yaml(v, indent + 1)}")
         return "\n".join(lines)
-    if isinstance(value, list):
-        if not value:
-            return "[]"
+    if isinstance(value, list) and value:
         lines = []
         for v in value:
-            text = to_yaml(v, indent + 1)
             if isinstance(v, dict | list) and v:
-                lines.append(f"{pad}-\n{text}")
+                # the item's first line follows the dash; the rest keep its indentation
+                text = to_yaml(v, indent + 1)
+                lines.append(f"{pad}- {text[len(pad) + 2 :]}")
             else:
-                lines.append(f"{pad}- {text}")
+                lines.append(f"{pad}- {to_yaml(v, indent + 1)}")
         return "\n".join(lines)
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
     return json.dumps(value)
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_.$-]*")
+#: words YAML 1.1 readers take for booleans or null
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+
+
+def _yaml_key(key: str) -> str:
+    if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML_WORDS:
+        return key
+    return json.dumps(key)

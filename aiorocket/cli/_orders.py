@@ -51,7 +51,7 @@ class StatusQuery(BaseModel):
 
 
 class OrderStatus(BaseModel):
-    """The answer to a [StatusQuery][aiorocket.cli._orders.StatusQuery]."""
+    """The answer to a StatusQuery."""
 
     order_id: int
     billed: bool

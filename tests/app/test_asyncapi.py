@@ -24,9 +24,9 @@ NPM_CACHE = Path(os.environ.get("AIOROCKET_NPM_CACHE", Path.home() / ".cache/aio
 PARSER = "@asyncapi/parser@3.6.6"
 
 
-def orders_document(*extra: str) -> str:
+def orders_document(*extra: str, target: str = "examples.orders:app") -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "aiorocket", "asyncapi", "examples.orders:app", *extra],
+        [sys.executable, "-m", "aiorocket", "asyncapi", target, *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -127,6 +127,14 @@ def test_the_yaml_form_is_the_same_document() -> None:
     assert yaml.safe_load(orders_document("--yaml")) == json.loads(orders_document())
     tricky = {"a": [{"b": "x: y #z"}, [], {}], "c": ["-", 1.5, None, True, "\u00e9\n"]}
     assert yaml.safe_load(to_yaml(tricky)) == tricky
+
+
+def test_the_docs_show_the_document_the_command_prints() -> None:
+    page = (ROOT / "docs/how-to/asyncapi.md").read_text()
+    shown = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert shown == orders_document(
+        "--yaml", "--title", "stock", target="examples.stock_worker:app"
+    )
 
 
 def test_a_target_that_is_no_app_exits_2() -> None:
