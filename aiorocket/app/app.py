@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -22,10 +19,16 @@ from aiorocket._names import dlq_topic, wrap_namespace
 from aiorocket._producer.hooks import SendCallHook, SendHook
 from aiorocket._producer.producer import Producer
 from aiorocket._producer.request import is_request
-from aiorocket.app.asyncapi import Endpoint, build_document
+from aiorocket.app.asyncapi import build_document
+from aiorocket.app.declarations import (
+    OrderBy,
+    Publisher,
+    Subscriber,
+    SubscriberStatistics,
+    parse_tags,
+)
 from aiorocket.app.decoding import (
     BodyDecodeError,
-    HandlerSignature,
     body_decoder,
     encode_body,
     inspect_handler,
@@ -53,80 +56,17 @@ __all__ = ["App", "SubscriberStatistics"]
 log = logging.getLogger("aiorocket.app")
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
-#: what an orderly subscriber keeps in order (see :meth:`App.subscriber`)
-OrderBy = Literal["queue", "sharding_key"] | Callable[[ReceivedMessage], str | None]
 
 #: Properties put on a message quarantined by the app (the 5.x names, where there are some).
 DLQ_REASON = "AIOROCKET_DLQ_REASON"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-_LATENCY_SAMPLES = 20_000
 #: delay levels 1-4 of the broker's default table in seconds (``messageDelayLevel``): an
 #: orderly subscriber's ``ReconsumeLater(delay_level=...)`` suspends its queue this long;
 #: higher levels are past the 30 s a suspension may last and get 30 s
 _DELAY_LEVEL_SECONDS = (1, 5, 10, 30)
 #: topics published to that the readiness probe follows, at most
 _PUBLISHED_TOPICS = 64
-
-
-@dataclass(slots=True)
-class SubscriberStatistics:
-    """Counters of one subscriber.
-
-    Attributes:
-        handled: messages whose handler returned.
-        failed: deliveries that failed and were handed back for a retry.
-        dead_lettered: messages sent to the dead-letter queue by the app (invalid bodies,
-            retry policy exhausted, ``DeadLetter``).
-        latencies_ms: recent store-to-handler latencies in milliseconds (bounded sample).
-    """
-
-    handled: int = 0
-    failed: int = 0
-    dead_lettered: int = 0
-    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
-
-
-@dataclass(slots=True)
-class _Subscriber:
-    topic: str
-    group: str
-    tags: frozenset[str] | None  # None: every tag
-    orderly: bool
-    order_by: OrderBy
-    batch: bool
-    batch_size: int
-    concurrency: int | None
-    retry: RetryPolicy
-    fn: Callable[..., Awaitable[Any]]
-    sig: HandlerSignature
-    failures: FailureLog
-    stats: SubscriberStatistics = field(default_factory=SubscriberStatistics)
-    sql: str | None = None  # an SQL92 subscription: the broker filters, ``tags`` is None
-    settings: dict[str, Any] = field(default_factory=dict)  # its group's consumer settings
-
-    @property
-    def expression(self) -> str:
-        if self.sql is not None:
-            return self.sql
-        return "*" if self.tags is None else " || ".join(sorted(self.tags))
-
-    def matches(self, msg: ReceivedMessage) -> bool:
-        return msg.topic == self.topic and (self.tags is None or msg.tags in self.tags)
-
-
-@dataclass(frozen=True, slots=True)
-class _Publisher:
-    topic: str
-    model: Any
-    tags: str | None
-    reply: Any
-    description: str | None
-
-
-def _parse_tags(tags: str) -> frozenset[str] | None:
-    parts = {t.strip() for t in tags.split("||") if t.strip()}
-    return None if not parts or "*" in parts else frozenset(parts)
 
 
 class App(AsyncResource):
@@ -151,8 +91,8 @@ class App(AsyncResource):
 
     def __init__(self, *, namesrv: str | Sequence[str] | None = None, **settings: Any) -> None:
         self.settings: AppSettings = load_app_settings({"namesrv": namesrv, **settings})
-        self._subscribers: list[_Subscriber] = []
-        self._publishers: list[_Publisher] = []
+        self._subscribers: list[Subscriber] = []
+        self._publishers: list[Publisher] = []
         self._consumers: dict[str, PushConsumer] = {}
         self._producer: Producer | None = None
         self._started = False
@@ -266,10 +206,10 @@ class App(AsyncResource):
 
         def register(fn: _F) -> _F:
             sig = inspect_handler(fn, batch=batch)
-            sub = _Subscriber(
+            sub = Subscriber(
                 topic=topic,
                 group=group,
-                tags=_parse_tags(tags) if sql is None else None,
+                tags=parse_tags(tags) if sql is None else None,
                 sql=sql,
                 orderly=orderly,
                 order_by=order_by,
@@ -332,7 +272,7 @@ class App(AsyncResource):
             InvalidNameError: a bad topic name.
         """
         validate_name(topic)
-        self._publishers.append(_Publisher(topic, model, tags, reply, description))
+        self._publishers.append(Publisher(topic, model, tags, reply, description))
 
     def register_hook(self, hook: SendHook | SendCallHook | ConsumeHook) -> None:
         """Add a hook to the clients the app starts: a send hook (``send_before`` /
@@ -551,33 +491,8 @@ class App(AsyncResource):
         name servers, a channel per topic, a ``receive`` operation per subscriber and a
         ``send`` operation per declared [publisher][aiorocket.App.publisher], the message
         schemas pydantic derives, request/reply operations linked to the reply channel."""
-        endpoints = [
-            Endpoint(
-                action="receive",
-                name=getattr(s.fn, "__name__", s.group),
-                topic=s.topic,
-                payload=s.sig.body_annotation,
-                reply=s.sig.reply_annotation,
-                tags=None if s.tags is None else " || ".join(sorted(s.tags)),
-                sql=s.sql,
-                group=s.group,
-                orderly=s.orderly,
-                description=inspect.getdoc(s.fn),
-            )
-            for s in self._subscribers
-        ]
-        endpoints.extend(
-            Endpoint(
-                action="send",
-                name=f"publish_{p.topic}",
-                topic=p.topic,
-                payload=p.model,
-                reply=p.reply,
-                tags=p.tags,
-                description=p.description,
-            )
-            for p in self._publishers
-        )
+        endpoints = [s.endpoint() for s in self._subscribers]
+        endpoints.extend(p.endpoint() for p in self._publishers)
         return build_document(
             endpoints,
             namesrv=build_settings(ClientSettings, self.settings.client_settings()).namesrv,
@@ -631,14 +546,14 @@ class App(AsyncResource):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _groups(self) -> dict[str, list[_Subscriber]]:
-        groups: dict[str, list[_Subscriber]] = {}
+    def _groups(self) -> dict[str, list[Subscriber]]:
+        groups: dict[str, list[Subscriber]] = {}
         for sub in self._subscribers:
             groups.setdefault(sub.group, []).append(sub)
         return groups
 
     def _build_consumer(
-        self, group: str, subs: list[_Subscriber], base: dict[str, Any]
+        self, group: str, subs: list[Subscriber], base: dict[str, Any]
     ) -> PushConsumer:
         options: dict[str, Any] = {**base, **self.settings.consumer}
         for s in subs:
@@ -681,7 +596,7 @@ class App(AsyncResource):
     async def _dispatch(
         self,
         group: str,
-        subs: list[_Subscriber],
+        subs: list[Subscriber],
         msgs: list[ReceivedMessage],
         ctx: ConcurrentContext,
     ) -> ConsumeStatus:
@@ -697,7 +612,7 @@ class App(AsyncResource):
     async def _dispatch_orderly(
         self,
         group: str,
-        subs: list[_Subscriber],
+        subs: list[Subscriber],
         msgs: list[ReceivedMessage],
         ctx: OrderlyContext,
     ) -> OrderlyStatus:
@@ -711,7 +626,7 @@ class App(AsyncResource):
         return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
     async def _run_subscribers(
-        self, group: str, subs: list[_Subscriber], msgs: list[ReceivedMessage]
+        self, group: str, subs: list[Subscriber], msgs: list[ReceivedMessage]
     ) -> tuple[int | None, int | None]:
         """Run each subscriber over its messages of the call; returns the index of the first
         message to retry (``None``: all done) and the retry delay level asked for."""
@@ -740,7 +655,7 @@ class App(AsyncResource):
         return first_failure, delay
 
     async def _run_each(
-        self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
+        self, group: str, sub: Subscriber, items: list[tuple[int, ReceivedMessage]]
     ) -> tuple[int | None, int | None]:
         for index, msg in items:
             try:
@@ -773,7 +688,7 @@ class App(AsyncResource):
             log.warning("could not reply to request %s: %s", request.msg_id, exc)
 
     async def _run_batch(
-        self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
+        self, group: str, sub: Subscriber, items: list[tuple[int, ReceivedMessage]]
     ) -> tuple[int | None, int | None]:
         bodies: list[Any] = []
         good: list[tuple[int, ReceivedMessage]] = []
@@ -804,7 +719,7 @@ class App(AsyncResource):
         return None, None
 
     async def _failure(
-        self, group: str, sub: _Subscriber, msg: ReceivedMessage, exc: Exception
+        self, group: str, sub: Subscriber, msg: ReceivedMessage, exc: Exception
     ) -> int | None:
         """Decide a failed message's fate: ``None`` when it was dead-lettered, else the retry
         delay level to hand back (0: the broker's schedule, -1: the broker's DLQ)."""
@@ -820,7 +735,7 @@ class App(AsyncResource):
     @staticmethod
     def _log_failure(
         group: str,
-        sub: _Subscriber,
+        sub: Subscriber,
         msgs: list[ReceivedMessage],
         exc: Exception,
         outcomes: list[int | None],
@@ -839,7 +754,7 @@ class App(AsyncResource):
         sub.failures.failed(msgs, exc, outcome)
 
     async def _dead_letter(
-        self, group: str, sub: _Subscriber, msg: ReceivedMessage, reason: str
+        self, group: str, sub: Subscriber, msg: ReceivedMessage, reason: str
     ) -> bool:
         """Publish a copy of ``msg`` to ``%DLQ%<group>`` with ``reason``; False if that failed
         (the caller then lets the broker dead-letter it with delay level -1)."""

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from aiorocket.app.asyncapi import to_yaml
 
+#: PyYAML comes with MkDocs (the docs extra); untyped, hence Any
+yaml: Any = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATOR = Path(__file__).with_name("asyncapi_validate.js")
 #: npm packages are installed here, outside the repository, once per machine
