@@ -462,14 +462,15 @@ class Producer(AsyncResource):
             ReplyTimeoutError: the request was stored but no reply came within ``timeout``.
             RocketError: the request could not be sent (as [send][aiorocket.Producer.send]).
         """
-        budget = timeout or self.settings.send_timeout
         wire_topic = self._wire_topic(msg.topic)
-        if wire_topic not in self._request_topics:
+
+        async def prepare() -> None:
             # prepareSendRequest: before a topic's first request every broker hears this
             # client, so that whichever stores the reply can push it here.
-            await self._publish_info(wire_topic)
-            await self._send_heartbeats()
-            self._request_topics.add(wire_topic)
+            if wire_topic not in self._request_topics:
+                await self._publish_info(wire_topic)
+                await self._send_heartbeats()
+                self._request_topics.add(wire_topic)
 
         async def send(fields: dict[str, str], left: float) -> object:
             return await self._send_one(
@@ -477,7 +478,12 @@ class Producer(AsyncResource):
             )
 
         return await request_reply(
-            self._requests, send, client_id=self.client_id, topic=msg.topic, timeout=budget
+            self._requests,
+            send,
+            client_id=self.client_id,
+            topic=msg.topic,
+            timeout=timeout or self.settings.send_timeout,
+            prepare=prepare,
         )
 
     async def reply(

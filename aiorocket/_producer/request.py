@@ -195,17 +195,21 @@ async def request_reply(
     client_id: str,
     topic: str,
     timeout: float,
+    prepare: Callable[[], Awaitable[None]] | None = None,
 ) -> ReceivedMessage:
-    """Send a request through ``send`` and wait for its reply, all within ``timeout``
-    (``DefaultMQProducerImpl.request``: the send's time counts against the wait).
+    """Run ``prepare``, send a request through ``send`` and wait for its reply, all within
+    ``timeout`` (``DefaultMQProducerImpl.request``: the preparation's and the send's time
+    count against the wait).
 
     Raises:
         ReplyTimeoutError: the request was stored but no reply came in time.
-        RocketError: the request could not be sent (as ``send`` raises).
+        RocketError: the request could not be sent (as ``send`` or ``prepare`` raise).
     """
     cid = new_correlation_id()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    if prepare is not None:
+        await prepare()
     reply = pending.expect(cid)
     fields = {
         mp.CORRELATION_ID: cid,
@@ -213,7 +217,7 @@ async def request_reply(
         mp.TTL: str(int(timeout * 1000)),
     }
     try:
-        await send(fields, timeout)
+        await send(fields, max(deadline - loop.time(), 0.001))
         try:
             return await asyncio.wait_for(reply, max(deadline - loop.time(), 0.0))
         except TimeoutError:
