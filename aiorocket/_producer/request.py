@@ -4,12 +4,12 @@ Java's ``DefaultMQProducerImpl.request``, ``RequestFutureHolder`` and ``MessageU
 
 * a request is an ordinary message carrying ``CORRELATION_ID`` (a fresh UUID),
   ``REPLY_TO_CLIENT`` (the requester's client id) and ``TTL`` (its timeout in ms);
-* the responder answers with :func:`create_reply_message`: a message to
+* the responder answers with `create_reply_message`: a message to
   ``<cluster>_REPLY_TOPIC`` (the cluster from the request's ``CLUSTER``, which the broker
   adds to every stored message) with ``MSG_TYPE=reply`` and the request's three properties,
   sent with SEND_REPLY_MESSAGE_V2 (325);
 * the broker pushes the reply to the requester (PUSH_REPLY_MESSAGE_TO_CLIENT, 326), which
-  :class:`PendingRequests` matches to the waiting request by its ``CORRELATION_ID``.
+  `PendingRequests` matches to the waiting request by its ``CORRELATION_ID``.
 """
 
 from __future__ import annotations

@@ -155,6 +155,13 @@ class App(AsyncResource):
         over the app's own; subscribers of one group share one consumer, so they must not
         give one setting two values.
 
+        A handler that returns a value (not ``None``) answers a request
+        ([App.request][aiorocket.App.request], [Producer.request][aiorocket.Producer.request],
+        Java's ``DefaultMQProducer.request``) with it, encoded as
+        [publish][aiorocket.App.publish] encodes; its return annotation is the reply's type in
+        the [AsyncAPI document][aiorocket.App.asyncapi]. For an ordinary message the value
+        goes nowhere; batch handlers do not reply.
+
         Subscribers are push consumers: the library calls the handler, retries, commits.
         When your code must own the loop instead (a batch job that reads and stops, a service
         that fetches on request, bulk processing with explicit commits, ``seek`` to replay,
@@ -487,7 +494,7 @@ class App(AsyncResource):
         version: str = "1.0.0",
         description: str | None = None,
     ) -> dict[str, Any]:
-        """The app's AsyncAPI 3.0 document (JSON data; :mod:`aiorocket.app.asyncapi`): its
+        """The app's AsyncAPI 3.0 document (JSON data; the module `aiorocket.app.asyncapi`): its
         name servers, a channel per topic, a ``receive`` operation per subscriber and a
         ``send`` operation per declared [publisher][aiorocket.App.publisher], the message
         schemas pydantic derives, request/reply operations linked to the reply channel."""

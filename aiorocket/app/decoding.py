@@ -1,5 +1,5 @@
 """Typed handler bodies: the first parameter's annotation chooses how a body is decoded, the
-return annotation what a handler replies with; values are encoded as :func:`encode_body`."""
+return annotation what a handler replies with; values are encoded as `encode_body`."""
 
 from __future__ import annotations
 

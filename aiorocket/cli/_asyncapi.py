@@ -1,5 +1,5 @@
 """``aiorocket asyncapi pkg.module:app [--yaml]``: print an App's AsyncAPI 3.0 document
-(:mod:`aiorocket.app.asyncapi`). Nothing is started: the document comes from the app's
+(`aiorocket.app.asyncapi`). Nothing is started: the document comes from the app's
 declarations alone."""
 
 from __future__ import annotations
