@@ -12,6 +12,7 @@ topic at start, one queue, whatever ``autoCreateTopicEnable`` says (docs/protoco
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,9 @@ async def test_aiorocket_requests_answered_by_a_java_responder(
                     in_flight -= 1
                 return reply.body
 
+        started = time.perf_counter()
         replies = await asyncio.gather(*(ask(i) for i in range(REQUESTS)))
+        print(f"{REQUESTS} aiorocket requests answered in {time.perf_counter() - started:.2f} s")
     assert replies == [f"re:req-{i}".encode() for i in range(REQUESTS)], java.diagnostics()
     assert peak == IN_FLIGHT
     assert producer.unmatched_replies == 0
@@ -144,6 +147,7 @@ async def test_java_requests_answered_by_an_aiorocket_responder(
             done = await java.wait_event("done", BOOT + 60)
         finally:
             await java.stop()
+    print(f"{REQUESTS} Java requests: {done}")
     assert done["matched"] == REQUESTS, (done, java.diagnostics())
     assert (done["mismatched"], done["failed"]) == (0, 0), done
     assert done["maxInFlight"] == IN_FLIGHT
