@@ -18,6 +18,7 @@ from aiorocket._consumer import (
 from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext
 from aiorocket._producer.hooks import SendCallContext, SendCallHook, SendHook, SendHookContext
 from aiorocket._producer.producer import Producer
+from aiorocket._producer.request import create_reply_message
 from aiorocket._producer.transaction import (
     TransactionProducer,
     TransactionSendResult,
@@ -87,4 +88,5 @@ __all__ = [
     "TransactionState",
     "UnsupportedFeatureError",
     "__version__",
+    "create_reply_message",
 ]

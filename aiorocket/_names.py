@@ -26,6 +26,7 @@ __all__ = [
     "is_valid_name",
     "now_ms",
     "pop_retry_topic",
+    "reply_topic",
     "retry_topic",
     "validate_name",
     "without_namespace",
@@ -98,6 +99,12 @@ def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 
 
+def reply_topic(cluster: str) -> str:
+    """``MixAll.getReplyTopic``: ``<cluster>_REPLY_TOPIC``, the topic replies to requests are
+    sent to; every broker of the cluster creates it at start (docs/protocol.md §13)."""
+    return f"{cluster}_REPLY_TOPIC"
+
+
 def dlq_topic(group: str) -> str:
     """``MixAll.getDLQTopic``: the dead-letter topic of a (wire) consumer group."""
     return DLQ_PREFIX + group
@@ -116,7 +123,11 @@ def is_retry_topic(topic: str) -> bool:
 
 
 def _is_system(name: str) -> bool:
-    return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES)
+    # A cluster's reply topic is a system topic its broker creates (TopicConfigManager):
+    # a namespaced requester still gets its reply there.
+    return (
+        name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES) or name.endswith("_REPLY_TOPIC")
+    )
 
 
 def _split_prefix(name: str) -> tuple[str, str]:

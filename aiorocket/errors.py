@@ -12,6 +12,8 @@ Everything the library raises on purpose derives from :class:`RocketError`::
     │   └── NotANameServerError       a proxy's address given where a name server is needed
     ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
     ├── ClientClosedError             the producer / consumer / connection was closed by its owner
+    ├── ReplyTimeoutError             a request was sent but no reply came back in time
+    ├── NotARequestError              a reply was asked for a message that is no request
     ├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
     ├── OffsetOutOfRangeError         a seek outside the offsets the queue stores
     ├── InvalidReceiptHandleError     a simple consumer was given a message it did not receive
@@ -90,6 +92,7 @@ __all__ = [
     "NoBuyerIdError",
     "NoMessageError",
     "NoPermissionError",
+    "NotARequestError",
     "NotInCurrentUnitError",
     "OffsetOutOfRangeError",
     "ProtocolError",
@@ -100,6 +103,7 @@ __all__ = [
     "QueueNotAssignedError",
     "ReceiptHandleExpiredError",
     "RemoteProtocolError",
+    "ReplyTimeoutError",
     "RequestCodeNotSupportedError",
     "RequestTimeoutError",
     "RocketError",
@@ -222,6 +226,28 @@ class MessageTooLargeError(RocketError, ValueError):
 
 class ClientClosedError(RocketError):
     """The object was closed by its owner and cannot be used any more."""
+
+
+class ReplyTimeoutError(RocketError, TimeoutError):
+    """A request ([Producer.request][aiorocket.Producer.request]) was stored by the broker
+    but no reply reached the requester within its timeout: no responder answered, or not in
+    time (Java's ``RequestTimeoutException``). A reply arriving later is dropped and counted.
+
+    Attributes:
+        topic: the topic the request was sent to.
+        correlation_id: the request's ``CORRELATION_ID``.
+    """
+
+    def __init__(self, message: str, *, topic: str = "", correlation_id: str = "") -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.correlation_id = correlation_id
+
+
+class NotARequestError(RocketError, ValueError):
+    """A reply was asked for a message that carries no request (its ``CLUSTER``,
+    ``REPLY_TO_CLIENT`` or ``CORRELATION_ID`` property is missing), as Java's
+    ``MessageUtil.createReplyMessage`` refuses it."""
 
 
 class InvalidReceiptHandleError(RocketError, ValueError):

@@ -6,7 +6,8 @@ its peers):
 * ``codec.py`` (P9), ``broker.py`` (P7), ``producer.py`` (P3, with the C++ ``send_sync`` loop),
   ``consumer.py`` (P1, P2, P5: concurrent batch and per-message drains, orderly drains, the pure
   decode loop, the C++ PushConsumer, the idle cost), ``orderly_keys.py`` (an orderly drain
-  with a 10 ms handler ordered by key against ordered by queue), ``latency.py`` (P4, with the C++
+  with a 10 ms handler ordered by key against ordered by queue), ``request_reply.py`` (the
+  request/reply round trip beside a plain send's), ``latency.py`` (P4, with the C++
   PushConsumer), ``backlog.py`` (P6), ``spark_source.py`` (P8) when it is present, and
   ``java_peers.py`` (the Java 4.9.8 push consumer and producer on the embedded and the Java
   broker) when the Apache RocketMQ kit is there, and ``baseline.py`` (pulls served and the
@@ -65,6 +66,7 @@ BENCHMARKS: dict[str, tuple[str, str, list[str], list[str]]] = {
     ),
     "consumer": ("consumer.py", "consumer", [], ["--quick"]),
     "orderly_keys": ("orderly_keys.py", "orderly_keys", [], ["--quick"]),
+    "request_reply": ("request_reply.py", "request_reply", [], ["--quick"]),
     "latency": ("latency.py", "latency", [], ["--quick"]),
     "backlog": ("backlog.py", "backlog", ["--seconds", "120"], ["--quick"]),
     "spark": ("spark_source.py", "spark", [], ["--quick"]),
@@ -80,6 +82,7 @@ TIME_LIMITS = {
     "producer": 120.0,
     "consumer": 300.0,
     "orderly_keys": 90.0,
+    "request_reply": 60.0,
     "latency": 150.0,
     "backlog": 240.0,
     "spark": 240.0,
@@ -662,6 +665,30 @@ def orderly_keys_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
     ]
 
 
+def request_reply_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
+    """Request/reply round trip at one in flight against a plain send's, p50 and p99."""
+    rows = []
+    for pct in ("p50", "p99"):
+        figure = f"request/reply round trip, 1 in flight, {pct}"
+        if doc is None:
+            rows.append(_missing("-", figure, "-", why))
+            continue
+        r, s = doc["request_ms"], doc["send_ms"]
+        rows.append(
+            Row(
+                "-",
+                figure,
+                r[pct],
+                "ms",
+                peer=f"plain send {pct}",
+                peer_value=s[pct],
+                ratio=r[pct] / s[pct],
+                note=f"{doc['requests']} calls each, embedded broker, responder in process",
+            )
+        )
+    return rows
+
+
 def backlog_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
     """P6: the consumer's RSS under a backlog."""
     if doc is None:
@@ -866,6 +893,7 @@ def java_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
 ROW_BUILDERS: dict[str, Callable[[dict[str, Any] | None, str], list[Row]]] = {
     "consumer": consumer_rows,
     "orderly_keys": orderly_keys_rows,
+    "request_reply": request_reply_rows,
     "producer": producer_rows,
     "latency": latency_rows,
     "backlog": backlog_rows,

@@ -11,10 +11,30 @@ Run it on its own against a broker::
 from __future__ import annotations
 
 import asyncio
+import os
 
-from aiorocket.cli._orders import EVENTS, Ledger, OrderEvent, build_app
+from aiorocket.cli._orders import (
+    EVENTS,
+    Ledger,
+    OrderEvent,
+    OrderStatus,
+    StatusQuery,
+    build_app,
+)
 
-__all__ = ["EVENTS", "Ledger", "OrderEvent", "build_app", "main"]
+__all__ = [
+    "EVENTS",
+    "Ledger",
+    "OrderEvent",
+    "OrderStatus",
+    "StatusQuery",
+    "app",
+    "build_app",
+    "main",
+]
+
+#: the app as ``aiorocket asyncapi examples.orders:app`` and ``aiorocket run`` find it
+app = build_app(os.environ.get("AIOROCKET_NAMESRV", "127.0.0.1:9876"), Ledger())
 
 
 async def main(namesrv: str = "127.0.0.1:9876", orders: int = 100) -> None:
@@ -32,7 +52,11 @@ async def main(namesrv: str = "127.0.0.1:9876", orders: int = 100) -> None:
                 )
         while ledger.fulfilled_events < orders * len(EVENTS):  # noqa: ASYNC110 - a counter
             await asyncio.sleep(0.1)
+        status = await app.request(
+            "order-status", StatusQuery(order_id=1), reply_model=OrderStatus, timeout=10
+        )
     print(f"fulfilled {ledger.fulfilled_events} events, {ledger.order_violations} out of order")
+    print(f"asked for order 1's status: {status}")
 
 
 if __name__ == "__main__":

@@ -390,8 +390,10 @@ class ClientInstance:
         *,
         timeout: float,
         oneway: bool = False,
+        reply: bool = False,
     ) -> SendResponse | None:
-        """SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320) when ``header.batch``.
+        """SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) when ``header.batch``, or
+        SEND_REPLY_MESSAGE_V2 (325) for a ``reply`` (docs/protocol.md §13).
 
         Returns ``None`` for a oneway send.
 
@@ -400,6 +402,8 @@ class ClientInstance:
             TransportError: the connection failed or timed out.
         """
         code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE_V2
+        if reply:
+            code = RequestCode.SEND_REPLY_MESSAGE_V2
         cmd = RemotingCommand.request(code, header.to_ext(v2=True), body)
         if oneway:
             await self.invoke_oneway(addr, cmd)

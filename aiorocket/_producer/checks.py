@@ -1,20 +1,44 @@
 """What the producer checks and derives from a send's arguments: timer times, message types,
-sharding keys (kept apart from ``producer.py``, which sends)."""
+sharding keys, the properties a message is sent with, how a batch splits (kept apart from
+``producer.py``, which sends)."""
 
 from __future__ import annotations
 
 import datetime
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-from aiorocket._protocol.properties import DELAY, TIMER_KEYS, TRAN_MSG
+from aiorocket._protocol.message import BatchItem
+from aiorocket._protocol.properties import (
+    DELAY,
+    KEYS,
+    PRIORITY,
+    SHARDING_KEY,
+    TAGS,
+    TIMER_KEYS,
+    TRAN_MSG,
+    UNIQ_KEY,
+    WAIT,
+    encode_properties,
+)
 from aiorocket.errors import ConfigurationError
+from aiorocket.models import Message
 
-__all__ = ["check_sharding_key", "deliver_ms", "group_key", "has_timer", "msg_type"]
+__all__ = [
+    "check_sharding_key",
+    "deliver_ms",
+    "group_key",
+    "has_timer",
+    "message_properties",
+    "msg_type",
+    "split_batch",
+]
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+#: per-message overhead Java's ``MessageBatch`` size check adds besides body and properties
+_BATCH_ITEM_OVERHEAD: Final = 22
 _MS: Final = datetime.timedelta(milliseconds=1)
 
 
@@ -89,3 +113,45 @@ def check_sharding_key(key: str | None) -> None:
     # It becomes a property value: the separators would corrupt the properties string.
     if key is not None and ("\x01" in key or "\x02" in key):
         raise ConfigurationError("sharding_key must not contain \\x01 or \\x02")
+
+
+def message_properties(
+    msg: Message, uniq: str, delay_level: int | None, sharding_key: str | None
+) -> dict[str, str]:
+    """The properties ``msg`` is sent with: its own, then its sharding key, tags, keys, delay
+    level, priority, ``WAIT`` and ``UNIQ_KEY``."""
+    props = dict(msg.properties)
+    if sharding_key:
+        # The key the message was routed by, for consumers ordering by key (RocketMQ
+        # 5.x MessageConst.PROPERTY_SHARDING_KEY, its FIFO message group).
+        props[SHARDING_KEY] = sharding_key
+    if msg.tags:
+        props[TAGS] = msg.tags
+    if msg.keys:
+        props[KEYS] = " ".join(msg.keys)
+    level = delay_level if delay_level is not None else msg.delay_level
+    if level:
+        props[DELAY] = str(level)
+    if msg.priority is not None:
+        props[PRIORITY] = str(msg.priority)
+    props[WAIT] = "true"
+    props[UNIQ_KEY] = uniq
+    return props
+
+
+def split_batch(
+    msgs: Sequence[Message], fields: Sequence[dict[str, str]], limit: int
+) -> list[list[tuple[BatchItem, str, Message]]]:
+    """``msgs`` (with their properties ``fields``) as sub-batches of at most ``limit`` bytes
+    as Java's ``MessageBatch`` counts them; each item with its ``UNIQ_KEY`` and message."""
+    chunks: list[list[tuple[BatchItem, str, Message]]] = [[]]
+    size = 0
+    for m, props in zip(msgs, fields, strict=True):
+        item = BatchItem(flag=0, body=m.body, properties=encode_properties(props))
+        item_size = _BATCH_ITEM_OVERHEAD + len(m.body) + len(item.properties.encode())
+        if chunks[-1] and size + item_size > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((item, props[UNIQ_KEY], m))
+        size += item_size
+    return chunks

@@ -20,7 +20,9 @@ from aiorocket._producer.checks import (
     deliver_ms,
     group_key,
     has_timer,
+    message_properties,
     msg_type,
+    split_batch,
 )
 from aiorocket._producer.hooks import (
     SendCallContext,
@@ -32,26 +34,35 @@ from aiorocket._producer.hooks import (
     run_send_done,
     run_send_prepare,
 )
-from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
+from aiorocket._producer.publish import (
+    PublishRoutes,
+    QueueSelector,
+    TopicPublishInfo,
+    queue_for_key,
+)
 from aiorocket._producer.recall import recall_message
+from aiorocket._producer.request import PendingRequests, create_reply_message, request_reply
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
-from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, VERSION_V5_4_0, MessageSysFlag
+from aiorocket._protocol.codes import (
+    VERSION_V5_0_0_SNAPSHOT,
+    VERSION_V5_4_0,
+    MessageSysFlag,
+    RequestCode,
+)
 from aiorocket._protocol.headers import SendMessageRequestHeader
-from aiorocket._protocol.message import BatchItem, compress_body, encode_batch_body
+from aiorocket._protocol.message import compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import (
-    DELAY,
-    KEYS,
+    MSG_TYPE,
     PRIORITY,
-    SHARDING_KEY,
-    TAGS,
+    REPLY_MESSAGE_FLAG,
     TIMER_DELIVER_MS,
     UNIQ_KEY,
     WAIT,
     encode_properties,
 )
-from aiorocket._remoting import RequestHandler
+from aiorocket._remoting import Dispatcher, RequestHandler
 from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     ClientClosedError,
@@ -63,10 +74,16 @@ from aiorocket.errors import (
     RocketError,
     ServiceNotAvailableError,
     SystemBusyError,
-    TopicNotExistError,
     UnsupportedFeatureError,
 )
-from aiorocket.models import Message, MessageQueue, SendResult, SendStatus, validate_name
+from aiorocket.models import (
+    Message,
+    MessageQueue,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    validate_name,
+)
 from aiorocket.settings import ProducerSettings, build_settings
 
 __all__ = ["Producer"]
@@ -82,8 +99,6 @@ _STATUS = {
     11: SendStatus.SLAVE_NOT_AVAILABLE,
     12: SendStatus.FLUSH_SLAVE_TIMEOUT,
 }
-#: per-message overhead Java's ``MessageBatch`` size check adds besides body and properties
-_BATCH_ITEM_OVERHEAD = 22
 #: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
 _BUSY_BACKOFF = 0.05
 
@@ -135,10 +150,16 @@ class Producer(AsyncResource):
             self._settings_class, {"namesrv": namesrv, "group": group, **settings}
         )
         validate_name(self._wire_group(), "producer group")
+        self._requests = PendingRequests()
+        #: topics a request was sent to: the first one heartbeats every broker first
+        self._request_topics: set[str] = set()
         self._client = ClientInstance(self.settings, handler=self._broker_requests())
         self._client.on_new_brokers = self._on_new_brokers
-        self._publish: dict[str, TopicPublishInfo] = {}
-        self._route_locks: dict[str, asyncio.Lock] = {}
+        self._routes = PublishRoutes(
+            self._client,
+            create_topic_key=self.settings.create_topic_key,
+            default_topic_queue_nums=self.settings.default_topic_queue_nums,
+        )
         self._uniq = UniqKeyGenerator(self._client.ip, os.getpid(), random.getrandbits(31))
         self._lifecycle = Service(
             f"producer {self._wire_group()}",
@@ -194,7 +215,10 @@ class Producer(AsyncResource):
             return
         s = self.settings
         self._refresh = Periodic(
-            self._refresh_routes, s.route_refresh_interval, name="route refresh", run_first=False
+            self._routes.refresh_all,
+            s.route_refresh_interval,
+            name="route refresh",
+            run_first=False,
         )
         self._heartbeat = Periodic(
             self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
@@ -373,7 +397,7 @@ class Producer(AsyncResource):
                 raise MessageTooLargeError(
                     f"message body of {len(m.body)} bytes exceeds {limit} bytes"
                 )
-        fields = [self._properties(m, self._uniq_of(m), None, sharding_key) for m in msgs]
+        fields = [message_properties(m, self._uniq_of(m), None, sharding_key) for m in msgs]
         call = None
         if self._call_hooks:
             call = SendCallContext(self.settings.group, topic, msgs, fields, batch=True)
@@ -404,17 +428,7 @@ class Producer(AsyncResource):
         timeout: float | None,
     ) -> list[SendResult]:
         # send_batch's sends, its messages' properties built (and prepared by the hooks).
-        limit = self.settings.max_message_size
-        chunks: list[list[tuple[BatchItem, str, Message]]] = [[]]
-        size = 0
-        for m, props in zip(msgs, fields, strict=True):
-            item = BatchItem(flag=0, body=m.body, properties=encode_properties(props))
-            item_size = _BATCH_ITEM_OVERHEAD + len(m.body) + len(item.properties.encode())
-            if chunks[-1] and size + item_size > limit:
-                chunks.append([])
-                size = 0
-            chunks[-1].append((item, props[UNIQ_KEY], m))
-            size += item_size
+        chunks = split_batch(msgs, fields, self.settings.max_message_size)
         results = []
         # One budget for the whole call, as for send(): each sub-batch gets what is left.
         loop = asyncio.get_running_loop()
@@ -480,11 +494,99 @@ class Producer(AsyncResource):
             timeout=timeout or self.settings.request_timeout,
         )
 
+    # -- request/reply ------------------------------------------------------------------------
+
+    async def request(
+        self,
+        msg: Message,
+        *,
+        timeout: float | None = None,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+    ) -> ReceivedMessage:
+        """Send ``msg`` as a request and return the reply a responder sends back (Java's
+        ``DefaultMQProducer.request``; docs/protocol.md §13).
+
+        The message carries a new ``CORRELATION_ID``, this producer's client id as
+        ``REPLY_TO_CLIENT`` and the timeout as ``TTL``; a consumer of the topic answers
+        with [Producer.reply][aiorocket.Producer.reply] (or an `App` handler returning a
+        value), and the broker pushes the reply straight to this producer. ``timeout``
+        (default ``send_timeout``) bounds the send and the wait together; any number of
+        requests may be in flight, each with its own. A reply arriving after its request
+        timed out is dropped and counted in
+        [unmatched_replies][aiorocket.Producer.unmatched_replies]. The queue is chosen as
+        for [send][aiorocket.Producer.send].
+
+        Raises:
+            ReplyTimeoutError: the request was stored but no reply came within ``timeout``.
+            RocketError: the request could not be sent (as [send][aiorocket.Producer.send]).
+        """
+        wire_topic = self._wire_topic(msg.topic)
+
+        async def prepare() -> None:
+            # prepareSendRequest: before a topic's first request every broker hears this
+            # client, so that whichever stores the reply can push it here.
+            if wire_topic not in self._request_topics:
+                await self._publish_info(wire_topic)
+                await self._send_heartbeats()
+                self._request_topics.add(wire_topic)
+
+        async def send(fields: dict[str, str], left: float) -> object:
+            return await self._send_one(
+                msg, sharding_key, None, queue, None, left, oneway=False, extra=fields
+            )
+
+        return await request_reply(
+            self._requests,
+            send,
+            client_id=self.client_id,
+            topic=msg.topic,
+            timeout=timeout or self.settings.send_timeout,
+            prepare=prepare,
+        )
+
+    async def reply(
+        self,
+        request: ReceivedMessage,
+        body: bytes | str,
+        *,
+        tags: str | None = None,
+        keys: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Answer ``request`` (a message sent with [request][aiorocket.Producer.request], by
+        any client) with ``body``: a reply to ``<cluster>_REPLY_TOPIC`` that the broker
+        pushes to the requester (Java's ``MessageUtil.createReplyMessage`` then ``send``).
+
+        Raises:
+            NotARequestError: ``request`` asked for no reply.
+            BrokerError: the broker refused it, or could not reach the requester (code 1:
+                it is gone, or its request timed out and it left).
+            TransportError, ClientClosedError: as [send][aiorocket.Producer.send].
+        """
+        data = body.encode() if isinstance(body, str) else body
+        message = create_reply_message(request, data, tags=tags, keys=keys, properties=properties)
+        return await self.send(message, timeout=timeout)
+
+    @property
+    def unmatched_replies(self) -> int:
+        """Replies that reached this producer but matched no waiting request: their request
+        had timed out already (Java logs "receive reply message, but not matched any
+        request")."""
+        return self._requests.unmatched
+
     # -- internals ----------------------------------------------------------------------------
 
     def _broker_requests(self) -> RequestHandler | None:
-        # Requests brokers send this producer; a plain producer serves none.
-        return None
+        # Requests brokers send this producer: the replies to its requests.
+        return self._dispatcher()
+
+    def _dispatcher(self) -> Dispatcher:
+        # ClientRemotingProcessor: PUSH_REPLY_MESSAGE_TO_CLIENT (a subclass adds its codes).
+        dispatcher = Dispatcher()
+        dispatcher.register(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self._requests.on_push)
+        return dispatcher
 
     def _wire_group(self) -> str:
         return wrap_namespace(self.settings.namespace, self.settings.group)
@@ -496,27 +598,6 @@ class Producer(AsyncResource):
         # MessageClientIDSetter.setUniqID: a UNIQ_KEY the message carries already is kept
         # (a sender deriving stable ids, e.g. the Spark sink's idempotentKeys), else a new one.
         return msg.properties.get(UNIQ_KEY) or self._uniq.next(int(time.time() * 1000))
-
-    def _properties(
-        self, msg: Message, uniq: str, delay_level: int | None, sharding_key: str | None
-    ) -> dict[str, str]:
-        props = dict(msg.properties)
-        if sharding_key:
-            # The key the message was routed by, for consumers ordering by key (RocketMQ
-            # 5.x MessageConst.PROPERTY_SHARDING_KEY, its FIFO message group).
-            props[SHARDING_KEY] = sharding_key
-        if msg.tags:
-            props[TAGS] = msg.tags
-        if msg.keys:
-            props[KEYS] = " ".join(msg.keys)
-        level = delay_level if delay_level is not None else msg.delay_level
-        if level:
-            props[DELAY] = str(level)
-        if msg.priority is not None:
-            props[PRIORITY] = str(msg.priority)
-        props[WAIT] = "true"
-        props[UNIQ_KEY] = uniq
-        return props
 
     async def _send_one(
         self,
@@ -562,7 +643,7 @@ class Producer(AsyncResource):
                 f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
             )
         uniq = self._uniq_of(msg)
-        fields = self._properties(msg, uniq, delay_level, sharding_key)
+        fields = message_properties(msg, uniq, delay_level, sharding_key)
         if extra:
             fields.update(extra)
         call = None
@@ -591,6 +672,8 @@ class Producer(AsyncResource):
                 oneway=oneway,
                 needs=needs,
                 msg_type=msg_type(fields),
+                # MQClientAPIImpl.sendMessage: a MSG_TYPE=reply message goes as a reply
+                reply=fields.get(MSG_TYPE) == REPLY_MESSAGE_FLAG,
             )
         except BaseException as exc:
             self._call_done(call, exc)
@@ -618,6 +701,7 @@ class Producer(AsyncResource):
         needs: _Release | None = None,
         msg_type: str = "Normal",
         batch_msgs: Sequence[Message] = (),
+        reply: bool = False,
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -684,7 +768,12 @@ class Producer(AsyncResource):
                         )
                         run_send_before(self._hooks, hook)
                     resp = await self._client.send_message(
-                        addr, header, body, timeout=max(remaining, 0.001), oneway=oneway
+                        addr,
+                        header,
+                        body,
+                        timeout=max(remaining, 0.001),
+                        oneway=oneway,
+                        reply=reply,
                     )
                 except RocketError as exc:
                     if hook is not None:
@@ -765,63 +854,7 @@ class Producer(AsyncResource):
         return without_namespace(self.settings.namespace, topic)
 
     async def _publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
-        seen = self._publish.get(topic)
-        if seen is not None and not refresh:
-            return seen
-        async with self._route_locks.setdefault(topic, asyncio.Lock()):
-            current = self._publish.get(topic)
-            if current is not None and current is not seen:
-                return current  # another send refreshed it while we waited
-            try:
-                info = await self._load_publish_info(topic, current)
-            except RocketError:
-                if current is None:
-                    raise
-                return current  # keep sending with what we know while the name server is away
-            self._publish[topic] = info
-            return info
-
-    async def _load_publish_info(
-        self, topic: str, previous: TopicPublishInfo | None
-    ) -> TopicPublishInfo:
-        try:
-            # a refresh after a failed send is coalesced and rate-limited per topic
-            refreshed = await self._client.refresh_route(topic) if previous else None
-            route = refreshed or await self._client.fetch_route(topic)
-            queues = route.publish_queues(topic)
-            if queues:
-                return TopicPublishInfo(
-                    queues, _next=previous._next if previous else random.randrange(1 << 16)
-                )
-        except TopicNotExistError:
-            pass
-        # Unknown topic: send through TBW102's brokers so that the broker auto-creates the topic
-        # with min(defaultTopicQueueNums, TBW102 queues) queues (§7.3).
-        s = self.settings
-        try:
-            default = await self._client.fetch_route(s.create_topic_key)
-        except TopicNotExistError:
-            raise TopicNotExistError(
-                f"no route for topic {topic} and auto-creation is not available"
-            ) from None
-        queues = []
-        for mq in default.publish_queues(topic):
-            qd = next(q for q in default.queue_datas if q.broker_name == mq.broker_name)
-            if mq.queue_id < min(s.default_topic_queue_nums, qd.read_queue_nums):
-                queues.append(mq)
-        if not queues:
-            raise TopicNotExistError(f"no writable route for topic {topic}")
-        return TopicPublishInfo(queues, via_default_topic=True)
-
-    async def _refresh_routes(self) -> None:
-        for topic, info in list(self._publish.items()):
-            try:
-                route = await self._client.fetch_route(topic)
-            except TopicNotExistError:
-                continue
-            queues = route.publish_queues(topic)
-            if queues and queues != info.queues:
-                self._publish[topic] = TopicPublishInfo(queues, _next=info._next)
+        return await self._routes.get(topic, refresh=refresh)
 
     def _on_new_brokers(self, names: set[str]) -> None:
         if self._started and not self._closed:

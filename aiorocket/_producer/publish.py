@@ -1,14 +1,19 @@
-"""Which queue a message goes to (Java ``TopicPublishInfo`` and ``MessageQueueSelector``)."""
+"""Which queue a message goes to (Java ``TopicPublishInfo``, ``MessageQueueSelector`` and the
+producer's ``topicPublishInfoTable``)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.tags import java_hash
+from aiorocket.errors import RocketError, TopicNotExistError
 from aiorocket.models import MessageQueue
 
-__all__ = ["QueueSelector", "TopicPublishInfo", "queue_for_key"]
+__all__ = ["PublishRoutes", "QueueSelector", "TopicPublishInfo", "queue_for_key"]
 
 #: ``selector(queues, message, sharding_key) -> queue``; ``queues`` are the writable ones.
 QueueSelector = Callable[[Sequence[MessageQueue], object, "str | None"], MessageQueue]
@@ -50,3 +55,90 @@ class TopicPublishInfo:
         mq = self.queues[self._next % n]
         self._next = (self._next + 1) % (1 << 31)
         return mq
+
+
+class PublishRoutes:
+    """The publish info of every topic a producer sends to, by wire topic (Java's
+    ``topicPublishInfoTable``): loaded on first use, through the template topic (TBW102) while
+    the topic has no route of its own, refreshed after a failed send and periodically.
+
+    Args:
+        client: the producer's client instance.
+        create_topic_key: the template topic (``createTopicKey``).
+        default_topic_queue_nums: queues of a topic created through it.
+    """
+
+    def __init__(
+        self, client: ClientInstance, *, create_topic_key: str, default_topic_queue_nums: int
+    ) -> None:
+        self._client = client
+        self._create_topic_key = create_topic_key
+        self._default_queues = default_topic_queue_nums
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._route_locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
+        """The publish info of ``topic`` (a wire topic): loaded on first use; ``refresh``
+        (after a failed send) asks the name server again, keeping what is known when it
+        cannot answer.
+
+        Raises:
+            TopicNotExistError: no route, and no template topic to create it through.
+            RocketError: the first lookup failed.
+        """
+        seen = self._publish.get(topic)
+        if seen is not None and not refresh:
+            return seen
+        async with self._route_locks.setdefault(topic, asyncio.Lock()):
+            current = self._publish.get(topic)
+            if current is not None and current is not seen:
+                return current  # another send refreshed it while we waited
+            try:
+                info = await self._load(topic, current)
+            except RocketError:
+                if current is None:
+                    raise
+                return current  # keep sending with what we know while the name server is away
+            self._publish[topic] = info
+            return info
+
+    async def _load(self, topic: str, previous: TopicPublishInfo | None) -> TopicPublishInfo:
+        try:
+            # a refresh after a failed send is coalesced and rate-limited per topic
+            refreshed = await self._client.refresh_route(topic) if previous else None
+            route = refreshed or await self._client.fetch_route(topic)
+            queues = route.publish_queues(topic)
+            if queues:
+                return TopicPublishInfo(
+                    queues, _next=previous._next if previous else random.randrange(1 << 16)
+                )
+        except TopicNotExistError:
+            pass
+        # Unknown topic: send through TBW102's brokers so that the broker auto-creates the topic
+        # with min(defaultTopicQueueNums, TBW102 queues) queues (§7.3).
+        try:
+            default = await self._client.fetch_route(self._create_topic_key)
+        except TopicNotExistError:
+            raise TopicNotExistError(
+                f"no route for topic {topic} and auto-creation is not available"
+            ) from None
+        queues = []
+        for mq in default.publish_queues(topic):
+            qd = next(q for q in default.queue_datas if q.broker_name == mq.broker_name)
+            if mq.queue_id < min(self._default_queues, qd.read_queue_nums):
+                queues.append(mq)
+        if not queues:
+            raise TopicNotExistError(f"no writable route for topic {topic}")
+        return TopicPublishInfo(queues, via_default_topic=True)
+
+    async def refresh_all(self) -> None:
+        """Fetch the route of every known topic again (``updateTopicRouteInfoFromNameServer``,
+        every ``route_refresh_interval``)."""
+        for topic, info in list(self._publish.items()):
+            try:
+                route = await self._client.fetch_route(topic)
+            except TopicNotExistError:
+                continue
+            queues = route.publish_queues(topic)
+            if queues and queues != info.queues:
+                self._publish[topic] = TopicPublishInfo(queues, _next=info._next)

@@ -26,7 +26,7 @@ from aiorocket._protocol.headers import (
 from aiorocket._protocol.message import MessageRecord, decode_message
 from aiorocket._protocol.msgid import parse_offset_msg_id
 from aiorocket._protocol.properties import KEYS, MSG_REGION, PGROUP, TRAN_MSG, UNIQ_KEY
-from aiorocket._remoting import Connection, Dispatcher, RequestHandler
+from aiorocket._remoting import Connection, RequestHandler
 from aiorocket.errors import ConfigurationError, RemoteProtocolError, RocketError
 from aiorocket.models import Message, ReceivedMessage, SendResult, SendStatus
 from aiorocket.settings import TransactionProducerSettings
@@ -275,7 +275,7 @@ class TransactionProducer(Producer):
     # -- check-back ---------------------------------------------------------------------------
 
     def _broker_requests(self) -> RequestHandler:
-        dispatcher = Dispatcher()
+        dispatcher = self._dispatcher()
         dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
         return dispatcher
 

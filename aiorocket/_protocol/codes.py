@@ -128,6 +128,12 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
+    #: request/reply (4.6+, docs/protocol.md §13): a responder's reply, long and short header
+    #: names, as SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310)
+    SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
+    #: broker to the requesting client: the reply, pushed on that client's connection
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     #: 5.x: one topic's configuration (``mqadmin topicStatus`` asks each broker first)
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361

@@ -60,6 +60,7 @@ __all__ = [
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
     "QueryTopicConsumeByWhoRequestHeader",
+    "ReplyMessageRequestHeader",
     "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
@@ -141,17 +142,23 @@ class SendMessageRequestHeader(Header):
 
 
 def decode_send_header(code: int, ext: Mapping[str, str]) -> SendMessageRequestHeader:
-    """Parse a send request's header: long names for code 10, short names for 310 and 320.
+    """Parse a send request's header: long names for codes 10 and 324, short names for 310,
+    320 and 325.
 
-    This mirrors ``SendMessageProcessor.parseRequestHeader``, which chooses by code alone.
+    This mirrors ``SendMessageProcessor.parseRequestHeader`` (and ``ReplyMessageProcessor``'s),
+    which choose by code alone.
 
     Raises:
         MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
         ValueError: ``code`` is not a send code.
     """
-    if code == RequestCode.SEND_MESSAGE:
+    if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE):
         return SendMessageRequestHeader.from_ext(ext, v2=False)
-    if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+    if code in (
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.SEND_REPLY_MESSAGE_V2,
+    ):
         return SendMessageRequestHeader.from_ext(ext, v2=True)
     raise ValueError(f"request code {code} is not a send")
 
@@ -173,6 +180,31 @@ class SendMessageResponseHeader(Header):
     trace_on: bool | None = wire("TRACE_ON", default=None)
     #: 5.3.2+: the handle that recalls a timer message (§12.7); absent for any other
     recall_handle: str | None = wire("recallHandle", default=None)
+
+
+@header_class
+class ReplyMessageRequestHeader(Header):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326, broker to the requesting client): the reply's send
+    header as the responder sent it, plus where and when it was stored.
+
+    Mirrors Java's ``ReplyMessageRequestHeader`` (docs/protocol.md §13); ``born_host`` and
+    ``store_host`` are Java's ``SocketAddress.toString()`` (``"/127.0.0.1:51234"``).
+    """
+
+    producer_group: str = wire("producerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    default_topic: str = wire("defaultTopic", required=True, default="TBW102")
+    default_topic_queue_nums: int = wire("defaultTopicQueueNums", _INT, required=True, default=4)
+    queue_id: int = wire("queueId", _INT, required=True)
+    sys_flag: int = wire("sysFlag", _INT, required=True, default=0)
+    born_timestamp: int = wire("bornTimestamp", _LONG, required=True)
+    flag: int = wire("flag", _INT, required=True, default=0)
+    properties: str | None = wire("properties", default=None)
+    reconsume_times: int | None = wire("reconsumeTimes", _INT, default=None)
+    unit_mode: bool = wire("unitMode", default=False)
+    born_host: str = wire("bornHost", required=True)
+    store_host: str = wire("storeHost", required=True)
+    store_timestamp: int = wire("storeTimestamp", _LONG, required=True)
 
 
 # --------------------------------------------------------------------------- pull
@@ -650,6 +682,9 @@ REQUEST_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
         _RC.SEND_MESSAGE: SendMessageRequestHeader,
         _RC.SEND_MESSAGE_V2: SendMessageRequestHeader,
         _RC.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
+        _RC.SEND_REPLY_MESSAGE: SendMessageRequestHeader,
+        _RC.SEND_REPLY_MESSAGE_V2: SendMessageRequestHeader,
+        _RC.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageRequestHeader,
         _RC.PULL_MESSAGE: PullMessageRequestHeader,
         _RC.LITE_PULL_MESSAGE: PullMessageRequestHeader,
         _RC.QUERY_MESSAGE: QueryMessageRequestHeader,
@@ -682,6 +717,8 @@ RESPONSE_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
         _RC.SEND_MESSAGE: SendMessageResponseHeader,
         _RC.SEND_MESSAGE_V2: SendMessageResponseHeader,
         _RC.SEND_BATCH_MESSAGE: SendMessageResponseHeader,
+        _RC.SEND_REPLY_MESSAGE: SendMessageResponseHeader,
+        _RC.SEND_REPLY_MESSAGE_V2: SendMessageResponseHeader,
         _RC.PULL_MESSAGE: PullMessageResponseHeader,
         _RC.LITE_PULL_MESSAGE: PullMessageResponseHeader,
         _RC.QUERY_MESSAGE: QueryMessageResponseHeader,
@@ -695,7 +732,13 @@ RESPONSE_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
 )
 
 _SEND_CODES = frozenset(
-    (_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE),
+    (
+        _RC.SEND_MESSAGE,
+        _RC.SEND_MESSAGE_V2,
+        _RC.SEND_BATCH_MESSAGE,
+        _RC.SEND_REPLY_MESSAGE,
+        _RC.SEND_REPLY_MESSAGE_V2,
+    ),
 )
 
 

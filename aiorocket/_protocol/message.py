@@ -40,6 +40,7 @@ __all__ = [
     "decode_messages",
     "encode_batch_body",
     "encode_message",
+    "inflate_body",
 ]
 
 #: MessageDecoder.MESSAGE_MAGIC_CODE: 1-byte topic length.
@@ -184,6 +185,17 @@ def _inflate(data: bytes, sys_flag: int, limit: int, pos: int) -> bytes:
     if inflater.unused_data:
         raise _bad(pos, "bytes follow the end of the compressed body")
     return out
+
+
+def inflate_body(data: bytes, sys_flag: int, limit: int = DEFAULT_MAX_BODY_SIZE) -> bytes:
+    """A body sent compressed (``sys_flag`` has COMPRESSED) outside a record, e.g. a pushed
+    reply (docs/protocol.md §13), inflated as a record's body is.
+
+    Raises:
+        RemoteProtocolError: an unknown compression type, or bytes that do not inflate
+            within ``limit``.
+    """
+    return _inflate(data, sys_flag, limit, 0)
 
 
 def _decode_run(

@@ -17,6 +17,7 @@ __all__ = [
     "CHECK_IMMUNITY_TIME_IN_SECONDS",
     "CLUSTER",
     "CONSUME_START_TIME",
+    "CORRELATION_ID",
     "DELAY",
     "FIRST_POP_TIME",
     "INSTANCE_ID",
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_RECONSUME_TIMES",
     "MIN_OFFSET",
     "MSG_REGION",
+    "MSG_TYPE",
     "NAME_VALUE_SEPARATOR",
     "ORIGIN_MESSAGE_ID",
     "POP_CK",
@@ -34,6 +36,10 @@ __all__ = [
     "REAL_QID",
     "REAL_TOPIC",
     "RECONSUME_TIME",
+    "REPLY_ARRIVE_TIME",
+    "REPLY_MESSAGE_FLAG",
+    "REPLY_PUSH_TIME",
+    "REPLY_TO_CLIENT",
     "RETRY_TOPIC",
     "LITE_TOPIC",
     "PRIORITY",
@@ -53,6 +59,7 @@ __all__ = [
     "TRANSACTION_CHECK_TIMES",
     "TRAN_MSG",
     "TRAN_PREPARED_QUEUE_OFFSET",
+    "TTL",
     "UNIQ_KEY",
     "WAIT",
     "decode_properties",
@@ -112,6 +119,24 @@ CHECK_IMMUNITY_TIME_IN_SECONDS: Final[str] = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 INSTANCE_ID: Final[str] = "INSTANCE_ID"
 #: PROPERTY_CLUSTER: the broker cluster name, added to every stored message.
 CLUSTER: Final[str] = "CLUSTER"
+
+# Request/reply (MessageConst since 4.6; docs/protocol.md §13).
+
+#: PROPERTY_CORRELATION_ID: matches a reply to its request (the requester's UUID).
+CORRELATION_ID: Final[str] = "CORRELATION_ID"
+#: PROPERTY_MESSAGE_REPLY_TO_CLIENT: the client id the broker pushes the reply to.
+REPLY_TO_CLIENT: Final[str] = "REPLY_TO_CLIENT"
+#: PROPERTY_MESSAGE_TTL: the requester's timeout in milliseconds, copied onto the reply.
+TTL: Final[str] = "TTL"
+#: PROPERTY_MESSAGE_TYPE: ``"reply"`` (:data:`REPLY_MESSAGE_FLAG`) marks a reply message.
+MSG_TYPE: Final[str] = "MSG_TYPE"
+#: ``MixAll.REPLY_MESSAGE_FLAG``: the :data:`MSG_TYPE` of a reply.
+REPLY_MESSAGE_FLAG: Final[str] = "reply"
+#: PROPERTY_PUSH_REPLY_TIME: set by the broker when it pushes a reply (ms).
+REPLY_PUSH_TIME: Final[str] = "PUSH_REPLY_TIME"
+#: PROPERTY_REPLY_MESSAGE_ARRIVE_TIME: set by the requester when the reply arrives (ms).
+REPLY_ARRIVE_TIME: Final[str] = "ARRIVE_TIME"
+
 #: Java 5.x SHARDING_KEY (Go's client spells it ``SHARDING_KEY``; §11.1 item 12).
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
 #: Aliyun ONS timed delivery; the Java client hook only inspects it.

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -21,7 +18,21 @@ from aiorocket._consumer.subscription import check_selector
 from aiorocket._names import dlq_topic, wrap_namespace
 from aiorocket._producer.hooks import SendCallHook, SendHook
 from aiorocket._producer.producer import Producer
-from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
+from aiorocket._producer.request import is_request
+from aiorocket.app.asyncapi import build_document
+from aiorocket.app.declarations import (
+    OrderBy,
+    Publisher,
+    Subscriber,
+    SubscriberStatistics,
+    parse_tags,
+)
+from aiorocket.app.decoding import (
+    BodyDecodeError,
+    body_decoder,
+    encode_body,
+    inspect_handler,
+)
 from aiorocket.app.failures import FailureLog
 from aiorocket.app.health import QueueHealth, queue_health, readiness_report
 from aiorocket.app.readiness import ReadinessProbe
@@ -45,71 +56,17 @@ __all__ = ["App", "SubscriberStatistics"]
 log = logging.getLogger("aiorocket.app")
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
-#: what an orderly subscriber keeps in order (see :meth:`App.subscriber`)
-OrderBy = Literal["queue", "sharding_key"] | Callable[[ReceivedMessage], str | None]
 
 #: Properties put on a message quarantined by the app (the 5.x names, where there are some).
 DLQ_REASON = "AIOROCKET_DLQ_REASON"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-_LATENCY_SAMPLES = 20_000
 #: delay levels 1-4 of the broker's default table in seconds (``messageDelayLevel``): an
 #: orderly subscriber's ``ReconsumeLater(delay_level=...)`` suspends its queue this long;
 #: higher levels are past the 30 s a suspension may last and get 30 s
 _DELAY_LEVEL_SECONDS = (1, 5, 10, 30)
 #: topics published to that the readiness probe follows, at most
 _PUBLISHED_TOPICS = 64
-
-
-@dataclass(slots=True)
-class SubscriberStatistics:
-    """Counters of one subscriber.
-
-    Attributes:
-        handled: messages whose handler returned.
-        failed: deliveries that failed and were handed back for a retry.
-        dead_lettered: messages sent to the dead-letter queue by the app (invalid bodies,
-            retry policy exhausted, ``DeadLetter``).
-        latencies_ms: recent store-to-handler latencies in milliseconds (bounded sample).
-    """
-
-    handled: int = 0
-    failed: int = 0
-    dead_lettered: int = 0
-    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
-
-
-@dataclass(slots=True)
-class _Subscriber:
-    topic: str
-    group: str
-    tags: frozenset[str] | None  # None: every tag
-    orderly: bool
-    order_by: OrderBy
-    batch: bool
-    batch_size: int
-    concurrency: int | None
-    retry: RetryPolicy
-    fn: Callable[..., Awaitable[Any]]
-    sig: HandlerSignature
-    failures: FailureLog
-    stats: SubscriberStatistics = field(default_factory=SubscriberStatistics)
-    sql: str | None = None  # an SQL92 subscription: the broker filters, ``tags`` is None
-    settings: dict[str, Any] = field(default_factory=dict)  # its group's consumer settings
-
-    @property
-    def expression(self) -> str:
-        if self.sql is not None:
-            return self.sql
-        return "*" if self.tags is None else " || ".join(sorted(self.tags))
-
-    def matches(self, msg: ReceivedMessage) -> bool:
-        return msg.topic == self.topic and (self.tags is None or msg.tags in self.tags)
-
-
-def _parse_tags(tags: str) -> frozenset[str] | None:
-    parts = {t.strip() for t in tags.split("||") if t.strip()}
-    return None if not parts or "*" in parts else frozenset(parts)
 
 
 class App(AsyncResource):
@@ -134,7 +91,8 @@ class App(AsyncResource):
 
     def __init__(self, *, namesrv: str | Sequence[str] | None = None, **settings: Any) -> None:
         self.settings: AppSettings = load_app_settings({"namesrv": namesrv, **settings})
-        self._subscribers: list[_Subscriber] = []
+        self._subscribers: list[Subscriber] = []
+        self._publishers: list[Publisher] = []
         self._consumers: dict[str, PushConsumer] = {}
         self._producer: Producer | None = None
         self._started = False
@@ -197,6 +155,13 @@ class App(AsyncResource):
         over the app's own; subscribers of one group share one consumer, so they must not
         give one setting two values.
 
+        A handler that returns a value (not ``None``) answers a request
+        ([App.request][aiorocket.App.request], [Producer.request][aiorocket.Producer.request],
+        Java's ``DefaultMQProducer.request``) with it, encoded as
+        [publish][aiorocket.App.publish] encodes; its return annotation is the reply's type in
+        the [AsyncAPI document][aiorocket.App.asyncapi]. For an ordinary message the value
+        goes nowhere; batch handlers do not reply.
+
         Subscribers are push consumers: the library calls the handler, retries, commits.
         When your code must own the loop instead (a batch job that reads and stops, a service
         that fetches on request, bulk processing with explicit commits, ``seek`` to replay,
@@ -248,10 +213,10 @@ class App(AsyncResource):
 
         def register(fn: _F) -> _F:
             sig = inspect_handler(fn, batch=batch)
-            sub = _Subscriber(
+            sub = Subscriber(
                 topic=topic,
                 group=group,
-                tags=_parse_tags(tags) if sql is None else None,
+                tags=parse_tags(tags) if sql is None else None,
                 sql=sql,
                 orderly=orderly,
                 order_by=order_by,
@@ -295,6 +260,26 @@ class App(AsyncResource):
             return fn
 
         return register
+
+    def publisher(
+        self,
+        topic: str,
+        model: Any = bytes,
+        *,
+        tags: str | None = None,
+        reply: Any = None,
+        description: str | None = None,
+    ) -> None:
+        """Declare that the app publishes ``model`` bodies to ``topic`` (with ``tags``), or
+        sends them as requests answered with ``reply`` bodies
+        ([request][aiorocket.App.request]): a ``send`` operation of the
+        [AsyncAPI document][aiorocket.App.asyncapi]. Publishing does not require it.
+
+        Raises:
+            InvalidNameError: a bad topic name.
+        """
+        validate_name(topic)
+        self._publishers.append(Publisher(topic, model, tags, reply, description))
 
     def register_hook(self, hook: SendHook | SendCallHook | ConsumeHook) -> None:
         """Add a hook to the clients the app starts: a send hook (``send_before`` /
@@ -457,17 +442,9 @@ class App(AsyncResource):
             ClientClosedError: the app is not running.
             RocketError: as :meth:`Producer.send`.
         """
-        if isinstance(body, BaseModel):
-            data = body.model_dump_json().encode()
-        elif isinstance(body, Mapping | list):
-            data = json.dumps(body, separators=(",", ":")).encode()
-        elif isinstance(body, str):
-            data = body.encode()
-        else:
-            data = body
         msg = Message(
             topic,
-            data,
+            encode_body(body),
             tags=tags,
             keys=keys,
             properties=properties,
@@ -475,9 +452,64 @@ class App(AsyncResource):
             priority=priority,
         )
         result = await self.producer.send(msg, sharding_key=sharding_key)
+        self._note_published(topic)
+        return result
+
+    async def request(
+        self,
+        topic: str,
+        body: bytes | str | BaseModel | Mapping[str, Any] | list[Any],
+        *,
+        reply_model: Any = bytes,
+        timeout: float | None = None,
+        tags: str | None = None,
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        sharding_key: str | None = None,
+    ) -> Any:
+        """Send ``body`` (encoded as by [publish][aiorocket.App.publish]) as a request and
+        return the reply decoded as ``reply_model`` (a pydantic model, ``dict``, ``list``,
+        ``str``; ``bytes`` as it came). A subscriber of ``topic`` whose handler returns a
+        value answers it (see [subscriber][aiorocket.App.subscriber]); any RocketMQ
+        responder will do ([Producer.request][aiorocket.Producer.request]).
+
+        Raises:
+            ReplyTimeoutError: no reply within ``timeout`` (default ``send_timeout``).
+            BodyDecodeError: the reply does not decode as ``reply_model``.
+            ConfigurationError: ``reply_model`` is no supported type.
+            ClientClosedError: the app is not running.
+            RocketError: as [Producer.request][aiorocket.Producer.request].
+        """
+        decode = body_decoder(reply_model)
+        msg = Message(topic, encode_body(body), tags=tags, keys=keys, properties=properties)
+        reply = await self.producer.request(msg, timeout=timeout, sharding_key=sharding_key)
+        self._note_published(topic)
+        return decode(reply.body)
+
+    def _note_published(self, topic: str) -> None:
         if len(self._published) < _PUBLISHED_TOPICS:
             self._published[wrap_namespace(self.settings.namespace, topic)] = None
-        return result
+
+    def asyncapi(
+        self,
+        *,
+        title: str = "aiorocket app",
+        version: str = "1.0.0",
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """The app's AsyncAPI 3.0 document (JSON data; the module `aiorocket.app.asyncapi`): its
+        name servers, a channel per topic, a ``receive`` operation per subscriber and a
+        ``send`` operation per declared [publisher][aiorocket.App.publisher], the message
+        schemas pydantic derives, request/reply operations linked to the reply channel."""
+        endpoints = [s.endpoint() for s in self._subscribers]
+        endpoints.extend(p.endpoint() for p in self._publishers)
+        return build_document(
+            endpoints,
+            namesrv=build_settings(ClientSettings, self.settings.client_settings()).namesrv,
+            title=title,
+            version=version,
+            description=description,
+        )
 
     # -- health -------------------------------------------------------------------------------
 
@@ -524,14 +556,14 @@ class App(AsyncResource):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _groups(self) -> dict[str, list[_Subscriber]]:
-        groups: dict[str, list[_Subscriber]] = {}
+    def _groups(self) -> dict[str, list[Subscriber]]:
+        groups: dict[str, list[Subscriber]] = {}
         for sub in self._subscribers:
             groups.setdefault(sub.group, []).append(sub)
         return groups
 
     def _build_consumer(
-        self, group: str, subs: list[_Subscriber], base: dict[str, Any]
+        self, group: str, subs: list[Subscriber], base: dict[str, Any]
     ) -> PushConsumer:
         options: dict[str, Any] = {**base, **self.settings.consumer}
         for s in subs:
@@ -574,7 +606,7 @@ class App(AsyncResource):
     async def _dispatch(
         self,
         group: str,
-        subs: list[_Subscriber],
+        subs: list[Subscriber],
         msgs: list[ReceivedMessage],
         ctx: ConcurrentContext,
     ) -> ConsumeStatus:
@@ -590,7 +622,7 @@ class App(AsyncResource):
     async def _dispatch_orderly(
         self,
         group: str,
-        subs: list[_Subscriber],
+        subs: list[Subscriber],
         msgs: list[ReceivedMessage],
         ctx: OrderlyContext,
     ) -> OrderlyStatus:
@@ -604,7 +636,7 @@ class App(AsyncResource):
         return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
     async def _run_subscribers(
-        self, group: str, subs: list[_Subscriber], msgs: list[ReceivedMessage]
+        self, group: str, subs: list[Subscriber], msgs: list[ReceivedMessage]
     ) -> tuple[int | None, int | None]:
         """Run each subscriber over its messages of the call; returns the index of the first
         message to retry (``None``: all done) and the retry delay level asked for."""
@@ -633,7 +665,7 @@ class App(AsyncResource):
         return first_failure, delay
 
     async def _run_each(
-        self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
+        self, group: str, sub: Subscriber, items: list[tuple[int, ReceivedMessage]]
     ) -> tuple[int | None, int | None]:
         for index, msg in items:
             try:
@@ -643,10 +675,7 @@ class App(AsyncResource):
                     return index, -1
                 continue
             try:
-                if sub.sig.wants_message:
-                    await sub.fn(body, msg)
-                else:
-                    await sub.fn(body)
+                result = await (sub.fn(body, msg) if sub.sig.wants_message else sub.fn(body))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -656,10 +685,20 @@ class App(AsyncResource):
                     return index, outcome
                 continue
             sub.stats.handled += 1
+            if result is not None and is_request(msg):
+                await self._reply(msg, result)
         return None, None
 
+    async def _reply(self, request: ReceivedMessage, value: Any) -> None:
+        # A failed reply is the requester's loss (it times out), not a reason to consume the
+        # request again: the handler's work is done (as a Java responder's send failing).
+        try:
+            await self.producer.reply(request, encode_body(value))
+        except RocketError as exc:
+            log.warning("could not reply to request %s: %s", request.msg_id, exc)
+
     async def _run_batch(
-        self, group: str, sub: _Subscriber, items: list[tuple[int, ReceivedMessage]]
+        self, group: str, sub: Subscriber, items: list[tuple[int, ReceivedMessage]]
     ) -> tuple[int | None, int | None]:
         bodies: list[Any] = []
         good: list[tuple[int, ReceivedMessage]] = []
@@ -690,7 +729,7 @@ class App(AsyncResource):
         return None, None
 
     async def _failure(
-        self, group: str, sub: _Subscriber, msg: ReceivedMessage, exc: Exception
+        self, group: str, sub: Subscriber, msg: ReceivedMessage, exc: Exception
     ) -> int | None:
         """Decide a failed message's fate: ``None`` when it was dead-lettered, else the retry
         delay level to hand back (0: the broker's schedule, -1: the broker's DLQ)."""
@@ -706,7 +745,7 @@ class App(AsyncResource):
     @staticmethod
     def _log_failure(
         group: str,
-        sub: _Subscriber,
+        sub: Subscriber,
         msgs: list[ReceivedMessage],
         exc: Exception,
         outcomes: list[int | None],
@@ -725,7 +764,7 @@ class App(AsyncResource):
         sub.failures.failed(msgs, exc, outcome)
 
     async def _dead_letter(
-        self, group: str, sub: _Subscriber, msg: ReceivedMessage, reason: str
+        self, group: str, sub: Subscriber, msg: ReceivedMessage, reason: str
     ) -> bool:
         """Publish a copy of ``msg`` to ``%DLQ%<group>`` with ``reason``; False if that failed
         (the caller then lets the broker dead-letter it with delay level -1)."""

@@ -1,11 +1,12 @@
-"""Typed handler bodies: the first parameter's annotation chooses how a body is decoded."""
+"""Typed handler bodies: the first parameter's annotation chooses how a body is decoded, the
+return annotation what a handler replies with; values are encoded as `encode_body`."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import ReceivedMessage
 
-__all__ = ["BodyDecodeError", "HandlerSignature", "inspect_handler"]
+__all__ = ["BodyDecodeError", "HandlerSignature", "body_decoder", "encode_body", "inspect_handler"]
 
 
 class BodyDecodeError(ValueError):
@@ -29,6 +30,35 @@ class HandlerSignature:
     wants_message: bool
     batch: bool
     body_type: str
+    #: the body's declared type (``bytes`` when undeclared), for the AsyncAPI document
+    body_annotation: Any = bytes
+    #: the declared return type when the handler returns something (it replies with it to a
+    #: request), else ``None``
+    reply_annotation: Any = None
+
+
+def encode_body(value: Any) -> bytes:
+    """A body to send: a pydantic model or a JSON value (``dict``, ``list``) as JSON, ``str``
+    as UTF-8, bytes as they are."""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json().encode()
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, separators=(",", ":")).encode()
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return json.dumps(value).encode()
+
+
+def body_decoder(annotation: Any) -> Callable[[bytes], Any]:
+    """How a body declared as ``annotation`` is decoded (``bytes``, ``str``, a pydantic
+    model, ``dict``/``list`` JSON).
+
+    Raises:
+        ConfigurationError: an unsupported type.
+    """
+    return _decoder(annotation)[0]
 
 
 def _decoder(annotation: Any) -> tuple[Callable[[bytes], Any], str]:
@@ -99,6 +129,8 @@ def inspect_handler(fn: Callable[..., Any], *, batch: bool) -> HandlerSignature:
         elif first is not inspect.Parameter.empty:
             raise ConfigurationError(f"batch handler {fn.__qualname__} must take list[...] bodies")
     decode, name = _decoder(first)
+    returns = hints.get("return", inspect.Parameter.empty)
+    reply = None if returns in (inspect.Parameter.empty, None, type(None)) else returns
     wants_message = False
     if len(params) > 1:
         second = hints.get(params[1].name)
@@ -108,4 +140,11 @@ def inspect_handler(fn: Callable[..., Any], *, batch: bool) -> HandlerSignature:
                 f"the second parameter of {fn.__qualname__} must be typed {expected}"
             )
         wants_message = second == expected
-    return HandlerSignature(decode=decode, wants_message=wants_message, batch=batch, body_type=name)
+    return HandlerSignature(
+        decode=decode,
+        wants_message=wants_message,
+        batch=batch,
+        body_type=name,
+        body_annotation=bytes if first is inspect.Parameter.empty else first,
+        reply_annotation=reply,
+    )

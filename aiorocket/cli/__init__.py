@@ -1,4 +1,4 @@
-"""The ``aiorocket`` command: ``broker``, ``run``, ``demo`` and ``admin``."""
+"""The ``aiorocket`` command: ``broker``, ``run``, ``demo``, ``admin`` and ``asyncapi``."""
 
 from __future__ import annotations
 
@@ -47,11 +47,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from aiorocket.cli._admin import add_admin_parser
+    from aiorocket.cli._asyncapi import add_asyncapi_parser
     from aiorocket.cli._broker import add_broker_parser
     from aiorocket.cli._demo import add_demo_parser
     from aiorocket.cli._run import add_run_parser
 
-    for add in (add_broker_parser, add_run_parser, add_demo_parser, add_admin_parser):
+    for add in (
+        add_broker_parser,
+        add_run_parser,
+        add_demo_parser,
+        add_admin_parser,
+        add_asyncapi_parser,
+    ):
         add(_WithParents(sub, common))
     return parser
 
@@ -91,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from aiorocket.cli._admin import run_admin
 
         return run_admin(args)
+    if args.command == "asyncapi":
+        from aiorocket.cli._asyncapi import run_asyncapi
+
+        return run_asyncapi(args)
     if args.command == "demo":
         from aiorocket.cli._demo import run_demo_command
 

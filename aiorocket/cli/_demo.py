@@ -84,6 +84,7 @@ async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
             # them up): the subscribers find the topic at start, with all 8 queues.
             async with Admin(namesrv=broker.address) as admin:
                 await admin.create_topic("orders", queues=8)
+                await admin.create_topic("order-status", queues=2)
             app = build_app(broker.address, ledger, consumer=consumer_settings)
             async with app:
                 print("app started: billing (concurrent) and fulfilment (orderly) subscribers")

@@ -6,6 +6,8 @@
 * ``fulfilment`` (orderly) receives every event of an order in sequence (created → paid →
   shipped), because the producer sends all events of one order with the order id as sharding
   key; it records any event that arrives out of sequence.
+* ``status`` answers requests on ``order-status`` (request/reply): the status of an order as
+  the ledger has it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ __all__ = [
     "POISON_ORDER",
     "Ledger",
     "OrderEvent",
+    "OrderStatus",
     "PaymentGatewayTimeout",
     "PoisonOrder",
+    "StatusQuery",
     "build_app",
 ]
 
@@ -38,6 +42,20 @@ class OrderEvent(BaseModel):
     seq: int  # 0 created, 1 paid, 2 shipped
     event: str
     amount_cents: int = 0
+
+
+class StatusQuery(BaseModel):
+    """A request for an order's status."""
+
+    order_id: int
+
+
+class OrderStatus(BaseModel):
+    """The answer to a StatusQuery."""
+
+    order_id: int
+    billed: bool
+    events_fulfilled: int
 
 
 class PaymentGatewayTimeout(Exception):
@@ -64,6 +82,18 @@ class Ledger:
 def build_app(namesrv: str, ledger: Ledger, **settings: object) -> App:
     """Build the orders app against ``namesrv``, recording into ``ledger``."""
     app = App(namesrv=namesrv, **settings)
+    app.publisher(
+        "orders",
+        OrderEvent,
+        tags="created || paid || shipped",
+        description="Every event of an order, sent with the order id as sharding key.",
+    )
+    app.publisher(
+        "order-status",
+        StatusQuery,
+        reply=OrderStatus,
+        description="Asks for an order's status; the status subscriber answers.",
+    )
 
     @app.subscriber(
         "orders",
@@ -72,6 +102,7 @@ def build_app(namesrv: str, ledger: Ledger, **settings: object) -> App:
         retry=RetryPolicy(max_attempts=3, delay_level=1),
     )
     async def bill(event: OrderEvent, msg: ReceivedMessage) -> None:
+        """Bill a created order; a flaky order fails twice first, the poison one always."""
         ledger.bill_attempts[event.order_id] += 1
         if event.order_id == POISON_ORDER:
             raise PoisonOrder(f"order {event.order_id} can never be billed")
@@ -81,6 +112,7 @@ def build_app(namesrv: str, ledger: Ledger, **settings: object) -> App:
 
     @app.subscriber("orders", group="fulfilment", orderly=True)
     async def fulfil(event: OrderEvent) -> None:
+        """Check that each order's events arrive in sequence."""
         expected = ledger.next_seq[event.order_id]
         if event.seq == expected:
             ledger.next_seq[event.order_id] = expected + 1
@@ -89,5 +121,14 @@ def build_app(namesrv: str, ledger: Ledger, **settings: object) -> App:
             ledger.redelivered_in_order += 1  # a replay after a hand-over: allowed, never a skip
         else:
             ledger.order_violations += 1
+
+    @app.subscriber("order-status", group="status")
+    async def status(query: StatusQuery) -> OrderStatus:
+        """Answer a status request from the ledger."""
+        return OrderStatus(
+            order_id=query.order_id,
+            billed=query.order_id in ledger.billed,
+            events_fulfilled=ledger.next_seq[query.order_id],
+        )
 
     return app

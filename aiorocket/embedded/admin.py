@@ -95,8 +95,6 @@ _SCAN_CHUNK = 1024
 #: that take a reset-offset request / a running-info request (Broker2Client, callConsumer)
 _V3_0_7 = 28
 _V3_1_8 = 62
-#: how long a forwarded request waits for the client (``Broker2Client.callClient``: 10 s)
-_CALL_CLIENT_TIMEOUT = 10.0
 _VERSION_DESC = "V4_9_8"
 #: what a 5.x broker's runtime info adds to 4.9.8's (its thread pools for acks and lite pulls,
 #: timer progress, whether it is active), each at its value on an idle broker; the timer keys
@@ -510,7 +508,7 @@ class AdminProcessors(Processor):
             RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields), cmd.body
         )
         try:
-            answer = await info.channel.request(forward, timeout=_CALL_CLIENT_TIMEOUT)
+            answer = await info.channel.request(forward, timeout=self._config.call_client_timeout)
         except RequestTimeoutError as exc:
             return cmd.make_response(
                 ResponseCode.CONSUME_MSG_TIMEOUT,

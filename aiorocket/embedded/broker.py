@@ -59,6 +59,7 @@ from aiorocket.embedded.pop_service import PopService
 from aiorocket.embedded.processors import BrokerProcessors
 from aiorocket.embedded.pull import PullProcessor
 from aiorocket.embedded.recall import RecallProcessor
+from aiorocket.embedded.reply import ReplyProcessor
 from aiorocket.embedded.schedule import ScheduleService
 from aiorocket.embedded.send import SendProcessor
 from aiorocket.embedded.stats import BrokerStats
@@ -434,6 +435,7 @@ class EmbeddedBroker(AsyncResource):
             self._dispatcher,
             (
                 SendProcessor(ctx),
+                ReplyProcessor(ctx),
                 transactions,
                 PullProcessor(ctx),
                 BrokerProcessors(ctx),

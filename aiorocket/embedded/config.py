@@ -216,6 +216,13 @@ class BrokerConfig:
     #: into ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged).
     transaction_check_max: int = 15
 
+    #: ``storeReplyMessageEnable`` (true): a reply (SEND_REPLY_MESSAGE) is also stored in
+    #: ``<cluster>_REPLY_TOPIC`` besides being pushed to its requester (docs/protocol.md §13).
+    store_reply_messages: bool = True
+    #: how long a request the broker sends a client waits for its answer (a pushed reply, a
+    #: forwarded running-info request; ``Broker2Client.callClient``: 10 s).
+    call_client_timeout: float = 10.0
+
     #: ACL (docs/protocol.md §8): when both are set every broker request must be signed with them.
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
@@ -280,6 +287,7 @@ class BrokerConfig:
             "offsets_flush_interval",
             "transaction_check_interval",
             "transaction_timeout",
+            "call_client_timeout",
             "timer_max_delay",
             "timer_roll_window",
         ):

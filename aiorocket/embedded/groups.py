@@ -241,6 +241,18 @@ class ClientGroups:
         """The registrations of producer ``group`` (empty for an unknown group)."""
         return list(self._producers.get(group, {}).values())
 
+    def find_producer(self, client_id: str) -> Hashable | None:
+        """The channel of the producer client ``client_id`` (any group; the one heard from
+        last), where a reply to its request is pushed (``ProducerManager.findChannel``)."""
+        found: ClientChannel | None = None
+        for channels in self._producers.values():
+            for info in channels.values():
+                if info.client_id == client_id and (
+                    found is None or info.last_update > found.last_update
+                ):
+                    found = info
+        return None if found is None else found.channel
+
     def producer_groups(self) -> list[str]:
         """Names of the producer groups with at least one channel."""
         return sorted(self._producers)

@@ -43,7 +43,7 @@ from aiorocket.errors import (
     RemoteProtocolError,
 )
 
-__all__ = ["SendProcessor", "born_ipv4"]
+__all__ = ["SendChecks", "SendProcessor", "born_ipv4"]
 
 log = logging.getLogger("aiorocket.embedded")
 
@@ -69,8 +69,9 @@ def born_ipv4(peer_host: str) -> str:
     return "127.0.0.1"
 
 
-class SendProcessor(Processor):
-    """Serves the send codes and CONSUMER_SEND_MSG_BACK.
+class SendChecks(Processor):
+    """What the send processors share (Java's ``AbstractSendMessageProcessor``): the checks
+    that admit a send, the record it becomes, the answers it gets.
 
     Args:
         ctx: the broker's writer, topic table (lookup and auto-creation), settings (limits
@@ -97,17 +98,15 @@ class SendProcessor(Processor):
         log.error("cannot store a message: %s", exc)
         return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"store error: {exc}")
 
-    @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
-    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """Codes 10, 310 and 320: store one message or a batch (the header's ``batch`` flag
-        decides, not the code).
+    def _admit(
+        self, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand | int:
+        """The refusal of a send (``msgCheck`` and the size checks), or the queue id its
+        message goes to (a random writable one for a negative id).
 
         Raises:
-            MissingHeaderFieldError: a mandatory header field is absent or malformed.
-            OSError: the topic table or the sync flush failed (a failed store write is
-                answered SERVICE_NOT_AVAILABLE instead).
+            OSError: the topic table could not be written (an auto-created topic).
         """
-        header = decode_send_header(cmd.code, cmd.ext_fields)
         topic = header.topic
         config = self._config
         if not is_valid_name(topic):
@@ -153,30 +152,15 @@ class SendProcessor(Processor):
             )
         queue_id = header.queue_id
         if queue_id < 0:
-            queue_id = random.randrange(cfg.write_queue_nums)
-        elif queue_id >= cfg.queue_count:
+            return random.randrange(cfg.write_queue_nums)
+        if queue_id >= cfg.queue_count:
             return self._response(
                 cmd,
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
                 f"topicConfig.writeQueueNums:[{cfg.write_queue_nums}]",
             )
-        props = mp.decode_properties(props_text)
-        # AbstractSendMessageProcessor.buildMsgContext: every sent message (a batch: each
-        # member) is stored with the broker's region and trace switch; Java's consume trace
-        # hook drops its records without a region.
-        props[mp.MSG_REGION] = "DefaultRegion"
-        props[mp.TRACE_ON] = "true"
-        if header.batch and props.get(mp.TRAN_MSG, "").lower() == "true":
-            # The Java client never batches half messages; a batch has no single half to end.
-            return self._response(
-                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional"
-            )
-        if header.batch:
-            return await self._send_batch(conn, cmd, header, queue_id, props)
-        if config.priorities_enabled and mp.PRIORITY in props:
-            queue_id = self._priority_queue(props, cfg.write_queue_nums, queue_id)
-        return await self._send_single(conn, cmd, header, queue_id, props)
+        return queue_id
 
     @staticmethod
     def _priority_queue(props: dict[str, str], write_queues: int, queue_id: int) -> int:
@@ -225,6 +209,47 @@ class SendProcessor(Processor):
             prepared_transaction_offset=0,
             properties=props,
         )
+
+
+class SendProcessor(SendChecks):
+    """Serves the send codes and CONSUMER_SEND_MSG_BACK.
+
+    Args:
+        ctx: as for `SendChecks`.
+    """
+
+    @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """Codes 10, 310 and 320: store one message or a batch (the header's ``batch`` flag
+        decides, not the code).
+
+        Raises:
+            MissingHeaderFieldError: a mandatory header field is absent or malformed.
+            OSError: the topic table or the sync flush failed (a failed store write is
+                answered SERVICE_NOT_AVAILABLE instead).
+        """
+        header = decode_send_header(cmd.code, cmd.ext_fields)
+        queue_id = self._admit(cmd, header)
+        if isinstance(queue_id, RemotingCommand):
+            return queue_id
+        props = mp.decode_properties(header.properties or "")
+        # AbstractSendMessageProcessor.buildMsgContext: every sent message (a batch: each
+        # member) is stored with the broker's region and trace switch; Java's consume trace
+        # hook drops its records without a region.
+        props[mp.MSG_REGION] = "DefaultRegion"
+        props[mp.TRACE_ON] = "true"
+        if header.batch and props.get(mp.TRAN_MSG, "").lower() == "true":
+            # The Java client never batches half messages; a batch has no single half to end.
+            return self._response(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional"
+            )
+        if header.batch:
+            return await self._send_batch(conn, cmd, header, queue_id, props)
+        if self._config.priorities_enabled and mp.PRIORITY in props:
+            cfg = self._topics.get(header.topic)
+            if cfg is not None:
+                queue_id = self._priority_queue(props, cfg.write_queue_nums, queue_id)
+        return await self._send_single(conn, cmd, header, queue_id, props)
 
     async def _send_single(
         self,

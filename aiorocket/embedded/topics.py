@@ -20,6 +20,7 @@ from aiorocket._names import (
     TIMER_TOPIC,
     dlq_topic,
     is_valid_name,
+    reply_topic,
     retry_topic,
 )
 from aiorocket._protocol.attributes import MESSAGE_TYPE_ATTRIBUTE, parse_attributes
@@ -215,6 +216,13 @@ class TopicTable(PersistedTable):
                 write_queue_nums=len(config.delay_levels),
             ),
         ]
+        # TopicConfigManager: the cluster's reply topic (request/reply, docs/protocol.md §13),
+        # one queue, whatever the other switches say.
+        out.append(
+            TopicConfig(
+                name=reply_topic(config.cluster_name), read_queue_nums=1, write_queue_nums=1
+            )
+        )
         if config.trace_topic_enable:
             # TopicConfigManager: traceTopicEnable creates msgTraceTopicName, one queue.
             name = config.msg_trace_topic_name

@@ -1,4 +1,5 @@
-"""FastAPI integration: lifespan, a producer dependency and health routes.
+"""FastAPI integration: lifespan, a producer dependency, health routes and the app's AsyncAPI
+document.
 
 ::
 
@@ -10,6 +11,7 @@
     api = FastAPI(lifespan=rocket.lifespan)
     api.include_router(health_router(rocket))
     api.include_router(metrics_router(rocket))   # GET /metrics (aiorocketmq[prometheus])
+    api.include_router(asyncapi_router(rocket))  # GET /asyncapi.json, /asyncapi.yaml
 
     @api.post("/orders")
     async def create(order: Order, producer: Producer = Depends(producer_dependency(rocket))):
@@ -31,8 +33,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from aiorocket import Producer
 from aiorocket.app import App
+from aiorocket.app.asyncapi import to_yaml
 
-__all__ = ["health_router", "metrics_router", "producer_dependency"]
+__all__ = ["asyncapi_router", "health_router", "metrics_router", "producer_dependency"]
 
 
 def producer_dependency(app: App) -> Callable[[], Producer]:
@@ -93,5 +96,33 @@ def metrics_router(app: App, *, path: str = "/metrics") -> APIRouter:
     async def metrics() -> Response:
         # Rendered on the event loop: the consumers' statistics live there.
         return Response(render(registry), media_type=CONTENT_TYPE)
+
+    return router
+
+
+def asyncapi_router(
+    app: App,
+    *,
+    path: str = "/asyncapi",
+    title: str = "aiorocket app",
+    version: str = "1.0.0",
+) -> APIRouter:
+    """``GET {path}.json`` and ``GET {path}.yaml``: the app's AsyncAPI 3.0 document
+    ([App.asyncapi][aiorocket.App.asyncapi]), built once, on the first request."""
+    router = APIRouter()
+    cache: dict[str, Any] = {}
+
+    def document() -> dict[str, Any]:
+        if not cache:
+            cache.update(app.asyncapi(title=title, version=version))
+        return cache
+
+    @router.get(f"{path}.json")
+    async def as_json() -> JSONResponse:
+        return JSONResponse(document())
+
+    @router.get(f"{path}.yaml")
+    async def as_yaml() -> Response:
+        return Response(to_yaml(document()) + "\n", media_type="application/yaml")
 
     return router

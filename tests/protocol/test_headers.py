@@ -209,7 +209,7 @@ def test_field_tables_follow_remoting_md() -> None:
 def test_registries() -> None:
     expected = {
         10, 11, 12, 14, 15, 17, 29, 30, 31, 32, 33, 35, 36, 37, 38, 39, 40,
-        105, 220, 221, 222, 307, 309, 310, 320, 361,
+        105, 220, 221, 222, 307, 309, 310, 320, 324, 325, 326, 361,
     }  # fmt: skip
     assert set(REQUEST_HEADERS) == expected
     assert not NO_HEADER_CODES & set(REQUEST_HEADERS)

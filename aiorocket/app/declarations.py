@@ -1,0 +1,122 @@
+"""What an App declares: its subscribers (with their counters) and publishers, each able to
+describe itself as an operation of the app's AsyncAPI document."""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiorocket.app.asyncapi import Endpoint
+from aiorocket.app.decoding import HandlerSignature
+from aiorocket.app.failures import FailureLog
+from aiorocket.app.signals import RetryPolicy
+from aiorocket.models import ReceivedMessage
+
+__all__ = [
+    "OrderBy",
+    "Publisher",
+    "Subscriber",
+    "SubscriberStatistics",
+    "parse_tags",
+]
+
+#: what an orderly subscriber keeps in order (see [App.subscriber][aiorocket.App.subscriber])
+OrderBy = Literal["queue", "sharding_key"] | Callable[[ReceivedMessage], str | None]
+_LATENCY_SAMPLES = 20_000
+
+
+@dataclass(slots=True)
+class SubscriberStatistics:
+    """Counters of one subscriber.
+
+    Attributes:
+        handled: messages whose handler returned.
+        failed: deliveries that failed and were handed back for a retry.
+        dead_lettered: messages sent to the dead-letter queue by the app (invalid bodies,
+            retry policy exhausted, ``DeadLetter``).
+        latencies_ms: recent store-to-handler latencies in milliseconds (bounded sample).
+    """
+
+    handled: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
+
+
+@dataclass(slots=True)
+class Subscriber:
+    """One subscriber of an [App][aiorocket.App]: what `subscriber` declared."""
+
+    topic: str
+    group: str
+    tags: frozenset[str] | None  # None: every tag
+    orderly: bool
+    order_by: OrderBy
+    batch: bool
+    batch_size: int
+    concurrency: int | None
+    retry: RetryPolicy
+    fn: Callable[..., Awaitable[Any]]
+    sig: HandlerSignature
+    failures: FailureLog
+    stats: SubscriberStatistics = field(default_factory=SubscriberStatistics)
+    sql: str | None = None  # an SQL92 subscription: the broker filters, ``tags`` is None
+    settings: dict[str, Any] = field(default_factory=dict)  # its group's consumer settings
+
+    @property
+    def expression(self) -> str:
+        """The subscription expression: its SQL92 selector or its tags (``*`` for all)."""
+        if self.sql is not None:
+            return self.sql
+        return "*" if self.tags is None else " || ".join(sorted(self.tags))
+
+    def matches(self, msg: ReceivedMessage) -> bool:
+        """Whether ``msg`` is for this subscriber (its topic, one of its tags)."""
+        return msg.topic == self.topic and (self.tags is None or msg.tags in self.tags)
+
+    def endpoint(self) -> Endpoint:
+        """Its ``receive`` operation in the app's AsyncAPI document."""
+        return Endpoint(
+            action="receive",
+            name=getattr(self.fn, "__name__", self.group),
+            topic=self.topic,
+            payload=self.sig.body_annotation,
+            reply=self.sig.reply_annotation,
+            tags=None if self.tags is None else " || ".join(sorted(self.tags)),
+            sql=self.sql,
+            group=self.group,
+            orderly=self.orderly,
+            description=inspect.getdoc(self.fn),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Publisher:
+    """What an [App][aiorocket.App] declared it publishes (``App.publisher``)."""
+
+    topic: str
+    model: Any
+    tags: str | None
+    reply: Any
+    description: str | None
+
+    def endpoint(self) -> Endpoint:
+        """Its ``send`` operation in the app's AsyncAPI document."""
+        return Endpoint(
+            action="send",
+            name=f"publish_{self.topic}",
+            topic=self.topic,
+            payload=self.model,
+            reply=self.reply,
+            tags=self.tags,
+            description=self.description,
+        )
+
+
+def parse_tags(tags: str) -> frozenset[str] | None:
+    """The tags of a tag expression (``"a || b"``); ``None`` for every tag (``*``)."""
+    parts = {t.strip() for t in tags.split("||") if t.strip()}
+    return None if not parts or "*" in parts else frozenset(parts)
