@@ -16,8 +16,8 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._protocol.recall import RecallHandle, RecallMessageRequestHeader
 from aiorocket._remoting import Connection
-from aiorocket.embedded.context import Processor, handles
-from aiorocket.embedded.send import born_ipv4
+from aiorocket.embedded.context import handles
+from aiorocket.embedded.send import SendChecks
 from aiorocket.embedded.writer import TimerRefused
 from aiorocket.errors import ClientClosedError, LocalProtocolError, RemoteProtocolError
 
@@ -27,8 +27,8 @@ __all__ = ["RecallProcessor"]
 RECALL_TAG = "_RECALL_TAG_"
 
 
-class RecallProcessor(Processor):
-    """The RECALL_MESSAGE handler."""
+class RecallProcessor(SendChecks):
+    """The RECALL_MESSAGE handler (a send of the broker's own cancelling message)."""
 
     @handles(RequestCode.RECALL_MESSAGE)
     async def recall(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -73,7 +73,7 @@ class RecallProcessor(Processor):
                 ResponseCode.ILLEGAL_OPERATION, remark="recall failed, timestamp invalid"
             )
         try:
-            self._ctx.writer.store_or_park(self._cancel_record(conn, h, handle))
+            self._writer.store_or_park(self._cancel_record(conn, h, handle))
         except TimerRefused as exc:
             return cmd.make_response(exc.refusal.code, remark=exc.refusal.remark)
         except (OSError, ClientClosedError, LocalProtocolError) as exc:
@@ -98,23 +98,14 @@ class RecallProcessor(Processor):
         }
         if h.producer_group:
             props[mp.PGROUP] = h.producer_group
-        store_host, store_port = self._ctx.store_address()
-        peer_host, peer_port = conn.peer
-        return MessageRecord(
+        return self._record(
+            conn,
             topic=handle.topic,
-            body=b"0",
             queue_id=0,
+            body=b"0",
             flag=0,
-            queue_offset=0,
-            commit_log_offset=0,
             sys_flag=0,
             born_timestamp=now,
-            born_host=born_ipv4(peer_host),
-            born_port=peer_port,
-            store_timestamp=0,
-            store_host=store_host,
-            store_port=store_port,
             reconsume_times=0,
-            prepared_transaction_offset=0,
-            properties=props,
+            props=props,
         )
