@@ -81,8 +81,13 @@ def add_admin_parser(sub: Any) -> None:
     sub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
+        # argparse %-formats a subcommand's help (not its description): %DLQ% must be escaped.
         parser: argparse.ArgumentParser = sub.add_parser(
-            name, parents=[leaf], help=help, description=help, formatter_class=HelpFormatter
+            name,
+            parents=[leaf],
+            help=help.replace("%", "%%"),
+            description=help,
+            formatter_class=HelpFormatter,
         )
         return parser
 
