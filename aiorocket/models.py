@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Final, Protocol, cast
 
-from aiorocket._names import validate_name
+from aiorocket._names import validate_name, validate_user_property
 from aiorocket.errors import ConfigurationError
 
 __all__ = [
@@ -56,7 +56,9 @@ class Message:
         body: the payload (``bytes``; ``str`` is encoded as UTF-8).
         tags: one tag, used by consumers' tag expressions (``"created"``).
         keys: business keys, searchable on the broker (sent space-joined in ``KEYS``).
-        properties: user properties; keys and values must not contain ``\\x01``/``\\x02``.
+        properties: user properties (``str`` names and values without ``\\x01``/``\\x02``);
+            RocketMQ's system property names (``TAGS``, ``KEYS``, ``DELAY``, ``UNIQ_KEY``, ...)
+            are refused, as Java's ``putUserProperty`` refuses them.
         delay_level: 1-18 to deliver after the broker's delay level (1 s … 2 h).
         message_group: RocketMQ 5.x's name for the sharding key (its FIFO message group):
             the message is sent as if ``sharding_key=message_group`` were passed to
@@ -64,7 +66,9 @@ class Message:
             and carries it as ``__SHARDINGKEY``, so messages of one group stay in order.
 
     Raises:
-        ConfigurationError: a tag, key, delay level or message group is invalid.
+        ConfigurationError: the body is not bytes or text (a `dict`: encode it first, or
+            publish it with [App.publish][aiorocket.App.publish]), or a tag, key, property,
+            delay level or message group is invalid.
     """
 
     topic: str
@@ -86,10 +90,9 @@ class Message:
         delay_level: int | None = None,
         message_group: str | None = None,
     ) -> None:
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        elif not isinstance(body, bytes):
-            body = bytes(body)
+        body = _body_bytes(body)
+        if properties:
+            _check_user_properties(properties)
         if isinstance(keys, str):
             keys = (keys,)
         keys = tuple(keys)
@@ -115,6 +118,59 @@ class Message:
         object.__setattr__(self, "properties", dict(properties or {}))
         object.__setattr__(self, "delay_level", delay_level or None)
         object.__setattr__(self, "message_group", message_group)
+
+    @classmethod
+    def with_properties(
+        cls,
+        topic: str,
+        body: bytes | bytearray | memoryview | str,
+        properties: Mapping[str, str],
+        *,
+        tags: str | None = None,
+        keys: Sequence[str] | str = (),
+        delay_level: int | None = None,
+        message_group: str | None = None,
+    ) -> Message:
+        """A message carrying ``properties`` as they are, system names included (Java's
+        ``MessageAccessor``): for forwarding a received message's properties (a dead-letter
+        copy) or presetting its client id (``UNIQ_KEY``, kept by the producer as Java's
+        ``setUniqID`` keeps it). Most code wants the checked constructor instead.
+
+        Raises:
+            ConfigurationError: as the constructor, except for the property names.
+        """
+        msg = cls(
+            topic, body, tags=tags, keys=keys, delay_level=delay_level, message_group=message_group
+        )
+        object.__setattr__(msg, "properties", dict(properties))
+        return msg
+
+
+def _body_bytes(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    hint = (
+        "; encode it first (json.dumps(body).encode()) or let App.publish encode it as JSON"
+        if isinstance(body, Mapping | list | tuple) or hasattr(body, "model_dump_json")
+        else ""
+    )
+    raise ConfigurationError(
+        f"a message body must be bytes or str, not {type(body).__name__}{hint}"
+    )
+
+
+def _check_user_properties(properties: Mapping[str, str]) -> None:
+    for name, value in properties.items():
+        validate_user_property(name)
+        if not isinstance(value, str):
+            raise ConfigurationError(
+                f"property {name!r}: values must be str, not {type(value).__name__} "
+                f"(use str({value!r}))"
+            )
 
 
 class SendStatus(enum.Enum):

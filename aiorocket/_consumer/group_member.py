@@ -30,7 +30,7 @@ from aiorocket._consumer.process_queue import FlowLimits
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
-from aiorocket._names import is_retry_topic, retry_topic, wrap_namespace
+from aiorocket._names import is_retry_topic, retry_topic, validate_group, wrap_namespace
 from aiorocket._protocol.allocation import AllocationStrategy, strategy_named
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.command import RemotingCommand
@@ -86,6 +86,7 @@ class GroupMember(AsyncResource):
     def __init__(self, settings: ConsumerSettings) -> None:
         self.settings = settings
         s = settings
+        validate_group(s.group, "consumer group")
         self._group = wrap_namespace(s.namespace, s.group)
         validate_name(self._group, "consumer group")
         self._clustering = s.message_model == "clustering"

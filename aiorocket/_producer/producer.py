@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
-from aiorocket._names import now_ms, without_namespace, wrap_namespace
+from aiorocket._names import now_ms, validate_group, without_namespace, wrap_namespace
 from aiorocket._producer.checks import (
     check_sharding_key,
     deliver_ms,
@@ -110,6 +110,7 @@ class Producer(AsyncResource):
         self.settings: ProducerSettings = build_settings(
             self._settings_class, {"namesrv": namesrv, "group": group, **settings}
         )
+        validate_group(self.settings.group, "producer group")
         validate_name(self._wire_group(), "producer group")
         self._client = ClientInstance(self.settings, handler=self._broker_requests())
         self._client.on_new_brokers = self._on_new_brokers

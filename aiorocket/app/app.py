@@ -18,7 +18,7 @@ from aiorocket._concurrency import AsyncResource, Periodic, Service
 from aiorocket._consumer import PushConsumer
 from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.subscription import check_selector
-from aiorocket._names import dlq_topic, wrap_namespace
+from aiorocket._names import dlq_topic, validate_group, wrap_namespace
 from aiorocket._producer.hooks import SendCallHook, SendHook
 from aiorocket._producer.producer import Producer
 from aiorocket.app.decoding import BodyDecodeError, HandlerSignature, inspect_handler
@@ -213,7 +213,7 @@ class App(AsyncResource):
         """
         check_selector(tags, sql)
         validate_name(topic)
-        validate_name(group, "consumer group")
+        validate_group(group, "consumer group")
         if self._started:
             raise ConfigurationError("subscribers must be declared before the app starts")
         if batch_size < 1:
@@ -726,7 +726,7 @@ class App(AsyncResource):
         props[DLQ_ORIGIN_TOPIC] = msg.topic
         props[DLQ_ORIGIN_MESSAGE_ID] = msg.msg_id
         try:
-            await self.producer.send(Message(dlq_topic(group), msg.body, properties=props))
+            await self.producer.send(Message.with_properties(dlq_topic(group), msg.body, props))
         except RocketError as exc:
             log.warning("could not publish %s to the dead-letter queue: %s", msg.msg_id, exc)
             return False

@@ -91,9 +91,9 @@ async def test_a_preset_uniq_key_is_kept(broker: EmbeddedBroker) -> None:
     # that may resend, e.g. the Spark sink); others get a fresh one.
     preset = "0A0000010000000000000000000000AB"
     async with Producer(namesrv=broker.address, group="pg") as producer:
-        one = await producer.send(Message("ids", b"a", properties={"UNIQ_KEY": preset}))
+        one = await producer.send(Message.with_properties("ids", b"a", {"UNIQ_KEY": preset}))
         batch = await producer.send_batch(
-            [Message("ids", b"b", properties={"UNIQ_KEY": preset + "C"}), Message("ids", b"c")]
+            [Message.with_properties("ids", b"b", {"UNIQ_KEY": preset + "C"}), Message("ids", b"c")]
         )
     assert one.msg_id == preset
     ids = batch[0].msg_id.split(",") if len(batch) == 1 else [r.msg_id for r in batch]

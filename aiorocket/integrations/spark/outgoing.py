@@ -323,12 +323,12 @@ def messages(
                 keys = [*keys, uid]
             out.append(
                 Outgoing(
-                    Message(
+                    Message.with_properties(
                         topic,
                         body,
+                        user,
                         tags=tags,
                         keys=keys,
-                        properties=user,
                         delay_level=level or None,
                         message_group=group,
                     ),
