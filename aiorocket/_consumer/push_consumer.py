@@ -38,6 +38,7 @@ import dataclasses
 import inspect
 import logging
 import time
+import typing
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
@@ -73,14 +74,68 @@ from aiorocket.errors import (
     RequestCodeNotSupportedError,
     TransportError,
 )
-from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
+from aiorocket.models import (
+    ConcurrentContext,
+    MessageQueue,
+    OrderlyContext,
+    ReceivedMessage,
+    validate_name,
+)
 from aiorocket.settings import ConsumerSettings, build_settings
 
-__all__ = ["PushConsumer"]
+__all__ = ["PushConsumer", "check_listener"]
 
 log = logging.getLogger("aiorocket.consumer")
 
 _H = TypeVar("_H", bound=Handler | OrderlyHandler)
+
+
+def check_listener(handler: object, *, orderly: bool) -> None:
+    """Refuse a listener the consume service could not call as ``await handler(msgs, ctx)``:
+    not an ``async def``, another number of parameters, or annotations saying one message
+    (not a list) or the other mode's context. Java checks the listener's interface at
+    ``start()`` (``checkConfig``); a signature is Python's interface.
+
+    Raises:
+        ConfigurationError: naming the listener, the mistake and the signature to use.
+    """
+    context = "OrderlyContext" if orderly else "ConcurrentContext"
+    returns = "OrderlyStatus | None" if orderly else "ConsumeStatus | None"
+    name = getattr(handler, "__qualname__", None) or type(handler).__qualname__
+    expected = f"async def {name}(msgs: list[ReceivedMessage], ctx: {context}) -> {returns}"
+    call = handler
+    if not inspect.iscoroutinefunction(handler):
+        call = getattr(handler, "__call__", None)  # noqa: B004 (an object with async __call__)
+    if not inspect.iscoroutinefunction(call):
+        raise ConfigurationError(f"the listener {name} must be an async def function: {expected}")
+    assert callable(call)
+    try:
+        inspect.signature(call).bind(None, None)
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"the listener {name} cannot be called with (msgs, ctx) ({exc}): {expected}"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let it be
+        return
+    hints = _hints(call)
+    params = [p.name for p in inspect.signature(call).parameters.values()]
+    first = hints.get(params[0]) if params else None
+    if first is ReceivedMessage:
+        raise ConfigurationError(
+            f"the listener {name} is called with a list of messages, not one: {expected}"
+        )
+    second = hints.get(params[1]) if len(params) > 1 else None
+    wrong = ConcurrentContext if orderly else OrderlyContext
+    if second is wrong:
+        mode = "an orderly" if orderly else "a concurrent (orderly=False)"
+        raise ConfigurationError(f"the listener {name} of {mode} consumer takes: {expected}")
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # annotations that do not resolve here are not ours to judge
+        return {}
 
 
 class PushConsumer(GroupMember):
@@ -189,15 +244,12 @@ class PushConsumer(GroupMember):
         ``COMMIT`` and ``ROLLBACK`` settle everything consumed since the last commit.
 
         Raises:
-            ConfigurationError: not an ``async def``, a handler is set already, or the
-                consumer was started already.
+            ConfigurationError: not an ``async def`` taking ``(msgs, ctx)`` (a list of
+                messages and the context of this consumer's mode), a handler is set already,
+                or the consumer was started already.
         """
         self._check_not_started("register a listener")
-        if not (
-            inspect.iscoroutinefunction(handler)
-            or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
-        ):
-            raise ConfigurationError("the listener must be an async def function")
+        check_listener(handler, orderly=self._orderly)
         if self._handler is not None:
             raise ConfigurationError("a listener is registered already")
         self._handler = handler
