@@ -58,6 +58,7 @@ from typing import ClassVar
 
 __all__ = [
     "IgnoredSelectorTextWarning",
+    "NeverStartedWarning",
     "AccessDeniedError",
     "BrokerError",
     "BrokerSystemError",
@@ -586,3 +587,10 @@ class IgnoredSelectorTextWarning(UserWarning):
     still accepts the selector as a Java client and broker do. Filter it with
     ``warnings.simplefilter("ignore", IgnoredSelectorTextWarning)`` or make it an error with
     ``"error"``."""
+
+
+class NeverStartedWarning(RuntimeWarning):
+    """A client (producer, consumer, app) was garbage-collected without having been started:
+    it consumed or sent nothing, which is almost always a missing ``async with client:`` or
+    ``await client.start()``. A ``RuntimeWarning``, shown by default as asyncio's "coroutine
+    was never awaited" is; ``warnings.simplefilter("ignore", NeverStartedWarning)`` hides it."""

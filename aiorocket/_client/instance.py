@@ -63,6 +63,7 @@ from aiorocket._remoting import (
 from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
+    ConnectError,
     TransportError,
     broker_error,
 )
@@ -238,6 +239,32 @@ class ClientInstance:
             return resp
         assert last is not None
         raise last
+
+    async def connect_namesrv(self) -> str:
+        """Connect to a name server (from the one last used, each bounded by
+        ``connect_timeout``) and return its address: a client's start checks its name servers
+        are there, so a wrong or dead address fails the start rather than the first send.
+
+        Raises:
+            ConnectError: none could be connected; the message names every address tried.
+        """
+        addrs = self.settings.namesrv
+        pool = self._require_pool()
+        tried: list[str] = []
+        for i in range(len(addrs)):
+            idx = (self._namesrv_index + i) % len(addrs)
+            try:
+                await pool.get(addrs[idx])
+            except ConnectError as exc:
+                tried.append(f"{addrs[idx]} ({str(exc.__cause__ or exc) or 'timed out'})")
+                continue
+            self._namesrv_index = idx
+            return addrs[idx]
+        reasons = "; ".join(tried)
+        raise ConnectError(
+            f"no name server reachable within {self.settings.connect_timeout:g} s: tried "
+            f"{reasons}; check namesrv= (or AIOROCKET_NAMESRV) and that the name server runs"
+        )
 
     # -- routes -------------------------------------------------------------------------------
 

@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 
-from aiorocket.errors import ClientClosedError
+from aiorocket.errors import ClientClosedError, NeverStartedWarning
 
 __all__ = ["AsyncResource", "Service", "bounded"]
 
@@ -91,6 +92,26 @@ class AsyncResource:
 
     def _raise_crash(self) -> None:
         """Re-raise a background crash after a clean exit; none by default."""
+
+    def _never_started(self) -> str | None:
+        """What to name in a [NeverStartedWarning][aiorocket.errors.NeverStartedWarning]
+        when this object is collected: ``None`` once it was started or closed (the default:
+        never warn)."""
+        return None
+
+    def __del__(self) -> None:
+        try:
+            what = self._never_started()
+        except AttributeError:  # the constructor failed part-way: nothing was made
+            return
+        if what is not None:
+            warnings.warn(
+                f"{what} was created but never started, so it did nothing: use "
+                "`async with client:` or `await client.start()`",
+                NeverStartedWarning,
+                source=self,
+                stacklevel=2,
+            )
 
     async def __aenter__(self) -> Self:
         await self.start()

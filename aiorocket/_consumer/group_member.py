@@ -231,6 +231,8 @@ class GroupMember(AsyncResource):
             ConfigurationError: the consumer is not fully configured (no listener, no
                 subscription, ...).
             ClientClosedError: the consumer was closed before.
+            ConnectError: no name server could be connected within ``connect_timeout`` (each
+                address tried is named).
             TransportError: no name server or broker could be reached at start.
             RocketError: another start-up failure.
         """
@@ -279,6 +281,11 @@ class GroupMember(AsyncResource):
         if self._lifecycle is not None:
             self._lifecycle.raise_crash()
 
+    def _never_started(self) -> str | None:
+        if self._started or self._closing:
+            return None
+        return f"{type(self).__name__} of group {self.settings.group!r}"
+
     @property
     def _crash(self) -> BaseException | None:
         """The unexpected error the consumer crashed on, if any."""
@@ -302,6 +309,7 @@ class GroupMember(AsyncResource):
         client = self._client
         assert self._lifecycle is not None
         client.start(self._lifecycle.task_group.create_task)
+        await client.connect_namesrv()
         await self._startup()
         log.info(
             "consumer %s (%s) started with %d queue(s)",

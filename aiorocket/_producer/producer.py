@@ -160,10 +160,13 @@ class Producer(AsyncResource):
         return self._client.client_id
 
     async def start(self) -> None:
-        """Start background route refresh and heartbeats. Prefer ``async with``.
+        """Connect to a name server, then start background route refresh and heartbeats.
+        Prefer ``async with``.
 
         Raises:
             ClientClosedError: the producer was closed before.
+            ConnectError: no name server could be connected within ``connect_timeout``
+                (each address tried is named).
         """
         if self._closed:
             raise ClientClosedError("the producer is closed")
@@ -192,6 +195,7 @@ class Producer(AsyncResource):
         # In the lifecycle's supervisor: the background tasks are not the caller's.
         tg = self._lifecycle.task_group
         self._client.start(tg.create_task)
+        await self._client.connect_namesrv()
         tg.create_task(self._refresh.run(), name="route refresh")
         tg.create_task(self._heartbeat.run(), name="heartbeat")
         if self.tracer is not None:
@@ -216,6 +220,11 @@ class Producer(AsyncResource):
 
     def _raise_crash(self) -> None:
         self._lifecycle.raise_crash()
+
+    def _never_started(self) -> str | None:
+        if self._lifecycle.started or self._closed:
+            return None
+        return f"{type(self).__name__} of group {self.settings.group!r}"
 
     # -- sending ------------------------------------------------------------------------------
 
