@@ -32,6 +32,7 @@ from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pull import PreparedPull, PullResponse, PullStatus, to_received
 from aiorocket._client.time_search import first_offset_at
 from aiorocket._names import wrap_namespace
+from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.codes import PullSysFlag, ResponseCode
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
@@ -152,6 +153,8 @@ class QueueReader(ClientOwner):
         # before the next call, in case the broker moved.
         self._stale: set[str] = set()
         self._prepared: dict[tuple[MessageQueue, int, str], PreparedPull] = {}
+        #: (broker address, wire group) pairs this reader registered its commits' group with
+        self._registered: set[tuple[str, str]] = set()
 
     # -- names --------------------------------------------------------------------------------
 
@@ -540,10 +543,32 @@ class QueueReader(ClientOwner):
             raise ConfigurationError(f"offset {offset} is negative")
         client = self._require()
         wire_group = self._wire(group)
-        await self._call(
-            mq,
-            lambda a, w: client.update_consumer_offset(a, wire_group, w, offset, oneway=False),
+
+        async def commit(addr: str, wire_mq: MessageQueue) -> None:
+            await self._register_group(addr, wire_group)
+            await client.update_consumer_offset(addr, wire_group, wire_mq, offset, oneway=False)
+
+        await self._call(mq, commit)
+
+    async def _register_group(self, addr: str, wire_group: str) -> None:
+        """Make the broker at ``addr`` know ``wire_group`` before its first commit there, as
+        a Java consumer's first heartbeat does (``ClientManageProcessor.heartBeat`` creates
+        the subscription group and its ``%RETRY%`` topic, which ``consumerProgress`` and
+        ``admin lag`` start from), then leave it again: a reader that commits is not a live
+        member, and an offline group's stats list every topic it has offsets for."""
+        if (addr, wire_group) in self._registered:
+            return
+        client = self._require()
+        member = ConsumerData(
+            group_name=wire_group,
+            consume_type="CONSUME_ACTIVELY",
+            message_model="CLUSTERING",
+            consume_from_where="CONSUME_FROM_LAST_OFFSET",
+            subscriptions=(),
         )
+        await client.heartbeat(addr, HeartbeatData(client_id=client.client_id, consumers=(member,)))
+        await client.unregister_client(addr, consumer_group=wire_group)
+        self._registered.add((addr, wire_group))
 
     async def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         """:meth:`commit` for several queues, concurrently.
