@@ -4,7 +4,7 @@ client namespace.
 A client namespace ``ns`` puts a topic or group ``name`` on the wire as ``ns%name``; the retry
 and dead-letter topics of a namespaced group keep their prefix in front
 (``%RETRY%ns%group``, ``%DLQ%ns%group``), and system topics are never namespaced. These are
-the rules of Java's ``NamespaceUtil``; :func:`wrap_namespace` and :func:`without_namespace`
+the rules of Java's ``NamespaceUtil``; `wrap_namespace` and `without_namespace`
 are the only place the client applies them.
 """
 

@@ -62,12 +62,12 @@ class Message:
         delay_level: 1-18 to deliver after the broker's delay level (1 s … 2 h).
         message_group: RocketMQ 5.x's name for the sharding key (its FIFO message group):
             the message is sent as if ``sharding_key=message_group`` were passed to
-            :meth:`Producer.send <aiorocket.Producer.send>`: it goes to the queue of that key
+            [`Producer.send`][aiorocket.Producer.send]: it goes to the queue of that key
             and carries it as ``__SHARDINGKEY``, so messages of one group stay in order.
 
     Raises:
         ConfigurationError: the body is not bytes or text (a `dict`: encode it first, or
-            publish it with [App.publish][aiorocket.App.publish]), or a tag, key, property,
+            publish it with [App.publish][aiorocket.app.App.publish]), or a tag, key, property,
             delay level or message group is invalid.
     """
 
@@ -191,7 +191,7 @@ class SendResult:
     """The outcome of a successful send.
 
     Attributes:
-        status: see :class:`SendStatus`.
+        status: see [`SendStatus`][aiorocket.SendStatus].
         msg_id: the client message id (``UNIQ_KEY``); for a batch, the ids joined with ``,``.
         offset_msg_id: the broker's offset message id(s), also ``,``-joined for a batch.
         queue: the queue the message went to (its topic without the client namespace, as
@@ -213,7 +213,8 @@ class ConsumeStatus(enum.Enum):
     ``RECONSUME_LATER``.
     """
 
-    #: the messages are done (up to :attr:`ConcurrentContext.ack_index`).
+    #: the messages are done (up to
+    #: [`ConcurrentContext.ack_index`][aiorocket.ConcurrentContext.ack_index]).
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     #: deliver the messages again later (through ``%RETRY%<group>`` in clustering mode).
     RECONSUME_LATER = "RECONSUME_LATER"
@@ -268,13 +269,14 @@ class OrderlyStatus(enum.Enum):
 
     #: the messages are done; with auto-commit the queue's offset moves past them.
     SUCCESS = "SUCCESS"
-    #: deliver the same messages again after :attr:`OrderlyContext.suspend_millis`; nothing
-    #: later in the queue (ordering by key: of the same key) is delivered meanwhile.
+    #: deliver the same messages again after
+    #: [`OrderlyContext.suspend_millis`][aiorocket.OrderlyContext.suspend_millis]; nothing later in
+    #: the queue (ordering by key: of the same key) is delivered meanwhile.
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
     #: (auto-commit off) commit every message consumed since the last commit.
     COMMIT = "COMMIT"
     #: (auto-commit off) put back every message consumed since the last commit and deliver
-    #: them again after :attr:`OrderlyContext.suspend_millis`.
+    #: them again after [`OrderlyContext.suspend_millis`][aiorocket.OrderlyContext.suspend_millis].
     ROLLBACK = "ROLLBACK"
 
 
@@ -289,9 +291,10 @@ class OrderlyContext:
         auto_commit: with ``True`` (the default) a successful call commits its messages;
             set it to ``False`` in the handler to commit only on ``COMMIT`` (and undo on
             ``ROLLBACK``), the messages of successful calls staying uncommitted until then.
-            Ordering by key refuses ``False`` (:class:`~aiorocket.errors.ConfigurationError`
-            raised by the assignment): ``COMMIT`` and ``ROLLBACK`` settle everything consumed
-            in a queue since the last commit, which mixes keys that run concurrently.
+            Ordering by key refuses ``False``
+            ([`ConfigurationError`][aiorocket.errors.ConfigurationError] raised by the assignment):
+            ``COMMIT`` and ``ROLLBACK`` settle everything consumed in a queue since the last commit,
+            which mixes keys that run concurrently.
         suspend_millis: how long the queue (ordering by key: the key) pauses after
             ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or ``ROLLBACK``, in milliseconds; starts at the
             consumer's ``suspend_delay`` and is kept within 10 ms .. 30 s (Java clamps it the
@@ -378,7 +381,8 @@ class ReceivedMessage:
         keys: its business keys.
         properties: every property, user and system ones (do not modify).
         broker_name, queue_id, queue_offset: where it is stored.
-        msg_id: the producer's id (``UNIQ_KEY``), else :attr:`offset_msg_id`.
+        msg_id: the producer's id (``UNIQ_KEY``), else
+            `offset_msg_id`.
         offset_msg_id: the broker's id (store host + commit-log offset).
         commit_log_offset: its position in the broker's commit log.
         reconsume_times: earlier deliveries that failed (0 on the first delivery).
@@ -387,7 +391,8 @@ class ReceivedMessage:
         flag, sys_flag: the raw flag words.
 
     The consumer builds these from pulled records without copying their fields (the
-    per-message path is hot); :meth:`create` builds one by hand, e.g. for tests.
+    per-message path is hot); [`create`][aiorocket.ReceivedMessage.create] builds one by hand, e.g.
+    for tests.
     """
 
     __slots__ = ("_broker_name", "_r", "_reconsume_times", "_topic")
@@ -491,7 +496,7 @@ class ReceivedMessage:
 
     @property
     def queue(self) -> MessageQueue:
-        """The queue as a :class:`MessageQueue` (topic as delivered)."""
+        """The queue as a [`MessageQueue`][aiorocket.MessageQueue] (topic as delivered)."""
         return MessageQueue(self._topic, self._broker_name, self._r.queue_id)
 
     @property

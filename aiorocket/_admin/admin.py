@@ -3,17 +3,20 @@
 Each method is the request sequence of the matching ``DefaultMQAdminExtImpl`` call, so it
 works against a Java 4.9 cluster and against the embedded broker alike:
 
-* :meth:`Admin.lag` is ``examineConsumeStats``: the route of ``%RETRY%<group>`` names the
-  brokers that know the group; each answers GET_CONSUME_STATS for every topic the group has
-  offsets for (the numbers ``mqadmin consumerProgress`` prints);
-* :meth:`Admin.reset_offset` is ``resetOffsetByTimestamp``: INVOKE_BROKER_TO_RESET_OFFSET to
-  every master of the topic, which pushes the new offsets to the live members; when no member
-  is online the committed offsets are rewritten directly (``resetOffsetByTimestampOld``);
-* :meth:`Admin.message` views a message by its offset id (VIEW_MESSAGE_BY_ID at the store
-  host the id names) or, with a topic, by its client id (QUERY_MESSAGE with the UNIQ_KEY
-  flag); :meth:`Admin.messages_by_key` is ``queryMsgByKey``, :meth:`Admin.trace`
-  ``queryMsgTraceById`` (the same query on the trace topic, bodies decoded);
-* :meth:`Admin.create_topic` / :meth:`Admin.delete_topic` go to every master of the cluster
+* [`Admin.lag`][aiorocket.Admin.lag] is ``examineConsumeStats``: the route of ``%RETRY%<group>``
+  names the brokers that know the group; each answers GET_CONSUME_STATS for every topic the group
+  has offsets for (the numbers ``mqadmin consumerProgress`` prints);
+* [`Admin.reset_offset`][aiorocket.Admin.reset_offset] is ``resetOffsetByTimestamp``:
+  INVOKE_BROKER_TO_RESET_OFFSET to every master of the topic, which pushes the new offsets to the
+  live members; when no member is online the committed offsets are rewritten directly
+  (``resetOffsetByTimestampOld``);
+* [`Admin.message`][aiorocket.Admin.message] views a message by its offset id (VIEW_MESSAGE_BY_ID at
+  the store host the id names) or, with a topic, by its client id (QUERY_MESSAGE with the UNIQ_KEY
+  flag); [`Admin.messages_by_key`][aiorocket.Admin.messages_by_key] is ``queryMsgByKey``,
+  [`Admin.trace`][aiorocket.Admin.trace] ``queryMsgTraceById`` (the same query on the trace topic,
+  bodies decoded);
+* [`Admin.create_topic`][aiorocket.Admin.create_topic] /
+  [`Admin.delete_topic`][aiorocket.Admin.delete_topic] go to every master of the cluster
   (GET_BROKER_CLUSTER_INFO), then the name servers for deletion.
 """
 
@@ -60,7 +63,7 @@ from aiorocket.settings import ClientSettings, build_settings
 
 __all__ = ["Admin", "GroupLag", "QueueLag", "TopicRoute"]
 
-#: where :meth:`Admin.reset_offset` can move a group
+#: where [`Admin.reset_offset`][aiorocket.Admin.reset_offset] can move a group
 ResetTarget = Literal["earliest", "latest"] | datetime | int
 _LONG_MAX = 2**63 - 1
 
@@ -154,13 +157,13 @@ def _timestamp_ms(to: ResetTarget) -> int:
 class Admin(ClientOwner):
     """An operators' client for a RocketMQ 4.x cluster (embedded or Java).
 
-    ::
+    ```python
+    async with Admin(namesrv="127.0.0.1:9876") as admin:
+        lag = await admin.lag("billing")
+        print(lag.total, lag.by_topic())
+    ```
 
-        async with Admin(namesrv="127.0.0.1:9876") as admin:
-            lag = await admin.lag("billing")
-            print(lag.total, lag.by_topic())
-
-    Keyword arguments are the settings of :class:`~aiorocket.settings.ClientSettings`
+    Keyword arguments are the settings of [`ClientSettings`][aiorocket.settings.ClientSettings]
     (``namesrv`` required; ``request_timeout`` bounds every call). Names are used as given
     (no namespace is applied: an operator sees the wire names).
 
@@ -439,7 +442,7 @@ class Admin(ClientOwner):
         limit: int = 1000,
     ) -> list[dlq.DlqEntry]:
         """The dead letters of ``group`` with their original topic and reason
-        (:func:`aiorocket._admin.dlq.dead_letters`); empty when it has none.
+        (`aiorocket._admin.dlq.dead_letters`); empty when it has none.
 
         Raises:
             ConfigurationError: ``limit`` below 1.
@@ -463,7 +466,7 @@ class Admin(ClientOwner):
         limit: int = 1000,
     ) -> list[dlq.ResendOutcome]:
         """Send ``group``'s dead letters back to their original topics, each once however
-        often this runs (:func:`aiorocket._admin.dlq.resend_dead_letters`).
+        often this runs (`aiorocket._admin.dlq.resend_dead_letters`).
 
         Raises:
             ConfigurationError: ``limit`` below 1.

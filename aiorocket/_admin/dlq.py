@@ -10,12 +10,12 @@ Where a dead letter comes from, and what it carries:
   ``ORIGIN_MESSAGE_ID``, and counts the deliveries in its reconsume times; a message that went
   through the delay levels also keeps ``REAL_TOPIC`` (``%RETRY%<group>``). The broker records
   no reason: the listing infers "max reconsume times (N) reached" from the reconsume times;
-* an :class:`~aiorocket.App` subscriber publishes its own copy (an invalid body, a retry policy
+* an [`App`][aiorocket.app.App] subscriber publishes its own copy (an invalid body, a retry policy
   giving up, ``DeadLetter``) with the handler's error in ``AIOROCKET_DLQ_REASON`` and the
   5.x names ``DLQ_ORIGIN_TOPIC`` / ``DLQ_ORIGIN_MESSAGE_ID``; that reason is shown as it is.
 
 Resending is idempotent through a marker: the offsets of the consumer group
-:data:`RESEND_GROUP` on the DLQ's queues (ordinary consumer offsets, stored by the broker like
+`RESEND_GROUP` on the DLQ's queues (ordinary consumer offsets, stored by the broker like
 any group's). A resend starts at the marker (the queue's first message without one), publishes
 each message to its original topic and moves the marker past it at once, so running it again
 resends nothing, and an interrupted run resends at most the one message whose marker update

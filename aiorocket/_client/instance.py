@@ -3,7 +3,7 @@
 This is Java's ``MQClientInstance`` + ``MQClientAPIImpl`` without threads: a connection pool
 (one connection per address, shared by the producer and consumers of this instance), the route
 and broker-address tables, and one typed coroutine per broker RPC that turns the response code
-into a value or a :class:`~aiorocket.errors.BrokerError`.
+into a value or a [`BrokerError`][aiorocket.errors.BrokerError].
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _connector(s: ClientSettings) -> Connector:
 class ClientInstance:
     """Routes, broker addresses and typed RPCs over one shared connection pool.
 
-    Nothing happens in the constructor; :meth:`start` creates the pool inside the owner's task
+    Nothing happens in the constructor; `start` creates the pool inside the owner's task
     group (``spawn``), where requests from brokers (NOTIFY_CONSUMER_IDS_CHANGED, …) are served
     by ``handler``.
     """
@@ -175,7 +175,8 @@ class ClientInstance:
         self._binary = s.serialize_type == "rocketmq"
 
     async def close(self) -> None:
-        """Close every connection; later calls raise :class:`ClientClosedError`."""
+        """Close every connection; later calls raise
+        [`ClientClosedError`][aiorocket.errors.ClientClosedError]."""
         self._closed = True
         if self._pool is not None:
             await self._pool.close()
@@ -366,7 +367,7 @@ class ClientInstance:
         ``broker_id`` (the broker's ``suggestWhichBrokerId``) or the master, and without
         either any broker of the group, as Java's ``findBrokerAddressInSubscribe`` after a
         route refresh (``RemoteBrokerOffsetStore``: master first, then ``onlyThisBroker``
-        false). A missing address first refreshes the route (:meth:`refresh_route`).
+        false). A missing address first refreshes the route (`refresh_route`).
 
         Raises:
             ServiceNotAvailableError: no such address, even after the refresh.
@@ -439,7 +440,7 @@ class ClientInstance:
         *,
         timeout: float,
     ) -> PullResponse:
-        """:meth:`pull_message` for a :class:`PreparedPull` with these three fields.
+        """`pull_message` for a `PreparedPull` with these three fields.
 
         Raises:
             BrokerError: a code other than 0, 19, 20 and 21.

@@ -1,14 +1,14 @@
 """What every member of a consumer group does, push or pull (Java ``MQClientInstance`` with the
 start/shutdown skeleton both ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl``
 share): names, routes, heartbeats, unregistering, and the member's lifecycle on a
-:class:`~aiorocket._concurrency.Service` (a supervisor task owning the member's task group).
+`Service` (a supervisor task owning the member's task group).
 
-:class:`GroupMember` is the base of :class:`~aiorocket.PushConsumer` and
-:class:`~aiorocket.PullConsumer`. It runs the lifecycle docs/architecture.md describes: ``start()``
-builds the parts (no I/O), starts one supervisor task holding a task group, and returns once
-the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
+`GroupMember` is the base of [`PushConsumer`][aiorocket.PushConsumer] and
+[`PullConsumer`][aiorocket.PullConsumer]. It runs the lifecycle docs/architecture.md describes:
+``start()`` builds the parts (no I/O), starts one supervisor task holding a task group, and returns
+once the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
 reach the caller; ``close()`` runs the subclass's graceful shutdown; a bug in any task crashes
-the group, is logged, and is re-raised by :meth:`~GroupMember.wait_closed` and by leaving
+the group, is logged, and is re-raised by `wait_closed` and by leaving
 ``async with``. Subclasses provide the parts and their own rebalance, start-up and shutdown.
 """
 
@@ -74,9 +74,9 @@ def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowL
 class GroupMember(AsyncResource):
     """The group-membership half of a consumer (see the module docs).
 
-    Subclasses implement :meth:`_check_startable`, :meth:`_build`, :meth:`_startup`,
-    :meth:`_shutdown`, :meth:`_flush_offsets` and :meth:`held`, and may override
-    :meth:`_unlock_all`.
+    Subclasses implement `_check_startable`, `_build`, `_startup`,
+    `_shutdown`, `_flush_offsets` and `held`, and may override
+    `_unlock_all`.
     """
 
     #: ``ConsumerData.consumeType`` in heartbeats: the push consumer is fed by the client
@@ -109,7 +109,7 @@ class GroupMember(AsyncResource):
         self._route_timer: Periodic
         self._persist_timer: Periodic
         self._heartbeat_task: asyncio.Task[Any]
-        #: the look-ups of subscribed topics that have no route yet (:meth:`_watch_missing`)
+        #: the look-ups of subscribed topics that have no route yet (`_watch_missing`)
         self._route_watch: asyncio.Task[None] | None = None
 
     # -- configuration ------------------------------------------------------------------------
@@ -134,8 +134,8 @@ class GroupMember(AsyncResource):
     # -- what subclasses provide --------------------------------------------------------------
 
     def _check_startable(self) -> None:
-        """Raise :class:`ConfigurationError` when the member cannot start as configured; may
-        complete the configuration (the retry subscription)."""
+        """Raise [`ConfigurationError`][aiorocket.errors.ConfigurationError] when the member cannot
+        start as configured; may complete the configuration (the retry subscription)."""
         raise NotImplementedError
 
     def _build(self) -> None:
@@ -152,7 +152,7 @@ class GroupMember(AsyncResource):
 
     def _membership_timers(self) -> None:
         """Create the periodic tasks every member runs (Java's rebalance service, heartbeat
-        and route-update tasks); :meth:`_startup` starts them."""
+        and route-update tasks); `_startup` starts them."""
         s = self.settings
         self._rebalance_timer = Periodic(
             self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
@@ -260,7 +260,7 @@ class GroupMember(AsyncResource):
         """Shut down gracefully (see the module docs); safe to call more than once.
 
         Raises:
-            Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
+            Nothing: a crash of the consumer is re-raised by `wait_closed` instead.
         """
         self._closing = True
         if self._lifecycle is not None:
@@ -296,7 +296,7 @@ class GroupMember(AsyncResource):
 
     async def _cleanup(self, step: Awaitable[object], what: str) -> bool:
         """Await one last step of a shutdown (flush offsets, unlock queues, unregister):
-        shielded and bounded by the cleanup timeout (:func:`bounded`); returns whether the
+        shielded and bounded by the cleanup timeout (`bounded`); returns whether the
         step completed."""
         return await bounded(step, what, self._cleanup_timeout(), log)
 
@@ -377,7 +377,7 @@ class GroupMember(AsyncResource):
 
     def _watch_missing(self) -> None:
         """Look up the subscribed topics that have no route yet in the background, until each
-        has one (one task at a time; see :meth:`_look_up_missing`)."""
+        has one (one task at a time; see `_look_up_missing`)."""
         if self._closing or self._lifecycle is None or not self._missing_routes():
             return
         if self._route_watch is None or self._route_watch.done():
@@ -484,7 +484,7 @@ class GroupMember(AsyncResource):
     async def _claim_client_id(self) -> None:
         """Before joining (clustering): if the group already has a member with this client's
         id — another instance started with the same ``instance_name`` on this host, or behind
-        the same address — take a unique one first (:meth:`_disambiguate_client_id`)."""
+        the same address — take a unique one first (`_disambiguate_client_id`)."""
         if not self._clustering:
             return
         client = self._client

@@ -1,16 +1,16 @@
 """Rebalance: which queues this member should hold (Java ``RebalanceImpl``).
 
-Plan first, then I/O. :func:`allocate_topic` and :func:`plan_rebalance` are pure: from the
+Plan first, then I/O. `allocate_topic` and `plan_rebalance` are pure: from the
 queues held now and each topic's freshly computed share they return the queues to add and to
-drop. :class:`Rebalancer` gathers the inputs (routes, GET_CONSUMER_LIST_BY_GROUP) and applies
-a plan through a :class:`QueueHost` (the consumer's queue table): drops first (mark dropped,
+drop. `Rebalancer` gathers the inputs (routes, GET_CONSUMER_LIST_BY_GROUP) and applies
+a plan through a `QueueHost` (the consumer's queue table): drops first (mark dropped,
 stop pulling, persist the offset), then adds (start offset from the store or the consume-from
 policy, a new process queue and its pull task).
 
 A topic whose inputs could not be gathered this round (no route yet, the broker did not
 answer) keeps what it holds; the next round tries again.
 
-Orderly consumption in clustering mode passes a :class:`QueueLocker`: the queues to add are
+Orderly consumption in clustering mode passes a `QueueLocker`: the queues to add are
 locked on their brokers (LOCK_BATCH_MQ) before anything else happens to them, and a queue
 whose lock is refused (another member still holds it) is not added this round
 (``RebalanceImpl.updateProcessQueueTableInRebalance``: "add a new mq failed ... because lock
@@ -139,7 +139,7 @@ def start_policy(consume_from: Literal["last", "first"] | datetime, topic: str) 
 
 class QueueHost(Protocol):
     """What the rebalancer needs from the table of queues a consumer holds
-    (:class:`~aiorocket._consumer.queue_table.QueueTable`)."""
+    (`QueueTable`)."""
 
     def held(self) -> Collection[MessageQueue]:
         """The queues held now."""
@@ -204,7 +204,7 @@ class Rebalancer:
 
     async def plan(self, topics: Sequence[str]) -> RebalancePlan:
         """Gather this round's inputs and plan it, without applying anything (a pull consumer
-        tells its application what it is about to lose before :meth:`apply`).
+        tells its application what it is about to lose before `apply`).
 
         Raises:
             Nothing expected: per-topic failures are logged and the topic is skipped.

@@ -89,13 +89,15 @@ _BUSY_BACKOFF = 0.05
 class Producer(AsyncResource):
     """Sends messages to RocketMQ topics.
 
-    Use as an async context manager::
+    Use as an async context manager:
 
-        async with Producer(namesrv="127.0.0.1:9876", group="shop") as producer:
-            result = await producer.send(Message("orders", b"{}", tags="created"))
+    ```python
+    async with Producer(namesrv="127.0.0.1:9876", group="shop") as producer:
+        result = await producer.send(Message("orders", b"{}", tags="created"))
+    ```
 
-    Settings (keyword arguments) are those of :class:`~aiorocket.settings.ProducerSettings`;
-    ``namesrv`` is required.
+    Settings (keyword arguments) are those of
+    [`ProducerSettings`][aiorocket.settings.ProducerSettings]; ``namesrv`` is required.
 
     Raises:
         ConfigurationError: invalid settings (at construction).
@@ -142,11 +144,12 @@ class Producer(AsyncResource):
             self._hooks.append(SendTraceHook(self.tracer))
 
     def register_hook(self, hook: SendHook | SendCallHook) -> None:
-        """Add a send hook (:mod:`aiorocket._producer.hooks`): its ``send_before`` /
-        ``send_after`` run around every send attempt of :meth:`send`, :meth:`send_oneway` and
-        :meth:`send_batch` (once per sub-batch, as Java runs ``SendMessageHook`` for a
-        ``MessageBatch``); its ``send_prepare`` / ``send_done``, if it has them, once per call,
-        ``send_prepare`` before the properties are encoded."""
+        """Add a send hook (`aiorocket._producer.hooks`): its ``send_before`` /
+        ``send_after`` run around every send attempt of [`send`][aiorocket.Producer.send],
+        [`send_oneway`][aiorocket.Producer.send_oneway] and
+        [`send_batch`][aiorocket.Producer.send_batch] (once per sub-batch, as Java runs
+        ``SendMessageHook`` for a ``MessageBatch``); its ``send_prepare`` / ``send_done``, if it has
+        them, once per call, ``send_prepare`` before the properties are encoded."""
         if callable(getattr(hook, "send_before", None)):
             self._hooks.append(hook)  # type: ignore[arg-type]
         if callable(getattr(hook, "send_prepare", None)):
@@ -296,10 +299,11 @@ class Producer(AsyncResource):
         deliver_after: float | None = None,
     ) -> None:
         """Send one message without waiting for the broker to store it (no result, no retry);
-        ``deliver_at`` / ``deliver_after`` as for :meth:`send`.
+        ``deliver_at`` / ``deliver_after`` as for [`send`][aiorocket.Producer.send].
 
         Raises:
-            As :meth:`send`, except broker refusals, which a oneway send never sees.
+            RocketError: as [`send`][aiorocket.Producer.send], except broker refusals, which a
+                oneway send never sees.
         """
         await self._send_one(
             msg,
@@ -322,20 +326,20 @@ class Producer(AsyncResource):
     ) -> list[SendResult]:
         """Send messages of one topic as batches (SEND_BATCH_MESSAGE), split under the size cap.
 
-        Each sub-batch is stored contiguously in one queue; one :class:`SendResult` is returned
-        per sub-batch, in order, with ``msg_id`` the ``,``-joined ids of its messages.
+        Each sub-batch is stored contiguously in one queue; one [`SendResult`][aiorocket.SendResult]
+        is returned per sub-batch, in order, with ``msg_id`` the ``,``-joined ids of its messages.
         ``timeout`` (default ``send_timeout``) is the budget of the whole call, every
         sub-batch and retry included; when a sub-batch fails, those before it stay stored
         (the error's note says how many). With
         ``sharding_key`` (or the messages' common ``message_group``) every message carries it
-        as ``__SHARDINGKEY`` (see :meth:`send`).
+        as ``__SHARDINGKEY`` (see [`send`][aiorocket.Producer.send]).
 
         Raises:
             ConfigurationError: empty batch, several topics, a delayed or timer message (brokers
                 do neither in batches), messages with different ``message_group`` values, or
                 a ``sharding_key`` with ``\\x01``/``\\x02`` or unlike their group.
             MessageTooLargeError: a single message exceeds ``max_message_size``.
-            BrokerError, TransportError, ClientClosedError: as :meth:`send`.
+            BrokerError, TransportError, ClientClosedError: as [`send`][aiorocket.Producer.send].
         """
         if not msgs:
             raise ConfigurationError("send_batch needs at least one message")

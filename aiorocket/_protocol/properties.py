@@ -182,7 +182,7 @@ def encode_properties(props: Mapping[str, str]) -> str:
     """Encode properties in Java's form: ``k\\x01v`` items joined by ``\\x02``, none trailing.
 
     Insertion order is kept. The size limit is not checked here (it applies to the UTF-8
-    bytes; see :func:`encode_properties_bytes`).
+    bytes; see `encode_properties_bytes`).
 
     Raises:
         LocalProtocolError: a key or value is empty or contains ``\\x01`` or ``\\x02``.
@@ -208,17 +208,17 @@ def encode_properties_bytes(props: Mapping[str, str]) -> bytes:
 
     Raises:
         LocalProtocolError: a key or value is empty, contains ``\\x01``/``\\x02`` or a lone
-            surrogate, or the encoding exceeds :data:`MAX_PROPERTIES_SIZE` bytes.
+            surrogate, or the encoding exceeds `MAX_PROPERTIES_SIZE` bytes.
     """
     return properties_bytes(encode_properties(props))
 
 
 def properties_bytes(text: str, what: str = "message properties") -> bytes:
-    """Properties text (as :func:`encode_properties` writes it) as the UTF-8 bytes a record
+    """Properties text (as `encode_properties` writes it) as the UTF-8 bytes a record
     carries, within the record format's limit.
 
     Raises:
-        LocalProtocolError: a lone surrogate, or more than :data:`MAX_PROPERTIES_SIZE` bytes
+        LocalProtocolError: a lone surrogate, or more than `MAX_PROPERTIES_SIZE` bytes
             (``what`` names them in the message).
     """
     try:

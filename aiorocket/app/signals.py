@@ -1,5 +1,5 @@
 """What a handler can ask for besides success. These are outcomes, not library errors, so they
-live outside the :class:`~aiorocket.errors.RocketError` tree."""
+live outside the [`RocketError`][aiorocket.errors.RocketError] tree."""
 
 from __future__ import annotations
 

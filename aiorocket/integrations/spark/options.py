@@ -1,5 +1,5 @@
 """The options of the ``rocketmq`` Spark source and sink, checked on the driver (the lists
-are in :mod:`~aiorocket.integrations.spark.source` and :mod:`~aiorocket.integrations.spark.sink`,
+are in `source` and `sink`,
 and in ``docs/how-to/spark.md``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The sink's rows: the columns a DataFrame written to ``rocketmq`` may have, checked on the
-driver (:class:`Layout`), and its rows turned into messages on the executors
-(:func:`messages`), every row checked before a task sends anything.
+driver (`Layout`), and its rows turned into messages on the executors
+(`messages`), every row checked before a task sends anything.
 
 Columns (the Kafka sink's shape; other columns are ignored):
 
@@ -108,7 +108,8 @@ class SinkInputError(ConfigurationError):
 
 
 class Outgoing(NamedTuple):
-    """One message to send, with what :meth:`Producer.send` takes besides it."""
+    """One message to send, with what [`Producer.send`][aiorocket.Producer.send] takes besides
+    it."""
 
     message: Message
     deliver_at: datetime.datetime | None
@@ -118,14 +119,14 @@ class Outgoing(NamedTuple):
 
 @dataclass(frozen=True)
 class Layout:
-    """Which of :data:`COLUMNS` a written DataFrame has (checked on the driver)."""
+    """Which of `COLUMNS` a written DataFrame has (checked on the driver)."""
 
     columns: frozenset[str]
     default_topic: str | None
 
     @classmethod
     def of(cls, schema: StructType, default_topic: str | None) -> Layout:
-        """Check the DataFrame's schema against :data:`COLUMNS`.
+        """Check the DataFrame's schema against `COLUMNS`.
 
         Raises:
             ConfigurationError: no ``body`` column, a column of the wrong type, or neither a
@@ -221,7 +222,7 @@ def messages(
 ) -> list[Outgoing]:
     """Every row of a partition (Arrow record batches or Rows) as a message, all checked
     before the caller sends any. With ``scope`` (``idempotentKeys``) each message carries
-    :func:`message_id` as its ``UNIQ_KEY`` and as one more key.
+    `message_id` as its ``UNIQ_KEY`` and as one more key.
 
     Raises:
         SinkInputError: a row that cannot be sent (the message names partition, row and
