@@ -25,6 +25,7 @@ __all__ = [
     "TIMER_TOPIC",
     "dlq_topic",
     "is_retry_topic",
+    "is_system_resource",
     "is_valid_name",
     "now_ms",
     "pop_retry_topic",
@@ -213,7 +214,9 @@ def is_retry_topic(topic: str) -> bool:
     return topic.startswith(RETRY_PREFIX)
 
 
-def _is_system(name: str) -> bool:
+def is_system_resource(name: str) -> bool:
+    """Whether ``name`` is a system topic or group (``NamespaceUtil.isSystemResource``): the
+    broker's own, never namespaced, never a user's typo."""
     return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES)
 
 
@@ -230,7 +233,7 @@ def wrap_namespace(namespace: str | None, name: str) -> str:
     ``ns%name``, ``%RETRY%ns%group`` for ``%RETRY%group`` and ``%DLQ%ns%group`` for
     ``%DLQ%group``; system topics and names already in the namespace are returned as they are.
     """
-    if not namespace or not name or _is_system(name):
+    if not namespace or not name or is_system_resource(name):
         return name
     prefix, rest = _split_prefix(name)
     if rest.startswith(namespace + _SEPARATOR):
@@ -242,7 +245,7 @@ def without_namespace(namespace: str | None, name: str) -> str:
     """``name`` without ``namespace`` (``NamespaceUtil.withoutNamespace(resource, ns)``):
     ``ns%name`` → ``name``, ``%RETRY%ns%group`` → ``%RETRY%group``; names of other
     namespaces and system names are returned as they are."""
-    if not namespace or not name or _is_system(name):
+    if not namespace or not name or is_system_resource(name):
         return name
     prefix, rest = _split_prefix(name)
     if rest.startswith(namespace + _SEPARATOR):

@@ -393,10 +393,11 @@ class ConsumerSettings(ClientSettings):
 _S = TypeVar("_S", bound=BaseModel)
 
 
-def closest_name(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the valid name closest to a misspelt one, else ``""``."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+def closest_name(name: str, choices: Iterable[str], n: int = 1) -> str:
+    """`` (did you mean 'x'?)`` for the valid name closest to a misspelt one (up to ``n`` of
+    them, closest first: `` (did you mean 'x' or 'y'?)``), else ``""``."""
+    match = difflib.get_close_matches(name, [c for c in choices if c != name], n=n, cutoff=0.6)
+    return f" (did you mean {' or '.join(map(repr, match))}?)" if match else ""
 
 
 def describe_errors(exc: ValidationError, valid: Iterable[str]) -> str:

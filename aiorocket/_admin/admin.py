@@ -33,7 +33,7 @@ from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pop import set_message_request_mode
 from aiorocket._client.pull import to_received
 from aiorocket._protocol.admin_bodies import ConsumeStats
-from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicList, TopicRouteData
+from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicRouteData
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
@@ -56,6 +56,7 @@ from aiorocket.errors import (
     ConsumerNotOnlineError,
     QueryNotFoundError,
     RemoteProtocolError,
+    TopicNotExistError,
     broker_error,
 )
 from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
@@ -185,15 +186,17 @@ class Admin(ClientOwner):
             BrokerError, TransportError: the name server failed or could not be reached.
             ClientClosedError: not started, or closed.
         """
-        resp = _check(
-            await self._require().invoke_namesrv(
-                RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-            )
-        )
-        return sorted(TopicList.from_json(resp.body).topic_list)
+        return await self._require().topic_names()
 
     async def _route(self, topic: str) -> TopicRouteData:
-        return await self._require().fetch_route(topic)
+        client = self._require()
+        try:
+            return await client.fetch_route(topic)
+        except TopicNotExistError as exc:
+            hint = "" if topic.startswith("%") else await client.missing_topic_hint(topic)
+            # After the remark's first line: a Java name server adds a FAQ link on a second.
+            first, _, rest = exc.remark.partition("\n")
+            raise TopicNotExistError(first + hint + (f"\n{rest}" if rest else "")) from None
 
     async def route(self, topic: str) -> TopicRoute:
         """The topic's route (``mqadmin topicRoute``).

@@ -42,12 +42,10 @@ from aiorocket._names import (
     wrap_namespace,
 )
 from aiorocket._protocol import properties as mp
-from aiorocket._protocol.bodies import TopicList
-from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
-from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.codes import PullSysFlag
 from aiorocket._protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
-from aiorocket.errors import BrokerError, ConfigurationError, broker_error
+from aiorocket.errors import BrokerError, ConfigurationError
 from aiorocket.models import MessageQueue, ReceivedMessage
 
 __all__ = [
@@ -213,12 +211,7 @@ async def _dlq_queues(client: ClientInstance, topic: str) -> list[tuple[MessageQ
     The topic list is asked first: a route lookup of a missing topic may create it on a name
     server that creates topics on lookup (the embedded one by default).
     """
-    resp = await client.invoke_namesrv(
-        RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    )
-    if resp.code != ResponseCode.SUCCESS:
-        raise broker_error(resp.code, resp.remark)
-    if topic not in TopicList.from_json(resp.body).topic_list:
+    if topic not in await client.topic_names():
         return []
     route = await client.fetch_route(topic)
     out = []

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aiorocket._client.pull import PreparedPull, PullResponse, pull_response
+from aiorocket._names import is_system_resource
 from aiorocket._protocol import acl
 from aiorocket._protocol.bodies import (
     CheckClientRequestBody,
@@ -27,6 +28,7 @@ from aiorocket._protocol.bodies import (
     LockBatchRequestBody,
     LockBatchResponseBody,
     SubscriptionData,
+    TopicList,
     TopicRouteData,
     UnlockBatchRequestBody,
 )
@@ -64,11 +66,12 @@ from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
     ConnectError,
+    RocketError,
     TransportError,
     broker_error,
 )
 from aiorocket.models import MessageQueue
-from aiorocket.settings import ClientSettings
+from aiorocket.settings import ClientSettings, closest_name
 from aiorocket.tls import client_context
 
 __all__ = ["ClientInstance", "SendResponse", "local_ipv4"]
@@ -266,6 +269,31 @@ class ClientInstance:
             f"no name server reachable within {self.settings.connect_timeout:g} s: tried "
             f"{reasons}; check namesrv= (or AIOROCKET_NAMESRV) and that the name server runs"
         )
+
+    async def topic_names(self) -> list[str]:
+        """Every topic the name server knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted.
+
+        Raises:
+            BrokerError, TransportError: the name server refused or could not be reached.
+        """
+        resp = _check(
+            await self.invoke_namesrv(
+                RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+            )
+        )
+        return sorted(TopicList.from_json(resp.body).topic_list)
+
+    async def missing_topic_hint(self, topic: str) -> str:
+        """`` (did you mean 'a' or 'b'?)`` naming the existing topics closest to ``topic`` (a
+        missing topic is most often a typo), or ``""``. Never raises: a failed look-up gives
+        no hint."""
+        try:
+            names = await self.topic_names()
+        except RocketError as exc:
+            log.debug("topic list not read for a hint: %s", exc)
+            return ""
+        users = (n for n in names if not n.startswith("%") and not is_system_resource(n))
+        return closest_name(topic, users, 3)
 
     # -- routes -------------------------------------------------------------------------------
 

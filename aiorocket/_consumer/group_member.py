@@ -111,6 +111,8 @@ class GroupMember(AsyncResource):
         self._heartbeat_task: asyncio.Task[Any]
         #: the look-ups of subscribed topics that have no route yet (`_watch_missing`)
         self._route_watch: asyncio.Task[None] | None = None
+        #: subscribed topics whose missing route was logged (once each, until it appears)
+        self._warned_missing: set[str] = set()
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -351,11 +353,17 @@ class GroupMember(AsyncResource):
             try:
                 route = await client.fetch_route(topic)
             except TopicNotExistError:
-                log.log(
-                    logging.DEBUG if is_retry_topic(topic) else logging.WARNING,
-                    "topic %s has no route yet",
-                    topic,
-                )
+                if is_retry_topic(topic) or topic in self._warned_missing:
+                    log.debug("topic %s has no route yet", topic)
+                else:
+                    # Once per topic; one that does not exist yet may be a typo: name the
+                    # existing topics close to it.
+                    self._warned_missing.add(topic)
+                    log.warning(
+                        "topic %s has no route yet: consuming it once it is created%s",
+                        topic,
+                        await client.missing_topic_hint(topic),
+                    )
                 continue
             except (TransportError, BrokerError) as exc:
                 # At start the caller gets the error itself; later, the log is all there is.
@@ -364,6 +372,7 @@ class GroupMember(AsyncResource):
                 if isinstance(exc, TransportError):
                     unreachable.append(exc)
                 continue
+            self._warned_missing.discard(topic)
             if before is None or before.subscribe_queues(topic) != route.subscribe_queues(topic):
                 changed = True
         if at_start and unreachable and len(unreachable) == len(self._subscriptions):

@@ -748,12 +748,24 @@ class Producer(AsyncResource):
         # Unknown topic: send through TBW102's brokers so that the broker auto-creates the topic
         # with min(defaultTopicQueueNums, TBW102 queues) queues (§7.3).
         s = self.settings
+        hint = await self._client.missing_topic_hint(topic)
         try:
             default = await self._client.fetch_route(s.create_topic_key)
         except TopicNotExistError:
             raise TopicNotExistError(
-                f"no route for topic {topic} and auto-creation is not available"
+                f"no route for topic {topic} and auto-creation is not available{hint}; create "
+                "it first (aiorocket admin create-topic, mqadmin updateTopic)"
             ) from None
+        # The broker creates the topic on this send (autoCreateTopicEnable): say so, once per
+        # topic, loudly when the name is close to an existing one (a typo's messages reach no
+        # consumer of the intended topic).
+        log.log(
+            logging.WARNING if hint else logging.INFO,
+            "topic %s does not exist: sending through %s lets the broker create it%s",
+            topic,
+            s.create_topic_key,
+            hint,
+        )
         queues = []
         for mq in default.publish_queues(topic):
             qd = next(q for q in default.queue_datas if q.broker_name == mq.broker_name)

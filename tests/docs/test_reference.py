@@ -105,9 +105,9 @@ def _rendered_as(module: str, name: str, rendered: set[str]) -> bool:
     obj = getattr(importlib.import_module(module), name)
     for other in PUBLIC:
         mod = importlib.import_module(other)
-        if name in getattr(mod, "__all__", ()) and getattr(mod, name) is obj:
-            if f"{other}.{name}" in rendered:
-                return True
+        exported = name in getattr(mod, "__all__", ()) and getattr(mod, name) is obj
+        if exported and f"{other}.{name}" in rendered:
+            return True
     return False
 
 
@@ -140,7 +140,8 @@ def test_each_entry_point_opens_its_own_page_with_its_signature(
 ) -> None:
     text = (site / "reference" / page / "index.html").read_text(encoding="utf-8")
     headings = re.findall(r'<h2 id="([\w.]+)"', text)
-    assert headings and headings[0] == first, headings[:3]
+    assert headings, page
+    assert headings[0] == first, headings[:3]
     # the signature, formatted on its own lines right under the heading
     after = text[text.index(f'id="{first}"') :]
     signature = re.search(r'<div class="doc-signature[^"]*">(.*?)</div>', after, re.DOTALL)
@@ -151,7 +152,8 @@ def test_each_entry_point_opens_its_own_page_with_its_signature(
     # formatted: one parameter a line when it does not fit on one (a short one stays whole)
     assert len(lines) > 1 or len(lines[0]) <= 80, code
     if page == "push-consumer":
-        assert lines[0] == "PushConsumer(" and lines[-1] == ")", lines
+        assert lines[0] == "PushConsumer(", lines
+        assert lines[-1] == ")", lines
 
 
 def test_the_api_pages_are_split(site: Path) -> None:
