@@ -27,7 +27,7 @@ from aiorocket._concurrency import Backoff, Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
-from aiorocket._consumer.rebalance import Rebalancer
+from aiorocket._consumer.rebalance import Rebalancer, describe_queues
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import is_retry_topic, retry_topic, validate_group, wrap_namespace
@@ -314,11 +314,27 @@ class GroupMember(AsyncResource):
         await client.connect_namesrv()
         await self._startup()
         log.info(
-            "consumer %s (%s) started with %d queue(s)",
+            "consumer %s started as %s (%s): %s",
             self._group,
             client.client_id,
-            len(self.held()),
+            self._describe_mode(),
+            self._describe_holdings(),
         )
+
+    def _describe_mode(self) -> str:
+        s = self.settings
+        order = "orderly" if s.orderly else "concurrently"
+        return f"{s.message_model}, {order}, {s.consume_mode}"
+
+    def _describe_holdings(self) -> str:
+        """Each subscribed topic with its filter and the queues held of it (the start's log)."""
+        held = self.held()
+        parts = []
+        for topic, sub in self._subscriptions.items():
+            mine = [mq for mq in held if mq.topic == topic]
+            where = f" on {describe_queues(mine, topics=False)}" if mine else ""
+            parts.append(f"{topic} {sub.data().sub_string!r}{where}")
+        return "; ".join(parts) or "nothing subscribed"
 
     def _stopping(self) -> None:
         self._closing = True

@@ -189,6 +189,9 @@ class SimpleConsumer(GroupMember):
         """No queue is held: every message is popped from whichever queue has it."""
         return []
 
+    def _describe_mode(self) -> str:
+        return "POP, the broker hands out messages" + (", FIFO" if self._fifo else "")
+
     # -- receiving ----------------------------------------------------------------------------
 
     def _require_running(self) -> None:

@@ -716,7 +716,7 @@ class App(AsyncResource):
             outcome = f"sent to {dlq_topic(group)} (retry policy)"
         else:
             outcome = "left to the broker's dead-letter queue"
-        sub.failures.failed(msgs, exc, outcome)
+        sub.failures.failed(msgs, exc, outcome, expected=isinstance(exc, sub.retry.expected))
 
     async def _dead_letter(
         self, group: str, sub: _Subscriber, msg: ReceivedMessage, reason: str
