@@ -4,6 +4,7 @@ added, then a count), and a later change of its queues one more line."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 
-FAST = {"rebalance_interval": 0.3, "shutdown_grace": 0.5}
+FAST: dict[str, Any] = {"rebalance_interval": 0.3, "shutdown_grace": 0.5}
 
 
 async def on(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None: ...
