@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,8 @@ from tests.interop.apache.test_mqadmin_embedded import admin_batch, line_value, 
 
 pytestmark = pytest.mark.slow
 
+#: a JVM broker on a loaded machine answers slowly at first
+SLOW: dict[str, Any] = {"request_timeout": 15.0}
 TOPIC = "CommitOnlyT"
 GROUP = "CommitOnlyG"
 
@@ -34,14 +37,14 @@ async def test_consumer_progress_shows_a_group_that_only_commits(
     java_cluster: JavaCluster, java_classes: Path, tmp_path: Path
 ) -> None:
     ns = java_cluster.namesrv
-    async with rmq.Admin(namesrv=ns) as admin:
+    async with rmq.Admin(namesrv=ns, **SLOW) as admin:
         await admin.create_topic(TOPIC, queues=2)
-    async with rmq.Producer(namesrv=ns, group="CommitOnlyP") as producer:
+    async with rmq.Producer(namesrv=ns, group="CommitOnlyP", send_timeout=15.0, **SLOW) as producer:
         for i in range(6):
             await producer.send(
                 rmq.Message(TOPIC, f"m{i}"), queue=rmq.MessageQueue(TOPIC, "broker-a", i % 2)
             )
-    async with rmq.QueueReader(namesrv=ns) as reader:
+    async with rmq.QueueReader(namesrv=ns, **SLOW) as reader:
         queues = {mq.queue_id: mq for mq in await reader.queues(TOPIC)}
         await reader.commit_many(GROUP, {queues[0]: 2, queues[1]: 3})
 
