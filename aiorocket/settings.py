@@ -168,8 +168,7 @@ class TransactionProducerSettings(ProducerSettings):
 
 
 ALLOCATION_STRATEGIES: tuple[str, ...] = ("averagely", "by_circle", "consistent_hash", "by_config")
-"""Names accepted by [`ConsumerSettings.allocation`][aiorocket.settings.ConsumerSettings.allocation]
-(Java ``AllocateMessageQueueStrategy``)."""
+"""Names accepted by `ConsumerSettings.allocation` (Java ``AllocateMessageQueueStrategy``)."""
 
 
 class ConsumerSettings(ClientSettings):
