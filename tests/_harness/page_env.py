@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -109,10 +110,16 @@ def page_python(req: PageRequirements, cache: Path) -> Path:
     Raises:
         AssertionError: creating it failed (pip's output attached).
     """
-    home = cache / f"{'-'.join(req.extras) or 'core'}-{_key(req)}"
+    names = [*(req.extras or ("core",)), *(re.split(r"[<>=!~;\[ ]", p)[0] for p in req.packages)]
+    prefix = "+".join(names)
+    home = cache / f"{prefix}-{_key(req)}"
     python = home / "bin" / "python"
     if (home / ".ready").exists():
         return python
+    # The same set's virtualenvs of an older pyproject.toml go (a Spark one is 700 MB).
+    for old in cache.glob(f"{prefix}-*"):
+        if old != home and old.name.rsplit("-", 1)[0] == prefix:
+            shutil.rmtree(old, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", AIOROCKET_PURE_PYTHON="1")
     pip = [str(python), "-m", "pip", "install", "--quiet"]
