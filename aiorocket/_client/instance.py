@@ -255,20 +255,23 @@ class ClientInstance:
         addrs = self.settings.namesrv
         pool = self._require_pool()
         tried: list[str] = []
+        last: ConnectError | None = None
         for i in range(len(addrs)):
             idx = (self._namesrv_index + i) % len(addrs)
             try:
                 await pool.get(addrs[idx])
             except ConnectError as exc:
-                tried.append(f"{addrs[idx]} ({str(exc.__cause__ or exc) or 'timed out'})")
+                # (the pool's message names the address and, for TLS, what to trust)
+                tried.append(str(exc))
+                last = exc
                 continue
             self._namesrv_index = idx
             return addrs[idx]
-        reasons = "; ".join(tried)
         raise ConnectError(
-            f"no name server reachable within {self.settings.connect_timeout:g} s: tried "
-            f"{reasons}; check namesrv= (or AIOROCKET_NAMESRV) and that the name server runs"
-        )
+            f"no name server reachable within {self.settings.connect_timeout:g} s: "
+            f"{'; '.join(tried)}; check namesrv= (or AIOROCKET_NAMESRV) and that the name "
+            "server runs"
+        ) from (last.__cause__ if last is not None and last.__cause__ is not None else last)
 
     async def topic_names(self) -> list[str]:
         """Every topic the name server knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted.
