@@ -93,11 +93,13 @@ interop: $(INSTALLED)-with-$(EXTRAS)
 bench: $(INSTALLED)-with-$(EXTRAS),bench
 	$(PY) benchmarks/run_all.py
 
-# The sdist and a wheel for this platform (with the compiled modules) into dist/, checked as PyPI
-# would render them.
+# Into dist/: the sdist, a manylinux wheel with the compiled modules (auditwheel repair) and a
+# pure-Python py3-none-any wheel for every other platform; each wheel installed into a fresh
+# virtualenv (CC=false) runs the README example against an embedded broker; then all three
+# are checked as PyPI would render them (tests/packaging/wheels.py).
 dist: $(INSTALLED)-with-release
 	rm -rf dist
-	$(PY) -m build --outdir dist .
+	$(PY) -m tests.packaging.wheels check dist
 	$(VENV)/bin/twine check --strict dist/*
 
 clean:

@@ -1,11 +1,13 @@
 """Builds the optional compiled codec; everything else is in pyproject.toml.
 
-Without a working C compiler (or Cython) the extension is skipped with a one-line note and
-the package installs as pure Python, which behaves the same, only slower.
+Without a working C compiler (or Cython), or with ``AIOROCKET_PURE_PYTHON=1``, the extensions
+are skipped with a one-line note and the package installs as pure Python, which behaves the
+same, only slower.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -40,7 +42,15 @@ class OptionalBuildExt(build_ext):
             print(NOTE.format(_why(exc)), file=sys.stderr)
 
 
+#: Set (to anything but "" or "0") to build without the compiled modules: a pure-Python wheel
+#: (``py3-none-any``, for platforms without a manylinux wheel) or a quick editable install.
+PURE_ENV = "AIOROCKET_PURE_PYTHON"
+
+
 def _extensions() -> list[Extension]:
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        print(NOTE.format(f"{PURE_ENV} is set"), file=sys.stderr)
+        return []
     try:
         from Cython.Build import cythonize
     except ImportError as exc:

@@ -4,7 +4,7 @@ client namespace.
 A client namespace ``ns`` puts a topic or group ``name`` on the wire as ``ns%name``; the retry
 and dead-letter topics of a namespaced group keep their prefix in front
 (``%RETRY%ns%group``, ``%DLQ%ns%group``), and system topics are never namespaced. These are
-the rules of Java's ``NamespaceUtil``; :func:`wrap_namespace` and :func:`without_namespace`
+the rules of Java's ``NamespaceUtil``; `wrap_namespace` and `without_namespace`
 are the only place the client applies them.
 """
 
@@ -14,21 +14,26 @@ import re
 import time
 from typing import Final
 
-from aiorocket.errors import InvalidNameError
+from aiorocket.errors import ConfigurationError, InvalidNameError
 
 __all__ = [
     "DLQ_PREFIX",
+    "RESERVED_GROUPS",
     "RETRY_PREFIX",
     "SCHEDULE_TOPIC",
+    "SYSTEM_PROPERTIES",
     "TIMER_TOPIC",
     "dlq_topic",
     "is_retry_topic",
+    "is_system_resource",
     "is_valid_name",
     "now_ms",
     "pop_retry_topic",
     "reply_topic",
     "retry_topic",
+    "validate_group",
     "validate_name",
+    "validate_user_property",
     "without_namespace",
     "wrap_namespace",
 ]
@@ -63,6 +68,63 @@ _SYSTEM_TOPICS: Final = frozenset(
     }
 )
 _SYSTEM_PREFIXES: Final = ("rmq_sys_", "CID_RMQ_SYS_")
+
+#: The groups brokers reserve for themselves and their tools (5.x ``MixAll.PREDEFINE_GROUP_SET``;
+#: 4.9's clients refuse ``DEFAULT_CONSUMER`` in ``checkConfig``); ``CID_RMQ_SYS_`` names are
+#: system groups too (``MixAll.isSysConsumerGroup``). ``DEFAULT_PRODUCER`` is the producer's
+#: default here, so only consumers are refused it.
+RESERVED_GROUPS: Final = frozenset(
+    {
+        "DEFAULT_CONSUMER",
+        "DEFAULT_PRODUCER",
+        "TOOLS_CONSUMER",
+        "SCHEDULE_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "CLIENT_INNER_PRODUCER",
+        "SELF_TEST_P_GROUP",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+        "CID_RMQ_SYS_TRANS",
+    }
+)
+_PRODUCER_DEFAULT: Final = "DEFAULT_PRODUCER"
+
+#: Property names the client and broker give a meaning (``MessageConst.STRING_HASH_SET`` of
+#: 4.9.7 and of 5.x, which adds POP, timer, DLQ and priority names), which Java's
+#: ``Message.putUserProperty`` refuses: a user property of one of these names would be read
+#: as that system setting (``DELAY=2`` would delay the message). The 5.x message group
+#: (``__SHARDINGKEY``) and timer time (``__STARTDELIVERTIME``) have their own arguments.
+SYSTEM_PROPERTIES: Final = frozenset(
+    {
+        "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC",
+        "ORIGIN_GROUP", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET",
+        "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+        "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+        "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO",
+        "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
+        "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID", "_SYS_MSG_PRIORITY_", "__LITE_TOPIC",
+        "__SHARDINGKEY", "__STARTDELIVERTIME",
+    }
+)  # fmt: skip
+# What to use instead of a refused user property, where there is an argument for it.
+_PROPERTY_ARGUMENTS: Final = {
+    "TAGS": "Message(tags=...)",
+    "KEYS": "Message(keys=[...])",
+    "DELAY": "Message(delay_level=...) or send(delay_level=...)",
+    "__SHARDINGKEY": "Message(message_group=...) or send(sharding_key=...)",
+    "TIMER_DELIVER_MS": "send(deliver_at=...)",
+    "__STARTDELIVERTIME": "send(deliver_at=...)",
+    "TIMER_DELAY_SEC": "send(deliver_after=...)",
+    "TIMER_DELAY_MS": "send(deliver_after=...)",
+}
 _SEPARATOR: Final = "%"
 
 
@@ -90,6 +152,43 @@ def validate_name(name: str, what: str = "topic") -> str:
     if not isinstance(name, str) or _NAME.fullmatch(name) is None:
         raise InvalidNameError(
             f"invalid {what} name {name!r}: use 1-127 characters from [%|a-zA-Z0-9_-]"
+        )
+    return name
+
+
+def validate_group(name: str, what: str = "consumer group") -> str:
+    """Return ``name`` if it is a legal group name that the broker does not reserve.
+
+    Raises:
+        InvalidNameError: a bad name (as `validate_name`), or one of `RESERVED_GROUPS`
+            or a ``CID_RMQ_SYS_``
+            system group (a producer may keep the default ``DEFAULT_PRODUCER``).
+    """
+    validate_name(name, what)
+    if what.startswith("producer") and name == _PRODUCER_DEFAULT:
+        return name
+    if name in RESERVED_GROUPS or name.startswith("CID_RMQ_SYS_"):
+        raise InvalidNameError(
+            f"{what} {name!r} is reserved by the broker for its own clients; "
+            f"name your own group (for example 'my-app-{what.split()[0]}s')"
+        )
+    return name
+
+
+def validate_user_property(name: str) -> str:
+    """Return ``name`` if it may name a user property (Java ``Message.putUserProperty``).
+
+    Raises:
+        ConfigurationError: ``name`` is blank or one of `SYSTEM_PROPERTIES`.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"a property name must be a non-blank string, not {name!r}")
+    if name in SYSTEM_PROPERTIES:
+        instead = _PROPERTY_ARGUMENTS.get(name)
+        fix = f"use {instead} instead" if instead else "pick another name"
+        raise ConfigurationError(
+            f"property {name!r} is a RocketMQ system property and cannot be set as a user "
+            f"property (the broker would act on it); {fix}"
         )
     return name
 
@@ -122,9 +221,10 @@ def is_retry_topic(topic: str) -> bool:
     return topic.startswith(RETRY_PREFIX)
 
 
-def _is_system(name: str) -> bool:
-    # A cluster's reply topic is a system topic its broker creates (TopicConfigManager):
-    # a namespaced requester still gets its reply there.
+def is_system_resource(name: str) -> bool:
+    """Whether ``name`` is a system topic or group (``NamespaceUtil.isSystemResource``): the
+    broker's own, never namespaced, never a user's typo. A cluster's reply topic counts
+    (TopicConfigManager creates it): a namespaced requester still gets its reply there."""
     return (
         name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES) or name.endswith("_REPLY_TOPIC")
     )
@@ -143,7 +243,7 @@ def wrap_namespace(namespace: str | None, name: str) -> str:
     ``ns%name``, ``%RETRY%ns%group`` for ``%RETRY%group`` and ``%DLQ%ns%group`` for
     ``%DLQ%group``; system topics and names already in the namespace are returned as they are.
     """
-    if not namespace or not name or _is_system(name):
+    if not namespace or not name or is_system_resource(name):
         return name
     prefix, rest = _split_prefix(name)
     if rest.startswith(namespace + _SEPARATOR):
@@ -155,7 +255,7 @@ def without_namespace(namespace: str | None, name: str) -> str:
     """``name`` without ``namespace`` (``NamespaceUtil.withoutNamespace(resource, ns)``):
     ``ns%name`` → ``name``, ``%RETRY%ns%group`` → ``%RETRY%group``; names of other
     namespaces and system names are returned as they are."""
-    if not namespace or not name or _is_system(name):
+    if not namespace or not name or is_system_resource(name):
         return name
     prefix, rest = _split_prefix(name)
     if rest.startswith(namespace + _SEPARATOR):

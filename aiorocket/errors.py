@@ -1,57 +1,60 @@
 """The exceptions aiorocket raises.
 
-Everything the library raises on purpose derives from :class:`RocketError`::
+Everything the library raises on purpose derives from [`RocketError`][aiorocket.errors.RocketError]:
 
-    RocketError
-    ├── ConfigurationError            bad settings or arguments, found before any I/O
-    │   ├── InvalidNameError          a topic or group name RocketMQ would refuse
-    │   ├── SubscriptionConflictError a pull consumer asked to both subscribe and assign
-    │   ├── InvalidSelectorError      an SQL92 filter expression that does not compile
-    │   ├── UnsupportedFeatureError   the broker's release cannot do what was asked (a timer
-    │   │                             message to a 4.x broker)
-    │   └── NotANameServerError       a proxy's address given where a name server is needed
-    ├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
-    ├── ClientClosedError             the producer / consumer / connection was closed by its owner
-    ├── ReplyTimeoutError             a request was sent but no reply came back in time
-    ├── NotARequestError              a reply was asked for a message that is no request
-    ├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
-    ├── OffsetOutOfRangeError         a seek outside the offsets the queue stores
-    ├── InvalidReceiptHandleError     a simple consumer was given a message it did not receive
-    │   └── ReceiptHandleExpiredError a receipt handle whose invisible time has passed
-    ├── ProtocolError                 the rules of the remoting protocol were broken
-    │   ├── LocalProtocolError        ... by us: we were asked to encode something invalid
-    │   └── RemoteProtocolError       ... by the peer: malformed bytes; the connection is poisoned
-    │       ├── FrameTooLargeError    a length prefix over the frame cap (or negative)
-    │       └── MissingHeaderFieldError  a mandatory extFields entry is absent or malformed
-    ├── TransportError                the connection failed
-    │   ├── ConnectError              could not connect
-    │   ├── ConnectionClosedError     the connection died with the request in flight
-    │   └── RequestTimeoutError       no response within the request timeout
-    └── BrokerError                   a broker or name server answered with a non-success code
-        ├── BrokerSystemError (1)
-        │   └── AccessDeniedError     the broker's ACL refused the request (4.x: code 1 +
-        │                             AclException; 5.x ACL 2.0: code 16 + its refusal)
-        ├── SystemBusyError (2), RequestCodeNotSupportedError (3),
-        ├── FlushDiskTimeoutError (10), SlaveNotAvailableError (11), FlushSlaveTimeoutError (12),
-        ├── MessageIllegalError (13)
-        │   └── TopicMessageTypeError a 5.x proxy refused a message of another kind than its topic's
-        ├── ServiceNotAvailableError (14), VersionNotSupportedError (15),
-        ├── NoPermissionError (16), TopicNotExistError (17), TopicExistAlreadyError (18),
-        ├── PullNotFoundError (19), PullRetryImmediatelyError (20), PullOffsetMovedError (21),
-        ├── QueryNotFoundError (22), SubscriptionParseFailedError (23),
-        ├── SubscriptionNotExistError (24), SubscriptionNotLatestError (25),
-        ├── SubscriptionGroupNotExistError (26), FilterDataNotExistError (27),
-        ├── FilterDataNotLatestError (28), TransactionShouldCommitError (200),
-        ├── TransactionShouldRollbackError (201), TransactionStateUnknownError (202),
-        ├── TransactionStateGroupWrongError (203), NoBuyerIdError (204),
-        ├── NotInCurrentUnitError (205), ConsumerNotOnlineError (206),
-        ├── ConsumeMessageTimeoutError (207), NoMessageError (208), FlowControlError (215),
-        ├── IllegalOperationError (604)
-        └── (any other code: BrokerError itself, with ``code`` set)
+```text
+RocketError
+├── ConfigurationError            bad settings or arguments, found before any I/O
+│   ├── InvalidNameError          a topic or group name RocketMQ would refuse
+│   ├── SubscriptionConflictError a pull consumer asked to both subscribe and assign
+│   ├── InvalidSelectorError      an SQL92 filter expression that does not compile
+│   ├── UnsupportedFeatureError   the broker's release cannot do what was asked (a timer
+│   │                             message to a 4.x broker)
+│   └── NotANameServerError       a proxy's address given where a name server is needed
+├── MessageTooLargeError          a body or a batch over the size cap, refused before sending
+├── ClientClosedError             the producer / consumer / connection was closed by its owner
+├── ReplyTimeoutError             a request was sent but no reply came back in time
+├── NotARequestError              a reply was asked for a message that is no request
+├── QueueNotAssignedError         a pull consumer was asked to act on a queue it does not own
+├── OffsetOutOfRangeError         a seek outside the offsets the queue stores
+├── InvalidReceiptHandleError     a simple consumer was given a message it did not receive
+│   └── ReceiptHandleExpiredError a receipt handle whose invisible time has passed
+├── ProtocolError                 the rules of the remoting protocol were broken
+│   ├── LocalProtocolError        ... by us: we were asked to encode something invalid
+│   └── RemoteProtocolError       ... by the peer: malformed bytes; the connection is poisoned
+│       ├── FrameTooLargeError    a length prefix over the frame cap (or negative)
+│       └── MissingHeaderFieldError  a mandatory extFields entry is absent or malformed
+├── TransportError                the connection failed
+│   ├── ConnectError              could not connect
+│   ├── ConnectionClosedError     the connection died with the request in flight
+│   └── RequestTimeoutError       no response within the request timeout
+└── BrokerError                   a broker or name server answered with a non-success code
+    ├── BrokerSystemError (1)
+    │   └── AccessDeniedError     the broker's ACL refused the request (4.x: code 1 +
+    │                             AclException; 5.x ACL 2.0: code 16 + its refusal)
+    ├── SystemBusyError (2), RequestCodeNotSupportedError (3),
+    ├── FlushDiskTimeoutError (10), SlaveNotAvailableError (11), FlushSlaveTimeoutError (12),
+    ├── MessageIllegalError (13)
+    │   └── TopicMessageTypeError a 5.x proxy refused a message of another kind than its topic's
+    ├── ServiceNotAvailableError (14), VersionNotSupportedError (15),
+    ├── NoPermissionError (16), TopicNotExistError (17), TopicExistAlreadyError (18),
+    ├── PullNotFoundError (19), PullRetryImmediatelyError (20), PullOffsetMovedError (21),
+    ├── QueryNotFoundError (22), SubscriptionParseFailedError (23),
+    ├── SubscriptionNotExistError (24), SubscriptionNotLatestError (25),
+    ├── SubscriptionGroupNotExistError (26), FilterDataNotExistError (27),
+    ├── FilterDataNotLatestError (28), TransactionShouldCommitError (200),
+    ├── TransactionShouldRollbackError (201), TransactionStateUnknownError (202),
+    ├── TransactionStateGroupWrongError (203), NoBuyerIdError (204),
+    ├── NotInCurrentUnitError (205), ConsumerNotOnlineError (206),
+    ├── ConsumeMessageTimeoutError (207), NoMessageError (208), FlowControlError (215),
+    ├── IllegalOperationError (604)
+    └── (any other code: BrokerError itself, with ``code`` set)
+```
 
 Broker errors carry ``retriable`` (a producer may try again, following the Java 4.9 sync
 producer's retry set 1, 14, 16, 17, 204, 205 plus 2) and ``refresh_route`` (the route may be
-stale). :func:`broker_error` turns a response code and remark into the matching instance.
+stale). [`broker_error`][aiorocket.errors.broker_error] turns a response code and remark into the
+matching instance.
 
 Outcomes of a user's handler (asking for a redelivery, suspending an orderly queue) are not
 errors of the library and live outside this tree.
@@ -64,6 +67,7 @@ from typing import ClassVar
 
 __all__ = [
     "IgnoredSelectorTextWarning",
+    "NeverStartedWarning",
     "AccessDeniedError",
     "BrokerError",
     "BrokerSystemError",
@@ -289,7 +293,7 @@ class MissingHeaderFieldError(RemoteProtocolError):
     """A mandatory ``extFields`` entry is absent or cannot be parsed as its declared type.
 
     The Java broker answers such requests with SYSTEM_ERROR and the remark
-    ``the custom field <name> is null``; :attr:`field` holds the wire name.
+    ``the custom field <name> is null``; `field` holds the wire name.
     """
 
     def __init__(self, field: str, detail: str = "is null") -> None:
@@ -358,7 +362,8 @@ class AccessDeniedError(BrokerSystemError):
     (``org.apache.rocketmq.acl.common.AclException: <reason>, <stack frame>``). A 5.x broker
     (ACL 2.0) answers NO_PERMISSION (16) with the authentication or authorization exception's
     message as the remark (``User:ak is not found.``, ``check signature failed.``, ``User:ak
-    has no permission to access Topic:t from ...``); ``code`` is then 16. :func:`broker_error`
+    has no permission to access Topic:t from ...``); ``code`` is then 16.
+    [`broker_error`][aiorocket.errors.broker_error]
     recognises both. Not retriable: the same credentials are refused again, on every broker.
 
     Attributes:
@@ -642,9 +647,10 @@ del _cls
 def broker_error(code: int, remark: str | None = None) -> BrokerError:
     """Return the exception instance for a non-success response ``code``.
 
-    Unknown codes give a plain :class:`BrokerError` whose ``code`` attribute is set; a
-    SYSTEM_ERROR whose remark is an ACL 1.0 refusal (4.x) and a NO_PERMISSION whose remark is an
-    ACL 2.0 refusal (5.x) give :class:`AccessDeniedError`.
+    Unknown codes give a plain [`BrokerError`][aiorocket.errors.BrokerError] whose ``code``
+    attribute is set; a SYSTEM_ERROR whose remark is an ACL 1.0 refusal (4.x) and a NO_PERMISSION
+    whose remark is an ACL 2.0 refusal (5.x) give
+    [`AccessDeniedError`][aiorocket.errors.AccessDeniedError].
     """
     if code == BrokerSystemError.code and _acl_reason(remark) is not None:
         return AccessDeniedError(remark or "")
@@ -664,3 +670,10 @@ class IgnoredSelectorTextWarning(UserWarning):
     still accepts the selector as a Java client and broker do. Filter it with
     ``warnings.simplefilter("ignore", IgnoredSelectorTextWarning)`` or make it an error with
     ``"error"``."""
+
+
+class NeverStartedWarning(RuntimeWarning):
+    """A client (producer, consumer, app) was garbage-collected without having been started:
+    it consumed or sent nothing, which is almost always a missing ``async with client:`` or
+    ``await client.start()``. A ``RuntimeWarning``, shown by default as asyncio's "coroutine
+    was never awaited" is; ``warnings.simplefilter("ignore", NeverStartedWarning)`` hides it."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Final, Protocol, cast
 
-from aiorocket._names import validate_name
+from aiorocket._names import validate_name, validate_user_property
 from aiorocket.errors import ConfigurationError
 
 __all__ = [
@@ -77,11 +77,13 @@ class Message:
         body: the payload (``bytes``; ``str`` is encoded as UTF-8).
         tags: one tag, used by consumers' tag expressions (``"created"``).
         keys: business keys, searchable on the broker (sent space-joined in ``KEYS``).
-        properties: user properties; keys and values must not contain ``\\x01``/``\\x02``.
+        properties: user properties (``str`` names and values without ``\\x01``/``\\x02``);
+            RocketMQ's system property names (``TAGS``, ``KEYS``, ``DELAY``, ``UNIQ_KEY``, ...)
+            are refused, as Java's ``putUserProperty`` refuses them.
         delay_level: 1-18 to deliver after the broker's delay level (1 s … 2 h).
         message_group: RocketMQ 5.x's name for the sharding key (its FIFO message group):
             the message is sent as if ``sharding_key=message_group`` were passed to
-            :meth:`Producer.send <aiorocket.Producer.send>`: it goes to the queue of that key
+            [`Producer.send`][aiorocket.Producer.send]: it goes to the queue of that key
             and carries it as ``__SHARDINGKEY``, so messages of one group stay in order.
         priority: RocketMQ 5.4+ message priority, 0 the lowest (``_SYS_MSG_PRIORITY_``): the
             broker stores the message in queue ``min(priority, queues - 1)`` and POP consumers
@@ -89,7 +91,9 @@ class Message:
             priority message has no delay, delivery time or message group.
 
     Raises:
-        ConfigurationError: a tag, key, delay level or message group is invalid.
+        ConfigurationError: the body is not bytes or text (a `dict`: encode it first, or
+            publish it with [App.publish][aiorocket.app.App.publish]), or a tag, key, property,
+            delay level or message group is invalid.
     """
 
     topic: str
@@ -113,10 +117,9 @@ class Message:
         message_group: str | None = None,
         priority: int | None = None,
     ) -> None:
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        elif not isinstance(body, bytes):
-            body = bytes(body)
+        body = _body_bytes(body)
+        if properties:
+            _check_user_properties(properties)
         if isinstance(keys, str):
             keys = (keys,)
         keys = tuple(keys)
@@ -152,6 +155,59 @@ class Message:
         object.__setattr__(self, "message_group", message_group)
         object.__setattr__(self, "priority", priority)
 
+    @classmethod
+    def with_properties(
+        cls,
+        topic: str,
+        body: bytes | bytearray | memoryview | str,
+        properties: Mapping[str, str],
+        *,
+        tags: str | None = None,
+        keys: Sequence[str] | str = (),
+        delay_level: int | None = None,
+        message_group: str | None = None,
+    ) -> Message:
+        """A message carrying ``properties`` as they are, system names included (Java's
+        ``MessageAccessor``): for forwarding a received message's properties (a dead-letter
+        copy) or presetting its client id (``UNIQ_KEY``, kept by the producer as Java's
+        ``setUniqID`` keeps it). Most code wants the checked constructor instead.
+
+        Raises:
+            ConfigurationError: as the constructor, except for the property names.
+        """
+        msg = cls(
+            topic, body, tags=tags, keys=keys, delay_level=delay_level, message_group=message_group
+        )
+        object.__setattr__(msg, "properties", dict(properties))
+        return msg
+
+
+def _body_bytes(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    hint = (
+        "; encode it first (json.dumps(body).encode()) or let App.publish encode it as JSON"
+        if isinstance(body, Mapping | list | tuple) or hasattr(body, "model_dump_json")
+        else ""
+    )
+    raise ConfigurationError(
+        f"a message body must be bytes or str, not {type(body).__name__}{hint}"
+    )
+
+
+def _check_user_properties(properties: Mapping[str, str]) -> None:
+    for name, value in properties.items():
+        validate_user_property(name)
+        if not isinstance(value, str):
+            raise ConfigurationError(
+                f"property {name!r}: values must be str, not {type(value).__name__} "
+                f"(use str({value!r}))"
+            )
+
 
 class SendStatus(enum.Enum):
     """How the broker stored a sent message (Java ``SendStatus``).
@@ -171,7 +227,7 @@ class SendResult:
     """The outcome of a successful send.
 
     Attributes:
-        status: see :class:`SendStatus`.
+        status: see [`SendStatus`][aiorocket.SendStatus].
         msg_id: the client message id (``UNIQ_KEY``); for a batch, the ids joined with ``,``.
         offset_msg_id: the broker's offset message id(s), also ``,``-joined for a batch.
         queue: the queue the message went to (its topic without the client namespace, as
@@ -197,7 +253,8 @@ class ConsumeStatus(enum.Enum):
     ``RECONSUME_LATER``.
     """
 
-    #: the messages are done (up to :attr:`ConcurrentContext.ack_index`).
+    #: the messages are done (up to
+    #: [`ConcurrentContext.ack_index`][aiorocket.ConcurrentContext.ack_index]).
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     #: deliver the messages again later (through ``%RETRY%<group>`` in clustering mode).
     RECONSUME_LATER = "RECONSUME_LATER"
@@ -252,13 +309,14 @@ class OrderlyStatus(enum.Enum):
 
     #: the messages are done; with auto-commit the queue's offset moves past them.
     SUCCESS = "SUCCESS"
-    #: deliver the same messages again after :attr:`OrderlyContext.suspend_millis`; nothing
-    #: later in the queue (ordering by key: of the same key) is delivered meanwhile.
+    #: deliver the same messages again after
+    #: [`OrderlyContext.suspend_millis`][aiorocket.OrderlyContext.suspend_millis]; nothing later in
+    #: the queue (ordering by key: of the same key) is delivered meanwhile.
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
     #: (auto-commit off) commit every message consumed since the last commit.
     COMMIT = "COMMIT"
     #: (auto-commit off) put back every message consumed since the last commit and deliver
-    #: them again after :attr:`OrderlyContext.suspend_millis`.
+    #: them again after [`OrderlyContext.suspend_millis`][aiorocket.OrderlyContext.suspend_millis].
     ROLLBACK = "ROLLBACK"
 
 
@@ -273,9 +331,10 @@ class OrderlyContext:
         auto_commit: with ``True`` (the default) a successful call commits its messages;
             set it to ``False`` in the handler to commit only on ``COMMIT`` (and undo on
             ``ROLLBACK``), the messages of successful calls staying uncommitted until then.
-            Ordering by key refuses ``False`` (:class:`~aiorocket.errors.ConfigurationError`
-            raised by the assignment): ``COMMIT`` and ``ROLLBACK`` settle everything consumed
-            in a queue since the last commit, which mixes keys that run concurrently.
+            Ordering by key refuses ``False``
+            ([`ConfigurationError`][aiorocket.errors.ConfigurationError] raised by the assignment):
+            ``COMMIT`` and ``ROLLBACK`` settle everything consumed in a queue since the last commit,
+            which mixes keys that run concurrently.
         suspend_millis: how long the queue (ordering by key: the key) pauses after
             ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` or ``ROLLBACK``, in milliseconds; starts at the
             consumer's ``suspend_delay`` and is kept within 10 ms .. 30 s (Java clamps it the
@@ -362,7 +421,8 @@ class ReceivedMessage:
         keys: its business keys.
         properties: every property, user and system ones (do not modify).
         broker_name, queue_id, queue_offset: where it is stored.
-        msg_id: the producer's id (``UNIQ_KEY``), else :attr:`offset_msg_id`.
+        msg_id: the producer's id (``UNIQ_KEY``), else
+            `offset_msg_id`.
         offset_msg_id: the broker's id (store host + commit-log offset).
         commit_log_offset: its position in the broker's commit log.
         reconsume_times: earlier deliveries that failed (0 on the first delivery).
@@ -371,7 +431,8 @@ class ReceivedMessage:
         flag, sys_flag: the raw flag words.
 
     The consumer builds these from pulled records without copying their fields (the
-    per-message path is hot); :meth:`create` builds one by hand, e.g. for tests.
+    per-message path is hot); [`create`][aiorocket.ReceivedMessage.create] builds one by hand, e.g.
+    for tests.
     """
 
     __slots__ = ("_broker_name", "_r", "_reconsume_times", "_topic")
@@ -475,7 +536,7 @@ class ReceivedMessage:
 
     @property
     def queue(self) -> MessageQueue:
-        """The queue as a :class:`MessageQueue` (topic as delivered)."""
+        """The queue as a [`MessageQueue`][aiorocket.MessageQueue] (topic as delivered)."""
         return MessageQueue(self._topic, self._broker_name, self._r.queue_id)
 
     @property

@@ -55,8 +55,8 @@ class ClientSettings(BaseModel):
         tls: connect to name servers and brokers over TLS. ``True`` verifies their
             certificates against the system's CAs (plus ``tls_ca``) and checks that each one
             names the address connected to; an ``ssl.SSLContext`` is used as it is (see
-            :func:`aiorocket.tls.client_context`). Java clients verify nothing unless
-            ``tls.client.authServer=true``; aiorocket verifies unless told not to.
+            [`aiorocket.tls.client_context`][aiorocket.tls.client_context]). Java clients verify
+            nothing unless ``tls.client.authServer=true``; aiorocket verifies unless told not to.
         tls_ca: a PEM file of CA certificates to trust besides the system's (a private CA);
             needs ``tls=True``.
         tls_verify: ``False`` skips every certificate check (Java's default; encrypted but
@@ -128,7 +128,7 @@ class ClientSettings(BaseModel):
 
 
 class ProducerSettings(ClientSettings):
-    """Settings of a :class:`~aiorocket.Producer` (Java ``DefaultMQProducer`` defaults).
+    """Settings of a [`Producer`][aiorocket.Producer] (Java ``DefaultMQProducer`` defaults).
 
     Attributes:
         group: the producer group (used for heartbeats and transaction checks).
@@ -154,8 +154,8 @@ class ProducerSettings(ClientSettings):
 
 
 class TransactionProducerSettings(ProducerSettings):
-    """Settings of a :class:`~aiorocket.TransactionProducer`: those of a producer plus the
-    check-back limits (Java ``TransactionMQProducer``: one check thread, 2000 queued).
+    """Settings of a [`TransactionProducer`][aiorocket.TransactionProducer]: those of a producer
+    plus the check-back limits (Java ``TransactionMQProducer``: one check thread, 2000 queued).
 
     Attributes:
         check_concurrency: check-backs (``check`` calls) run at the same time at most (1).
@@ -167,12 +167,13 @@ class TransactionProducerSettings(ProducerSettings):
     check_backlog: int = Field(default=2000, ge=1)
 
 
-#: Names accepted by :attr:`ConsumerSettings.allocation` (Java ``AllocateMessageQueueStrategy``).
 ALLOCATION_STRATEGIES: tuple[str, ...] = ("averagely", "by_circle", "consistent_hash", "by_config")
+"""Names accepted by `ConsumerSettings.allocation` (Java ``AllocateMessageQueueStrategy``)."""
 
 
 class ConsumerSettings(ClientSettings):
-    """Settings of a :class:`~aiorocket.PushConsumer` (Java ``DefaultMQPushConsumer`` defaults).
+    """Settings of a [`PushConsumer`][aiorocket.PushConsumer] (Java ``DefaultMQPushConsumer``
+    defaults).
 
     Durations are in seconds, sizes in MiB where the name says so.
 
@@ -198,7 +199,8 @@ class ConsumerSettings(ClientSettings):
             call holds messages of one key; a failure delays that key's later messages only;
             ``ctx.auto_commit = False`` is refused. Needs ``orderly=True``.
         allocation: how queues are shared in a group: ``"averagely"`` (default), ``"by_circle"``,
-            ``"consistent_hash"``, ``"by_config"`` (takes :attr:`allocation_queues`), or a
+            ``"consistent_hash"``, ``"by_config"`` (takes
+            `allocation_queues`), or a
             callable ``(queues, consumer_ids, my_id) -> queues`` (every member must use the same).
         allocation_queues: the fixed queues of the ``"by_config"`` strategy.
         consistent_hash_virtual_nodes: virtual nodes per consumer of ``"consistent_hash"`` (10).
@@ -290,7 +292,8 @@ class ConsumerSettings(ClientSettings):
             repeats.
 
     Raises:
-        ConfigurationError: through :func:`build_settings`, for any invalid value.
+        ConfigurationError: through [`build_settings`][aiorocket.settings.build_settings], for any
+            invalid value.
     """
 
     group: str = Field(min_length=1)
@@ -389,10 +392,11 @@ class ConsumerSettings(ClientSettings):
 _S = TypeVar("_S", bound=BaseModel)
 
 
-def closest_name(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the valid name closest to a misspelt one, else ``""``."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+def closest_name(name: str, choices: Iterable[str], n: int = 1) -> str:
+    """`` (did you mean 'x'?)`` for the valid name closest to a misspelt one (up to ``n`` of
+    them, closest first: `` (did you mean 'x' or 'y'?)``), else ``""``."""
+    match = difflib.get_close_matches(name, [c for c in choices if c != name], n=n, cutoff=0.6)
+    return f" (did you mean {' or '.join(map(repr, match))}?)" if match else ""
 
 
 def describe_errors(exc: ValidationError, valid: Iterable[str]) -> str:

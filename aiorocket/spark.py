@@ -1,8 +1,10 @@
 """``aiorocket.spark``: the Spark bridge under its short name.
 
-The same objects as :mod:`aiorocket.integrations.spark` — the ``rocketmq`` data source and sink
-(:func:`register`, :class:`RocketMQDataSource`) and :class:`SparkForwarder`. Importing it
-without the ``spark`` extra raises ImportError saying ``pip install "aiorocketmq[spark]"``.
+The same objects as [`aiorocket.integrations.spark`][aiorocket.integrations.spark] — the
+``rocketmq`` data source and sink ([`register`][aiorocket.integrations.spark.register],
+[`RocketMQDataSource`][aiorocket.integrations.spark.RocketMQDataSource]) and
+[`SparkForwarder`][aiorocket.integrations.spark.SparkForwarder]. Importing it without the ``spark``
+extra raises ImportError saying ``pip install "aiorocketmq[spark]"``.
 """
 
 from aiorocket.integrations.spark import ARROW_SCHEMA as ARROW_SCHEMA

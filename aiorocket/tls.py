@@ -5,8 +5,8 @@ in front of the frame codec); there is no STARTTLS request, so the client decide
 connects. Java's clients enable it with ``-Dtls.enable=true`` (or ``setUseTLS(true)``) and then,
 unless ``tls.client.authServer=true``, trust any certificate. aiorocket verifies by default:
 ``tls=True`` checks the chain against the system's CAs (plus ``tls_ca``) and the host name or
-IP address of every name server and broker; :func:`client_context` with ``verify=False`` is
-Java's default, for test clusters only.
+IP address of every name server and broker; [`client_context`][aiorocket.tls.client_context] with
+``verify=False`` is Java's default, for test clusters only.
 
 A server in ``"permissive"`` mode (Java's ``tls.server.mode`` default) serves TLS and plain
 connections on one port, telling them apart by the first byte a client sends (0x16 opens a TLS
@@ -23,10 +23,10 @@ from aiorocket.errors import ConfigurationError
 
 __all__ = ["TLS_MODES", "TlsMode", "client_context", "server_context"]
 
-#: ``tls.server.mode`` of a RocketMQ server: which connections one port accepts.
 TlsMode = Literal["disabled", "permissive", "enforcing"]
-#: The modes, in the order Java's ``TlsMode`` enum lists them.
+"""``tls.server.mode`` of a RocketMQ server: which connections one port accepts."""
 TLS_MODES: tuple[TlsMode, ...] = ("disabled", "permissive", "enforcing")
+"""The modes, in the order Java's ``TlsMode`` enum lists them."""
 
 
 def client_context(

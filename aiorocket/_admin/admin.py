@@ -3,17 +3,20 @@
 Each method is the request sequence of the matching ``DefaultMQAdminExtImpl`` call, so it
 works against a Java 4.9 cluster and against the embedded broker alike:
 
-* :meth:`Admin.lag` is ``examineConsumeStats``: the route of ``%RETRY%<group>`` names the
-  brokers that know the group; each answers GET_CONSUME_STATS for every topic the group has
-  offsets for (the numbers ``mqadmin consumerProgress`` prints);
-* :meth:`Admin.reset_offset` is ``resetOffsetByTimestamp``: INVOKE_BROKER_TO_RESET_OFFSET to
-  every master of the topic, which pushes the new offsets to the live members; when no member
-  is online the committed offsets are rewritten directly (``resetOffsetByTimestampOld``);
-* :meth:`Admin.message` views a message by its offset id (VIEW_MESSAGE_BY_ID at the store
-  host the id names) or, with a topic, by its client id (QUERY_MESSAGE with the UNIQ_KEY
-  flag); :meth:`Admin.messages_by_key` is ``queryMsgByKey``, :meth:`Admin.trace`
-  ``queryMsgTraceById`` (the same query on the trace topic, bodies decoded);
-* :meth:`Admin.create_topic` / :meth:`Admin.delete_topic` go to every master of the cluster
+* [`Admin.lag`][aiorocket.Admin.lag] is ``examineConsumeStats``: the route of ``%RETRY%<group>``
+  names the brokers that know the group; each answers GET_CONSUME_STATS for every topic the group
+  has offsets for (the numbers ``mqadmin consumerProgress`` prints);
+* [`Admin.reset_offset`][aiorocket.Admin.reset_offset] is ``resetOffsetByTimestamp``:
+  INVOKE_BROKER_TO_RESET_OFFSET to every master of the topic, which pushes the new offsets to the
+  live members; when no member is online the committed offsets are rewritten directly
+  (``resetOffsetByTimestampOld``);
+* [`Admin.message`][aiorocket.Admin.message] views a message by its offset id (VIEW_MESSAGE_BY_ID at
+  the store host the id names) or, with a topic, by its client id (QUERY_MESSAGE with the UNIQ_KEY
+  flag); [`Admin.messages_by_key`][aiorocket.Admin.messages_by_key] is ``queryMsgByKey``,
+  [`Admin.trace`][aiorocket.Admin.trace] ``queryMsgTraceById`` (the same query on the trace topic,
+  bodies decoded);
+* [`Admin.create_topic`][aiorocket.Admin.create_topic] /
+  [`Admin.delete_topic`][aiorocket.Admin.delete_topic] go to every master of the cluster
   (GET_BROKER_CLUSTER_INFO), then the name servers for deletion.
 """
 
@@ -33,7 +36,7 @@ from aiorocket._client.pop import set_message_request_mode
 from aiorocket._client.pull import to_received
 from aiorocket._protocol.admin_bodies import ConsumeStats
 from aiorocket._protocol.attributes import MESSAGE_TYPE_ATTRIBUTE, encode_attributes
-from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicList, TopicRouteData
+from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicRouteData
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
@@ -57,6 +60,7 @@ from aiorocket.errors import (
     NotANameServerError,
     QueryNotFoundError,
     RemoteProtocolError,
+    TopicNotExistError,
     TransportError,
     broker_error,
 )
@@ -65,7 +69,7 @@ from aiorocket.settings import ClientSettings, build_settings
 
 __all__ = ["Admin", "GroupLag", "QueueLag", "TopicRoute"]
 
-#: where :meth:`Admin.reset_offset` can move a group
+#: where [`Admin.reset_offset`][aiorocket.Admin.reset_offset] can move a group
 ResetTarget = Literal["earliest", "latest"] | datetime | int
 _LONG_MAX = 2**63 - 1
 
@@ -171,13 +175,13 @@ def _timestamp_ms(to: ResetTarget) -> int:
 class Admin(ClientOwner):
     """An operators' client for a RocketMQ 4.x cluster (embedded or Java).
 
-    ::
+    ```python
+    async with Admin(namesrv="127.0.0.1:9876") as admin:
+        lag = await admin.lag("billing")
+        print(lag.total, lag.by_topic())
+    ```
 
-        async with Admin(namesrv="127.0.0.1:9876") as admin:
-            lag = await admin.lag("billing")
-            print(lag.total, lag.by_topic())
-
-    Keyword arguments are the settings of :class:`~aiorocket.settings.ClientSettings`
+    Keyword arguments are the settings of [`ClientSettings`][aiorocket.settings.ClientSettings]
     (``namesrv`` required; ``request_timeout`` bounds every call). Names are used as given
     (no namespace is applied: an operator sees the wire names).
 
@@ -194,14 +198,16 @@ class Admin(ClientOwner):
         """``resp`` if it succeeded, else the matching broker error; a request the proxy
         does not serve raises [`NotANameServerError`][aiorocket.errors.NotANameServerError]."""
         if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and await self._behind_proxy():
-            namesrv = ",".join(self.settings.namesrv)
-            what = _request_name(resp)
-            raise NotANameServerError(
-                f"{namesrv} is a RocketMQ proxy, not a name server: a proxy serves sending, "
-                f"consuming and routes but not admin requests such as {what}; "
-                "give Admin the name server's address (the proxy's namesrvAddr)"
-            )
+            raise self._proxy_error(_request_name(resp))
         return _check_code(resp)
+
+    def _proxy_error(self, what: str) -> NotANameServerError:
+        namesrv = ",".join(self.settings.namesrv)
+        return NotANameServerError(
+            f"{namesrv} is a RocketMQ proxy, not a name server: a proxy serves sending, "
+            f"consuming and routes but not admin requests such as {what}; "
+            "give Admin the name server's address (the proxy's namesrvAddr)"
+        )
 
     async def _behind_proxy(self) -> bool:
         client = self._require()
@@ -219,15 +225,22 @@ class Admin(ClientOwner):
             BrokerError, TransportError: the name server failed or could not be reached.
             ClientClosedError: not started, or closed.
         """
-        resp = await self._checked(
-            await self._require().invoke_namesrv(
-                RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-            )
-        )
-        return sorted(TopicList.from_json(resp.body).topic_list)
+        try:
+            return await self._require().topic_names()
+        except BrokerError as exc:
+            if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and await self._behind_proxy():
+                raise self._proxy_error("GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206)") from None
+            raise
 
     async def _route(self, topic: str) -> TopicRouteData:
-        return await self._require().fetch_route(topic)
+        client = self._require()
+        try:
+            return await client.fetch_route(topic)
+        except TopicNotExistError as exc:
+            hint = "" if topic.startswith("%") else await client.missing_topic_hint(topic)
+            # After the remark's first line: a Java name server adds a FAQ link on a second.
+            first, _, rest = exc.remark.partition("\n")
+            raise TopicNotExistError(first + hint + (f"\n{rest}" if rest else "")) from None
 
     async def route(self, topic: str) -> TopicRoute:
         """The topic's route (``mqadmin topicRoute``).
@@ -476,7 +489,7 @@ class Admin(ClientOwner):
         limit: int = 1000,
     ) -> list[dlq.DlqEntry]:
         """The dead letters of ``group`` with their original topic and reason
-        (:func:`aiorocket._admin.dlq.dead_letters`); empty when it has none.
+        (`aiorocket._admin.dlq.dead_letters`); empty when it has none.
 
         Raises:
             ConfigurationError: ``limit`` below 1.
@@ -500,7 +513,7 @@ class Admin(ClientOwner):
         limit: int = 1000,
     ) -> list[dlq.ResendOutcome]:
         """Send ``group``'s dead letters back to their original topics, each once however
-        often this runs (:func:`aiorocket._admin.dlq.resend_dead_letters`).
+        often this runs (`aiorocket._admin.dlq.resend_dead_letters`).
 
         Raises:
             ConfigurationError: ``limit`` below 1.

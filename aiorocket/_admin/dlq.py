@@ -10,12 +10,12 @@ Where a dead letter comes from, and what it carries:
   ``ORIGIN_MESSAGE_ID``, and counts the deliveries in its reconsume times; a message that went
   through the delay levels also keeps ``REAL_TOPIC`` (``%RETRY%<group>``). The broker records
   no reason: the listing infers "max reconsume times (N) reached" from the reconsume times;
-* an :class:`~aiorocket.App` subscriber publishes its own copy (an invalid body, a retry policy
+* an [`App`][aiorocket.app.App] subscriber publishes its own copy (an invalid body, a retry policy
   giving up, ``DeadLetter``) with the handler's error in ``AIOROCKET_DLQ_REASON`` and the
   5.x names ``DLQ_ORIGIN_TOPIC`` / ``DLQ_ORIGIN_MESSAGE_ID``; that reason is shown as it is.
 
 Resending is idempotent through a marker: the offsets of the consumer group
-:data:`RESEND_GROUP` on the DLQ's queues (ordinary consumer offsets, stored by the broker like
+`RESEND_GROUP` on the DLQ's queues (ordinary consumer offsets, stored by the broker like
 any group's). A resend starts at the marker (the queue's first message without one), publishes
 each message to its original topic and moves the marker past it at once, so running it again
 resends nothing, and an interrupted run resends at most the one message whose marker update
@@ -42,12 +42,10 @@ from aiorocket._names import (
     wrap_namespace,
 )
 from aiorocket._protocol import properties as mp
-from aiorocket._protocol.bodies import TopicList
-from aiorocket._protocol.codes import PullSysFlag, RequestCode, ResponseCode
-from aiorocket._protocol.command import RemotingCommand
+from aiorocket._protocol.codes import PullSysFlag
 from aiorocket._protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
-from aiorocket.errors import BrokerError, ConfigurationError, broker_error
+from aiorocket.errors import BrokerError, ConfigurationError
 from aiorocket.models import MessageQueue, ReceivedMessage
 
 __all__ = [
@@ -213,12 +211,7 @@ async def _dlq_queues(client: ClientInstance, topic: str) -> list[tuple[MessageQ
     The topic list is asked first: a route lookup of a missing topic may create it on a name
     server that creates topics on lookup (the embedded one by default).
     """
-    resp = await client.invoke_namesrv(
-        RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    )
-    if resp.code != ResponseCode.SUCCESS:
-        raise broker_error(resp.code, resp.remark)
-    if topic not in TopicList.from_json(resp.body).topic_list:
+    if topic not in await client.topic_names():
         return []
     route = await client.fetch_route(topic)
     out = []

@@ -1,5 +1,5 @@
 """A request template of the binary (ROCKETMQ) header dialect: the twin of
-:class:`~aiorocket._protocol.frame.RequestTemplate` for clients set to
+`RequestTemplate` for clients set to
 ``serialize_type="rocketmq"``.
 
 The binary header (docs/protocol.md §1.5) is a fixed 21-byte part, the remark and a map of
@@ -32,8 +32,8 @@ class BinaryRequestTemplate(TemplateBase):
     """A request sent again and again with the same fields except a few integer ext fields,
     in the binary header dialect.
 
-    :meth:`encode` writes the same command as :func:`~aiorocket._protocol.frame.encode_command`
-    of :meth:`command` (the ext entries in another order, which the dialect leaves free).
+    `encode` writes the same command as `encode_command`
+    of `command` (the ext entries in another order, which the dialect leaves free).
 
     Args:
         cmd: the request; its ``opaque`` is replaced at every send and its dialect ignored.

@@ -3,7 +3,7 @@
 This is Java's ``MQClientInstance`` + ``MQClientAPIImpl`` without threads: a connection pool
 (one connection per address, shared by the producer and consumers of this instance), the route
 and broker-address tables, and one typed coroutine per broker RPC that turns the response code
-into a value or a :class:`~aiorocket.errors.BrokerError`.
+into a value or a [`BrokerError`][aiorocket.errors.BrokerError].
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aiorocket._client.pull import PreparedPull, PullResponse, pull_response
+from aiorocket._names import is_system_resource
 from aiorocket._protocol import acl
 from aiorocket._protocol.bodies import (
     CheckClientRequestBody,
@@ -27,6 +28,7 @@ from aiorocket._protocol.bodies import (
     LockBatchRequestBody,
     LockBatchResponseBody,
     SubscriptionData,
+    TopicList,
     TopicRouteData,
     UnlockBatchRequestBody,
 )
@@ -63,11 +65,13 @@ from aiorocket._remoting import (
 from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
+    ConnectError,
+    RocketError,
     TransportError,
     broker_error,
 )
 from aiorocket.models import MessageQueue
-from aiorocket.settings import ClientSettings
+from aiorocket.settings import ClientSettings, closest_name
 from aiorocket.tls import client_context
 
 __all__ = ["ClientInstance", "SendResponse", "local_ipv4"]
@@ -121,7 +125,7 @@ def _connector(s: ClientSettings) -> Connector:
 class ClientInstance:
     """Routes, broker addresses and typed RPCs over one shared connection pool.
 
-    Nothing happens in the constructor; :meth:`start` creates the pool inside the owner's task
+    Nothing happens in the constructor; `start` creates the pool inside the owner's task
     group (``spawn``), where requests from brokers (NOTIFY_CONSUMER_IDS_CHANGED, …) are served
     by ``handler``.
     """
@@ -145,7 +149,7 @@ class ClientInstance:
         #: the ``version`` of the last response from each address: the server's release
         #: (docs/protocol.md §0.3; Java keeps the heartbeat's in ``brokerVersionTable``)
         self._versions: dict[str, int] = {}
-        #: whether a name-server address is a proxy's (:meth:`is_proxy`)
+        #: whether a name-server address is a proxy's (`is_proxy`)
         self._proxies: dict[str, bool] = {}
         #: called with the broker names that appeared in a route for the first time
         self.on_new_brokers: Callable[[set[str]], None] | None = None
@@ -176,7 +180,8 @@ class ClientInstance:
         self._binary = s.serialize_type == "rocketmq"
 
     async def close(self) -> None:
-        """Close every connection; later calls raise :class:`ClientClosedError`."""
+        """Close every connection; later calls raise
+        [`ClientClosedError`][aiorocket.errors.ClientClosedError]."""
         self._closed = True
         if self._pool is not None:
             await self._pool.close()
@@ -260,6 +265,60 @@ class ClientInstance:
             return resp
         assert last is not None
         raise last
+
+    async def connect_namesrv(self) -> str:
+        """Connect to a name server (from the one last used, each bounded by
+        ``connect_timeout``) and return its address: a client's start checks its name servers
+        are there, so a wrong or dead address fails the start rather than the first send.
+
+        Raises:
+            ConnectError: none could be connected; the message names every address tried.
+        """
+        addrs = self.settings.namesrv
+        pool = self._require_pool()
+        tried: list[str] = []
+        last: ConnectError | None = None
+        for i in range(len(addrs)):
+            idx = (self._namesrv_index + i) % len(addrs)
+            try:
+                await pool.get(addrs[idx])
+            except ConnectError as exc:
+                # (the pool's message names the address and, for TLS, what to trust)
+                tried.append(str(exc))
+                last = exc
+                continue
+            self._namesrv_index = idx
+            return addrs[idx]
+        raise ConnectError(
+            f"no name server reachable within {self.settings.connect_timeout:g} s: "
+            f"{'; '.join(tried)}; check namesrv= (or AIOROCKET_NAMESRV) and that the name "
+            "server runs"
+        ) from (last.__cause__ if last is not None and last.__cause__ is not None else last)
+
+    async def topic_names(self) -> list[str]:
+        """Every topic the name server knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted.
+
+        Raises:
+            BrokerError, TransportError: the name server refused or could not be reached.
+        """
+        resp = _check(
+            await self.invoke_namesrv(
+                RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+            )
+        )
+        return sorted(TopicList.from_json(resp.body).topic_list)
+
+    async def missing_topic_hint(self, topic: str) -> str:
+        """`` (did you mean 'a' or 'b'?)`` naming the existing topics closest to ``topic`` (a
+        missing topic is most often a typo), or ``""``. Never raises: a failed look-up gives
+        no hint."""
+        try:
+            names = await self.topic_names()
+        except RocketError as exc:
+            log.debug("topic list not read for a hint: %s", exc)
+            return ""
+        users = (n for n in names if not n.startswith("%") and not is_system_resource(n))
+        return closest_name(topic, users, 3)
 
     # -- routes -------------------------------------------------------------------------------
 
@@ -361,7 +420,7 @@ class ClientInstance:
         ``broker_id`` (the broker's ``suggestWhichBrokerId``) or the master, and without
         either any broker of the group, as Java's ``findBrokerAddressInSubscribe`` after a
         route refresh (``RemoteBrokerOffsetStore``: master first, then ``onlyThisBroker``
-        false). A missing address first refreshes the route (:meth:`refresh_route`).
+        false). A missing address first refreshes the route (`refresh_route`).
 
         Raises:
             ServiceNotAvailableError: no such address, even after the refresh.
@@ -438,7 +497,7 @@ class ClientInstance:
         *,
         timeout: float,
     ) -> PullResponse:
-        """:meth:`pull_message` for a :class:`PreparedPull` with these three fields.
+        """`pull_message` for a `PreparedPull` with these three fields.
 
         Raises:
             BrokerError: a code other than 0, 19, 20 and 21.

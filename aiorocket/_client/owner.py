@@ -1,5 +1,5 @@
 """The lifecycle shared by request-only clients (``QueueReader``, ``Admin``): one
-:class:`~aiorocket._client.instance.ClientInstance`, created on start and closed on close,
+`ClientInstance`, created on start and closed on close,
 with no broker requests to serve and no periodic work of their own."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ log = logging.getLogger("aiorocket.client")
 
 
 class ClientOwner(AsyncResource):
-    """Start/close, ``async with`` and :meth:`_require` for a class holding one client."""
+    """Start/close, ``async with`` and `_require` for a class holding one client."""
 
     #: what the user calls the object, in error messages ("the queue reader is closed")
     _what: ClassVar[str] = "client"
@@ -50,7 +50,8 @@ class ClientOwner(AsyncResource):
             await self._lifecycle.start()
 
     async def close(self) -> None:
-        """Close every connection; later calls raise :class:`ClientClosedError`."""
+        """Close every connection; later calls raise
+        [`ClientClosedError`][aiorocket.errors.ClientClosedError]."""
         self._closed = True
         await self._lifecycle.close()
         self._client = None

@@ -3,8 +3,8 @@ change of invisible time, notification, and server-side assignment (Java
 ``MQClientAPIImpl.popMessageAsync`` / ``ackMessageAsync`` / ``changeInvisibleTimeAsync`` /
 ``notification`` / ``queryAssignment`` / ``setMessageRequestMode``).
 
-:func:`pop_response` is the one place a POP_MESSAGE response code is decoded into a
-:class:`PopStatus`; :func:`popped_records` gives each popped record its receipt handle as
+`pop_response` is the one place a POP_MESSAGE response code is decoded into a
+`PopStatus`; `popped_records` gives each popped record its receipt handle as
 ``processPopResponse`` does.
 """
 
@@ -101,7 +101,7 @@ def pop_response(resp: RemotingCommand, broker_name: str) -> PopResult:
 
     Raises:
         RequestCodeNotSupportedError: the broker does not know POP (a 4.x broker: code 3).
-        BrokerError: a code that is not a :class:`PopStatus`.
+        BrokerError: a code that is not a `PopStatus`.
         RemoteProtocolError: malformed records or offset infos.
     """
     status = _STATUS_BY_CODE.get(resp.code)
@@ -193,7 +193,7 @@ async def pop_message(
     """POP_MESSAGE (200050); ``timeout`` covers the broker's hold (``pollTime``) too.
 
     Raises:
-        RequestCodeNotSupportedError, BrokerError, RemoteProtocolError: as :func:`pop_response`.
+        RequestCodeNotSupportedError, BrokerError, RemoteProtocolError: as `pop_response`.
         TransportError: the connection failed or timed out.
     """
     cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, header.to_ext())
@@ -216,14 +216,14 @@ async def batch_ack(client: ClientInstance, addr: str, body: BatchAckMessageRequ
     """BATCH_ACK_MESSAGE (200151): several checkpoints' acks in one request.
 
     Raises:
-        As :func:`ack_message`.
+        As `ack_message`.
     """
     cmd = RemotingCommand.request(RequestCode.BATCH_ACK_MESSAGE, body=body.to_json())
     _check(await client.invoke(addr, cmd), "BATCH_ACK_MESSAGE")
 
 
 def batch_acks(group: str, handles: list[tuple[str, ReceiptHandle]]) -> list[BatchAck]:
-    """Group ``(topic, handle)`` pairs into one :class:`BatchAck` per checkpoint (Java
+    """Group ``(topic, handle)`` pairs into one `BatchAck` per checkpoint (Java
     ``BatchAck``: the offsets as bits above the checkpoint's start offset)."""
     by_ck: dict[tuple[str, str, int, int, int, int, int], set[int]] = {}
     for topic, h in handles:
@@ -251,7 +251,7 @@ async def change_invisible_time(
     """CHANGE_MESSAGE_INVISIBLETIME (200053); the answer names the new handle's pop time.
 
     Raises:
-        As :func:`ack_message`.
+        As `ack_message`.
     """
     cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext())
     resp = _check(await client.invoke(addr, cmd), "CHANGE_MESSAGE_INVISIBLETIME")
@@ -266,7 +266,7 @@ async def notification(
     (``pollingFull``).
 
     Raises:
-        As :func:`ack_message`.
+        As `ack_message`.
     """
     cmd = RemotingCommand.request(RequestCode.NOTIFICATION, header.to_ext())
     resp = await client.invoke(addr, cmd, timeout=timeout)
@@ -300,7 +300,7 @@ async def set_message_request_mode(
     (``mqadmin setConsumeMode``).
 
     Raises:
-        As :func:`query_assignment`.
+        As `query_assignment`.
     """
     cmd = RemotingCommand.request(RequestCode.SET_MESSAGE_REQUEST_MODE, body=body.to_json())
     _check(await client.invoke(addr, cmd), "SET_MESSAGE_REQUEST_MODE")

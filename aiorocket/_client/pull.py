@@ -1,8 +1,8 @@
 """Pull results: the request a pull loop repeats, the pull statuses, and the messages a pull
 response holds (Java ``PullResult`` + ``PullAPIWrapper.processPullResult``).
 
-:func:`pull_response` is the one place a PULL_MESSAGE response code is decoded into a
-:class:`PullStatus` (docs/protocol.md §3.3).
+`pull_response` is the one place a PULL_MESSAGE response code is decoded into a
+`PullStatus` (docs/protocol.md §3.3).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def pull_response(resp: RemotingCommand) -> PullResponse:
     """Decode a PULL_MESSAGE response.
 
     Raises:
-        BrokerError: a code that is not a :class:`PullStatus`.
+        BrokerError: a code that is not a `PullStatus`.
     """
     status = _STATUS_BY_CODE.get(resp.code)
     if status is None:
@@ -71,7 +71,7 @@ _PULL_VARIABLE = ("queueOffset", "sysFlag", "commitOffset")
 class PreparedPull:
     """A queue's PULL_MESSAGE with every field fixed but the offset, the flag and the commit
     offset: a pull loop sends the same request thousands of times, so its header is encoded
-    once (:class:`RequestTemplate`; the binary twin is made on first use by a client set to
+    once (`RequestTemplate`; the binary twin is made on first use by a client set to
     the binary dialect).
 
     Args:

@@ -2,7 +2,7 @@
 
 The broker answers *a* message stored closest to the time (docs/protocol.md §6.5): maybe
 one just before it, maybe one in the middle of several stored in the same millisecond (a
-batch). :func:`first_offset_at` refines that answer by reading the store times of single
+batch). `first_offset_at` refines that answer by reading the store times of single
 messages around it (exponential, then binary search); the pull consumer's ``seek_to_time``
 and the queue reader's ``offset_for_timestamp`` both use it. Store times are assumed not to
 decrease along a queue, which holds for messages appended by one broker.
@@ -36,7 +36,7 @@ async def first_offset_at(
         lo: the queue's min offset.
         hi: the queue's max offset (one past its last message).
         guess: the broker's SEARCH_OFFSET_BY_TIMESTAMP answer.
-        stored_at: reads one message's store time (see :data:`StoredAt`).
+        stored_at: reads one message's store time (see `StoredAt`).
 
     Raises:
         Whatever ``stored_at`` raises.
@@ -87,7 +87,7 @@ async def store_time(
 ) -> float:
     """The store time (ms) of the message at ``offset`` of ``mq`` (wire names), read by a
     one-message pull that registers nothing (sysFlag SUBSCRIPTION, ``*``); as
-    :data:`StoredAt` when it is gone.
+    `StoredAt` when it is gone.
 
     Raises:
         BrokerError, TransportError: the pull failed.

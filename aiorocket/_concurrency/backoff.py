@@ -35,7 +35,7 @@ class Backoff:
 
     @property
     def attempts(self) -> int:
-        """Failures since the last :meth:`reset`."""
+        """Failures since the last `reset`."""
         return self._attempt
 
     def next_delay(self) -> float:

@@ -16,8 +16,8 @@ log = logging.getLogger("aiorocket")
 
 
 class Periodic:
-    """Runs ``fn`` every ``interval`` seconds until :meth:`stop` (or a cancellation);
-    :meth:`wake` runs it early.
+    """Runs ``fn`` every ``interval`` seconds until `stop` (or a cancellation);
+    `wake` runs it early.
 
     Expected failures (``RocketError`` and ``OSError``: a broker down, a timeout) are logged and
     the loop carries on at the next tick; anything else is a bug and propagates, crashing the
@@ -51,12 +51,12 @@ class Periodic:
         self._wake.set()
 
     def stop(self) -> None:
-        """End :meth:`run` now: the current run of the function is cancelled and :meth:`run`
-        returns normally. Works before :meth:`run` started too."""
+        """End `run` now: the current run of the function is cancelled and `run`
+        returns normally. Works before `run` started too."""
         self._scope.cancel()
 
     async def run(self) -> None:
-        """Loop until :meth:`stop` (returns) or a cancellation (raises it)."""
+        """Loop until `stop` (returns) or a cancellation (raises it)."""
         with self._scope:
             if not self._run_first:
                 await self._sleep(self.interval)

@@ -1,25 +1,28 @@
-"""One lifecycle for everything that runs background tasks: a :class:`Service` owns a
+"""One lifecycle for everything that runs background tasks: a `Service` owns a
 supervisor task holding a task group, from start-up to the end of shutdown.
 
-Usage (the owner keeps a ``Service`` and hands it its steps; all are optional)::
+Usage (the owner keeps a ``Service`` and hands it its steps; all are optional):
 
-    self._service = Service(
-        f"broker {name}",            # task name and log prefix ("broker x crashed")
-        startup=self._startup,       # async, in the supervisor: spawn tasks, first I/O
-        shutdown=self._shutdown,     # async, graceful: stop loops, flush (after close())
-        abort=self._abort,           # async (started: bool): after a crash or failed start
-        finalize=self._finalize,     # sync, always last (release files, locks)
-        logger=log,
-    )
-    await self._service.start()      # returns when startup() returned; its error is raised
-    self._service.start_soon()       # or so, from synchronous code (a failure is logged)
-    self._service.spawn(coro, name="flush")   # a background task the service owns
-    await self._service.close()      # shielded: stop, shutdown(), cancel what is left
-    await self._service.wait_closed()          # re-raises a crash (a bug), once logged
+```python
+self._service = Service(
+    f"broker {name}",            # task name and log prefix ("broker x crashed")
+    startup=self._startup,       # async, in the supervisor: spawn tasks, first I/O
+    shutdown=self._shutdown,     # async, graceful: stop loops, flush (after close())
+    abort=self._abort,           # async (started: bool): after a crash or failed start
+    finalize=self._finalize,     # sync, always last (release files, locks)
+    logger=log,
+)
+await self._service.start()      # returns when startup() returned; its error is raised
+self._service.start_soon()       # or so, from synchronous code (a failure is logged)
+self._service.spawn(coro, name="flush")   # a background task the service owns
+await self._service.close()      # shielded: stop, shutdown(), cancel what is left
+await self._service.wait_closed()          # re-raises a crash (a bug), once logged
+```
 
-:meth:`Service.spawn` works from ``startup()`` on (not before ``start()``; from synchronous
+`Service.spawn` works from ``startup()`` on (not before ``start()``; from synchronous
 code after ``start_soon()``, spawn inside ``startup()``) until the supervisor ends; it raises
-:class:`~aiorocket.errors.ClientClosedError` then. One ``Service`` runs once: to restart, make
+[`ClientClosedError`][aiorocket.errors.ClientClosedError] then. One ``Service`` runs once: to
+    restart, make
 a new one.
 
 The properties:
@@ -29,28 +32,29 @@ The properties:
   ``start()`` still waits (shielded, up to ``cleanup_timeout``) for the clean-up.
 * A background task failing after start-up does not touch the task that called ``start()``
   (a FastAPI lifespan, a test): the group is cancelled, the crash is logged, ``abort()`` runs,
-  ``on_crash`` is called, and :meth:`Service.wait_closed` / :meth:`Service.raise_crash`
+  ``on_crash`` is called, and `Service.wait_closed` / `Service.raise_crash`
   re-raise it.
 * ``close()`` is idempotent and shielded: a caller in a cancelled anyio scope (a task group,
   a lifespan) still gets the whole shutdown, and its cancellation afterwards; a plain
   ``Task.cancel()`` of the caller returns early, the shutdown still finishes in the
-  supervisor. Tasks from :meth:`Service.spawn` still running
-  after ``shutdown()`` are cancelled; tasks created on :attr:`Service.task_group` directly are
+  supervisor. Tasks from `Service.spawn` still running
+  after ``shutdown()`` are cancelled; tasks created on `Service.task_group` directly are
   waited for (they must end by themselves, e.g. when their connection closes). Each step of
-  ``shutdown()``/``abort()`` should be bounded: :func:`bounded` does it for one step.
+  ``shutdown()``/``abort()`` should be bounded: `bounded` does it for one step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 
-from aiorocket.errors import ClientClosedError
+from aiorocket.errors import ClientClosedError, NeverStartedWarning
 
 __all__ = ["AsyncResource", "Service", "bounded"]
 
@@ -79,7 +83,7 @@ async def bounded(
 class AsyncResource:
     """``async with`` for an object with ``start()`` and ``close()``: entering starts it,
     leaving closes it and then, when the body itself ended cleanly, re-raises what
-    :meth:`_raise_crash` finds (a background crash of the owner's :class:`Service`)."""
+    `_raise_crash` finds (a background crash of the owner's `Service`)."""
 
     async def start(self) -> None:
         """Start; overridden by every subclass."""
@@ -91,6 +95,26 @@ class AsyncResource:
 
     def _raise_crash(self) -> None:
         """Re-raise a background crash after a clean exit; none by default."""
+
+    def _never_started(self) -> str | None:
+        """What to name in a [NeverStartedWarning][aiorocket.errors.NeverStartedWarning]
+        when this object is collected: ``None`` once it was started or closed (the default:
+        never warn)."""
+        return None
+
+    def __del__(self) -> None:
+        try:
+            what = self._never_started()
+        except AttributeError:  # the constructor failed part-way: nothing was made
+            return
+        if what is not None:
+            warnings.warn(
+                f"{what} was created but never started, so it did nothing: use "
+                "`async with client:` or `await client.start()`",
+                NeverStartedWarning,
+                source=self,
+                stacklevel=2,
+            )
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -157,7 +181,7 @@ class Service:
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None]
         self._tg: asyncio.TaskGroup | None = None
-        #: the tasks of :meth:`spawn` still running
+        #: the tasks of `spawn` still running
         self.tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._crash: BaseException | None = None
@@ -168,7 +192,7 @@ class Service:
 
     @property
     def started(self) -> bool:
-        """Whether :meth:`start` was called (successful or not)."""
+        """Whether `start` was called (successful or not)."""
         return self._runner is not None
 
     @property
@@ -241,7 +265,7 @@ class Service:
 
     def start_soon(self) -> None:
         """Start the supervisor without waiting for ``startup()`` (for a synchronous owner);
-        a start-up failure is logged, and :meth:`wait_closed` returns then.
+        a start-up failure is logged, and `wait_closed` returns then.
 
         Raises:
             ClientClosedError: the service was closed before.
@@ -259,10 +283,10 @@ class Service:
             self._log.error("%s failed to start", self.name, exc_info=exc)
 
     async def close(self) -> None:
-        """Stop gracefully; safe to call more than once, and before :meth:`start`.
+        """Stop gracefully; safe to call more than once, and before `start`.
 
         Raises:
-            Nothing: a crash is re-raised by :meth:`wait_closed` instead.
+            Nothing: a crash is re-raised by `wait_closed` instead.
         """
         if self._runner is None:
             self._closing = True

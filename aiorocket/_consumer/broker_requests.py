@@ -164,7 +164,7 @@ class BrokerRequests:
 
 
 class PushRequests(BrokerRequests):
-    """:class:`BrokerRequests` plus the push consumer's own: offset resets and
+    """`BrokerRequests` plus the push consumer's own: offset resets and
     consuming one message directly with the handler."""
 
     def __init__(

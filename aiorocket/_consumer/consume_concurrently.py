@@ -98,7 +98,7 @@ class _WorkQueue:
             self._wake_one()
 
     def put_all(self, reqs: list[_Request]) -> None:
-        """:meth:`put` each of ``reqs`` in order (one wake-up at most, as :meth:`put` gives)."""
+        """`put` each of ``reqs`` in order (one wake-up at most, as `put` gives)."""
         self.items.extend(reqs)
         if self._woken == 0:
             self._wake_one()
@@ -357,8 +357,8 @@ class ConcurrentConsumeService(ConsumeServiceBase[Handler]):
 
     async def send_back(self, msg: ReceivedMessage, delay_level: int, broker_name: str) -> bool:
         """Return a failed message to the broker for a later retry; True when it got there
-        (:class:`~aiorocket._consumer.send_back.SendBack`; a popped message's invisible time
-        is moved instead, :attr:`pop_retry`)."""
+        (`SendBack`; a popped message's invisible time
+        is moved instead, `pop_retry`)."""
         if self.pop_retry is not None and isinstance(msg, PoppedMessage):
             return await self.pop_retry(msg, delay_level)
         return await self._sender.send_back(msg, delay_level, broker_name)

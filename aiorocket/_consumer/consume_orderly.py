@@ -5,7 +5,7 @@ parallel, at most ``concurrency`` of them at once (a task holds its slot for its
 Java consume thread does).
 
 * **Requests.** Pulled messages wake the queue's consume task if it is not scheduled already
-  (Java ``dispatchToConsume``). The task holds the queue's :class:`asyncio.Lock` (Java
+  (Java ``dispatchToConsume``). The task holds the queue's `asyncio.Lock` (Java
   ``MessageQueueLock``, one per queue, outliving its process queues) while it works, takes up
   to ``consume_batch_size`` messages from the front of the cache (the consuming subset,
   ``consumingMsgOrderlyTreeMap``), runs the handler and acts on the outcome, and repeats until
@@ -30,12 +30,12 @@ A result is committed to the offset store unless the queue was dropped meanwhile
 member may already own it. Broadcasting consumers take no locks: per-queue sequencing only.
 Hooks see ``CONSUME_SUCCESS`` for SUCCESS and COMMIT, ``RECONSUME_LATER`` otherwise.
 
-**Ordering by key** (``order_by`` other than ``"queue"``; :mod:`~aiorocket._consumer.key_order`
+**Ordering by key** (``order_by`` other than ``"queue"``; `key_order`
 holds the per-key lanes). No RocketMQ client has it: the queue's order is kept per key, and the
 keys of a queue run concurrently.
 
 * One *dispatcher* task per queue, started by pulled messages (or a key's suspension ending)
-  when none runs, holds the queue's :class:`asyncio.Lock` while any handler call of the queue
+  when none runs, holds the queue's `asyncio.Lock` while any handler call of the queue
   runs, so the lock is still the consume lock a rebalance waits for. Under a live broker lock
   it starts a call for every ready key, each call in a task of its own holding one of the
   ``concurrency`` slots (there is no continuous-consume slice: slots come back after every
@@ -573,7 +573,7 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
         msgs: list[ReceivedMessage],
         ctx: OrderlyContext,
     ) -> None:
-        """A failed call of ``key`` (``checkReconsumeTimes``, as :meth:`_suspend`): messages at
+        """A failed call of ``key`` (``checkReconsumeTimes``, as `_suspend`): messages at
         the retry limit are dead-lettered from the front; the first one retried and all after
         it go back to the front of the key's lane, which stays busy for the suspend time."""
         retry_from = await self._dead_letter_front(pq, msgs)

@@ -1,14 +1,14 @@
 """What every member of a consumer group does, push or pull (Java ``MQClientInstance`` with the
 start/shutdown skeleton both ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl``
 share): names, routes, heartbeats, unregistering, and the member's lifecycle on a
-:class:`~aiorocket._concurrency.Service` (a supervisor task owning the member's task group).
+`Service` (a supervisor task owning the member's task group).
 
-:class:`GroupMember` is the base of :class:`~aiorocket.PushConsumer` and
-:class:`~aiorocket.PullConsumer`. It runs the lifecycle docs/architecture.md describes: ``start()``
-builds the parts (no I/O), starts one supervisor task holding a task group, and returns once
-the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
+`GroupMember` is the base of [`PushConsumer`][aiorocket.PushConsumer] and
+[`PullConsumer`][aiorocket.PullConsumer]. It runs the lifecycle docs/architecture.md describes:
+``start()`` builds the parts (no I/O), starts one supervisor task holding a task group, and returns
+once the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
 reach the caller; ``close()`` runs the subclass's graceful shutdown; a bug in any task crashes
-the group, is logged, and is re-raised by :meth:`~GroupMember.wait_closed` and by leaving
+the group, is logged, and is re-raised by `wait_closed` and by leaving
 ``async with``. Subclasses provide the parts and their own rebalance, start-up and shutdown.
 """
 
@@ -27,10 +27,10 @@ from aiorocket._concurrency import Backoff, Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
-from aiorocket._consumer.rebalance import Rebalancer
+from aiorocket._consumer.rebalance import Rebalancer, describe_queues
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
-from aiorocket._names import is_retry_topic, retry_topic, wrap_namespace
+from aiorocket._names import is_retry_topic, retry_topic, validate_group, wrap_namespace
 from aiorocket._protocol.allocation import AllocationStrategy, strategy_named
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.command import RemotingCommand
@@ -74,9 +74,9 @@ def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowL
 class GroupMember(AsyncResource):
     """The group-membership half of a consumer (see the module docs).
 
-    Subclasses implement :meth:`_check_startable`, :meth:`_build`, :meth:`_startup`,
-    :meth:`_shutdown`, :meth:`_flush_offsets` and :meth:`held`, and may override
-    :meth:`_unlock_all`.
+    Subclasses implement `_check_startable`, `_build`, `_startup`,
+    `_shutdown`, `_flush_offsets` and `held`, and may override
+    `_unlock_all`.
     """
 
     #: ``ConsumerData.consumeType`` in heartbeats: the push consumer is fed by the client
@@ -86,6 +86,7 @@ class GroupMember(AsyncResource):
     def __init__(self, settings: ConsumerSettings) -> None:
         self.settings = settings
         s = settings
+        validate_group(s.group, "consumer group")
         self._group = wrap_namespace(s.namespace, s.group)
         validate_name(self._group, "consumer group")
         self._clustering = s.message_model == "clustering"
@@ -108,8 +109,10 @@ class GroupMember(AsyncResource):
         self._route_timer: Periodic
         self._persist_timer: Periodic
         self._heartbeat_task: asyncio.Task[Any]
-        #: the look-ups of subscribed topics that have no route yet (:meth:`_watch_missing`)
+        #: the look-ups of subscribed topics that have no route yet (`_watch_missing`)
         self._route_watch: asyncio.Task[None] | None = None
+        #: subscribed topics whose missing route was logged (once each, until it appears)
+        self._warned_missing: set[str] = set()
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -133,8 +136,8 @@ class GroupMember(AsyncResource):
     # -- what subclasses provide --------------------------------------------------------------
 
     def _check_startable(self) -> None:
-        """Raise :class:`ConfigurationError` when the member cannot start as configured; may
-        complete the configuration (the retry subscription)."""
+        """Raise [`ConfigurationError`][aiorocket.errors.ConfigurationError] when the member cannot
+        start as configured; may complete the configuration (the retry subscription)."""
         raise NotImplementedError
 
     def _build(self) -> None:
@@ -151,7 +154,7 @@ class GroupMember(AsyncResource):
 
     def _membership_timers(self) -> None:
         """Create the periodic tasks every member runs (Java's rebalance service, heartbeat
-        and route-update tasks); :meth:`_startup` starts them."""
+        and route-update tasks); `_startup` starts them."""
         s = self.settings
         self._rebalance_timer = Periodic(
             self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
@@ -230,6 +233,8 @@ class GroupMember(AsyncResource):
             ConfigurationError: the consumer is not fully configured (no listener, no
                 subscription, ...).
             ClientClosedError: the consumer was closed before.
+            ConnectError: no name server could be connected within ``connect_timeout`` (each
+                address tried is named).
             TransportError: no name server or broker could be reached at start.
             RocketError: another start-up failure.
         """
@@ -257,7 +262,7 @@ class GroupMember(AsyncResource):
         """Shut down gracefully (see the module docs); safe to call more than once.
 
         Raises:
-            Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
+            Nothing: a crash of the consumer is re-raised by `wait_closed` instead.
         """
         self._closing = True
         if self._lifecycle is not None:
@@ -278,6 +283,11 @@ class GroupMember(AsyncResource):
         if self._lifecycle is not None:
             self._lifecycle.raise_crash()
 
+    def _never_started(self) -> str | None:
+        if self._started or self._closing:
+            return None
+        return f"{type(self).__name__} of group {self.settings.group!r}"
+
     @property
     def _crash(self) -> BaseException | None:
         """The unexpected error the consumer crashed on, if any."""
@@ -288,7 +298,7 @@ class GroupMember(AsyncResource):
 
     async def _cleanup(self, step: Awaitable[object], what: str) -> bool:
         """Await one last step of a shutdown (flush offsets, unlock queues, unregister):
-        shielded and bounded by the cleanup timeout (:func:`bounded`); returns whether the
+        shielded and bounded by the cleanup timeout (`bounded`); returns whether the
         step completed."""
         return await bounded(step, what, self._cleanup_timeout(), log)
 
@@ -301,13 +311,30 @@ class GroupMember(AsyncResource):
         client = self._client
         assert self._lifecycle is not None
         client.start(self._lifecycle.task_group.create_task)
+        await client.connect_namesrv()
         await self._startup()
         log.info(
-            "consumer %s (%s) started with %d queue(s)",
+            "consumer %s started as %s (%s): %s",
             self._group,
             client.client_id,
-            len(self.held()),
+            self._describe_mode(),
+            self._describe_holdings(),
         )
+
+    def _describe_mode(self) -> str:
+        s = self.settings
+        order = "orderly" if s.orderly else "concurrently"
+        return f"{s.message_model}, {order}, {s.consume_mode}"
+
+    def _describe_holdings(self) -> str:
+        """Each subscribed topic with its filter and the queues held of it (the start's log)."""
+        held = self.held()
+        parts = []
+        for topic, sub in self._subscriptions.items():
+            mine = [mq for mq in held if mq.topic == topic]
+            where = f" on {describe_queues(mine, topics=False)}" if mine else ""
+            parts.append(f"{topic} {sub.data().sub_string!r}{where}")
+        return "; ".join(parts) or "nothing subscribed"
 
     def _stopping(self) -> None:
         self._closing = True
@@ -342,11 +369,17 @@ class GroupMember(AsyncResource):
             try:
                 route = await client.fetch_route(topic)
             except TopicNotExistError:
-                log.log(
-                    logging.DEBUG if is_retry_topic(topic) else logging.WARNING,
-                    "topic %s has no route yet",
-                    topic,
-                )
+                if is_retry_topic(topic) or topic in self._warned_missing:
+                    log.debug("topic %s has no route yet", topic)
+                else:
+                    # Once per topic; one that does not exist yet may be a typo: name the
+                    # existing topics close to it.
+                    self._warned_missing.add(topic)
+                    log.warning(
+                        "topic %s has no route yet: consuming it once it is created%s",
+                        topic,
+                        await client.missing_topic_hint(topic),
+                    )
                 continue
             except (TransportError, BrokerError) as exc:
                 # At start the caller gets the error itself; later, the log is all there is.
@@ -355,6 +388,7 @@ class GroupMember(AsyncResource):
                 if isinstance(exc, TransportError):
                     unreachable.append(exc)
                 continue
+            self._warned_missing.discard(topic)
             if before is None or before.subscribe_queues(topic) != route.subscribe_queues(topic):
                 changed = True
         if at_start and unreachable and len(unreachable) == len(self._subscriptions):
@@ -368,7 +402,7 @@ class GroupMember(AsyncResource):
 
     def _watch_missing(self) -> None:
         """Look up the subscribed topics that have no route yet in the background, until each
-        has one (one task at a time; see :meth:`_look_up_missing`)."""
+        has one (one task at a time; see `_look_up_missing`)."""
         if self._closing or self._lifecycle is None or not self._missing_routes():
             return
         if self._route_watch is None or self._route_watch.done():
@@ -475,7 +509,7 @@ class GroupMember(AsyncResource):
     async def _claim_client_id(self) -> None:
         """Before joining (clustering): if the group already has a member with this client's
         id — another instance started with the same ``instance_name`` on this host, or behind
-        the same address — take a unique one first (:meth:`_disambiguate_client_id`)."""
+        the same address — take a unique one first (`_disambiguate_client_id`)."""
         if not self._clustering:
             return
         client = self._client

@@ -10,13 +10,13 @@ are handled concurrently. The rules this state keeps:
   producer sets from ``sharding_key``) or what a callable returns. Messages without a key
   (``None`` or an empty string) share one lane of their own: they keep queue order among
   themselves and run concurrently with keyed ones, like one more key.
-* A lane is *busy* from :meth:`KeyLanes.take` until :meth:`KeyLanes.release`: while its
+* A lane is *busy* from `KeyLanes.take` until `KeyLanes.release`: while its
   handler call runs, and while it is suspended after a failure. A busy lane hands nothing out,
   so at most one call per key runs at a time and a failed key holds back only its own later
   messages.
-* :meth:`~KeyLanes.take` serves the ready lane whose first message has the smallest offset,
+* `take` serves the ready lane whose first message has the smallest offset,
   so the smallest unfinished offset of the queue (the one committed) moves on first.
-* :meth:`~KeyLanes.put_back` returns messages to the front of their lane after a failure.
+* `put_back` returns messages to the front of their lane after a failure.
 
 The process queue still caches every message from pull to finished consumption and answers
 the offset to commit (its smallest cached offset); these lanes only decide what runs next.
@@ -120,7 +120,7 @@ class KeyLanes:
 
     def add(self, msgs: Sequence[ReceivedMessage], key_of: KeyFunction) -> int:
         """Append freshly pulled messages (ascending offsets) to their lanes; returns how
-        many were new. ``key_of`` must not raise (see :func:`safe_key`)."""
+        many were new. ``key_of`` must not raise (see `safe_key`)."""
         lanes = self._lanes
         busy = self._busy
         last = self.last_offset

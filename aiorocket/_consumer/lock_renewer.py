@@ -4,10 +4,10 @@
 The broker leases a queue lock to one client id for 60 s from its last renewal; this client
 trusts a lock for ``lock_expiry`` (30 s) from the moment it *sent* the granted request, which
 is never later than the broker's grant, so the client always stops trusting a lock before the
-broker can hand it to another member. :meth:`BrokerLocks.renew` runs every
+broker can hand it to another member. `BrokerLocks.renew` runs every
 ``lock_renew_interval`` (20 s) from the consumer's ``lock renewal`` periodic task.
 
-Every LOCK/UNLOCK request of one consumer goes through one :class:`asyncio.Lock` and is
+Every LOCK/UNLOCK request of one consumer goes through one `asyncio.Lock` and is
 awaited: a drop's unlock and a later re-add's lock of the same queue therefore reach the broker
 in that order (Java sends the drop's unlock oneway, which a broker may run after the re-lock).
 """

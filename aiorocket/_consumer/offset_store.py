@@ -65,7 +65,7 @@ class OffsetStore(Protocol):
         """Forget a queue's in-memory offset (it was dropped)."""
 
     def close(self) -> None:
-        """Release what :meth:`load` took (the local file's lock); offsets are not written."""
+        """Release what `load` took (the local file's lock); offsets are not written."""
 
 
 class _MemoryTable:
@@ -156,20 +156,22 @@ class LocalFileOffsetStore(_MemoryTable):
     """Offsets in a local JSON file (Java ``LocalFileOffsetStore``), for broadcasting.
 
     Each consumer needs a file of its own: two consumers writing one file overwrite each
-    other's progress. :meth:`load` therefore takes an exclusive lock (``flock`` on
-    ``<file>.lock``, released by :meth:`close` or when the process dies) on the first of
+    other's progress. `load` therefore takes an exclusive lock (``flock`` on
+    ``<file>.lock``, released by `close` or when the process dies) on the first of
     ``path`` and ``alternatives`` that no live consumer holds; when every one is held it
-    raises :class:`~aiorocket.errors.ConfigurationError` naming ``instance_name``.
+    raises [`ConfigurationError`][aiorocket.errors.ConfigurationError] naming ``instance_name``.
 
     Offsets are kept per cluster as well as per queue: a file written by a consumer of
     another cluster whose brokers have the same names must not make this one skip messages.
     ``cluster`` identifies the cluster (the name-server addresses, ``;``-separated); stored
     offsets are used only under the same key, or under a key sharing a name server with it
     (a name server added or removed), and the file keeps the most recently written
-    :data:`MAX_CLUSTERS` clusters. Layout::
+    `MAX_CLUSTERS` clusters. Layout:
 
-        {"version": 2, "clusters": {"<cluster>": {"updated": <ms>, "offsets": [
-            {"topic": "T", "brokerName": "broker-a", "queueId": 0, "offset": 42}, ...]}}}
+    ```text
+    {"version": 2, "clusters": {"<cluster>": {"updated": <ms>, "offsets": [
+        {"topic": "T", "brokerName": "broker-a", "queueId": 0, "offset": 42}, ...]}}}
+    ```
 
     A file in Java's layout (``{"offsetTable": ...}``, no cluster) is not trusted and is
     replaced at the first persist. The file is replaced atomically: written to a temporary
@@ -187,7 +189,7 @@ class LocalFileOffsetStore(_MemoryTable):
     ) -> None:
         super().__init__()
         #: the file in use (the first of ``path`` and ``alternatives`` not locked by another
-        #: consumer, once :meth:`load` ran)
+        #: consumer, once `load` ran)
         self.path = path
         self._candidates = (path, *alternatives)
         self._cluster = cluster

@@ -2,12 +2,12 @@
 ``ConsumeMessagePopConcurrentlyService``): one pop task per (topic, broker) feeds the consume
 service, which runs the same handlers as pulled messages.
 
-Each target is a :class:`PopQueue`, the POP twin of a process queue as far as the concurrent
+Each target is a `PopQueue`, the POP twin of a process queue as far as the concurrent
 consume service sees it: messages leave it by ack, not by an offset commit. A failed message
 is not sent back: its invisible time is set to the retry delay of its attempt (Java's
 ``popDelayLevel``, from the consumer's ``pop_retry_delays``), after which the broker's revive
 delivers it again with ``reconsume_times`` + 1; past ``max_reconsume_times`` it goes to
-``%DLQ%<group>`` (:mod:`~aiorocket._consumer.popping`).
+``%DLQ%<group>`` (`popping`).
 
 What no other client does: while a handler still runs, the invisible time of its messages is
 extended (CHANGE_MESSAGE_INVISIBLETIME, ``invisible_duration`` again) whenever less than a
@@ -71,7 +71,7 @@ FeedTarget = tuple[Subscription, str, int]
 class PopQueue:
     """One (topic, broker, queue) a push consumer pops from, as the concurrent consume service
     sees a process queue: ``queue`` (queue id -1 for any), ``dropped``, call tracking, and
-    :meth:`remove`, which acks instead of committing an offset."""
+    `remove`, which acks instead of committing an offset."""
 
     __slots__ = ("_calls", "_feed", "dropped", "inflight", "queue", "room", "stopped", "target")
 
@@ -173,7 +173,7 @@ class PopFeed:
                 log.info("POP: popping %s", key)
 
     def start(self) -> None:
-        """Start the ack and extension tasks (the pop tasks start with :meth:`update`)."""
+        """Start the ack and extension tasks (the pop tasks start with `update`)."""
         self._spawn(self._ack_loop(), "pop acks")
         self._spawn(self._renew_loop(), "pop invisible-time extension")
 

@@ -1,7 +1,8 @@
 """What every POP consumer does (RocketMQ 5.x; docs/protocol.md §12.3): pop a batch from one
-broker, turn the records into :class:`PoppedMessage` objects carrying their receipt handles,
-ack them (one by one or in batches), move their invisible time, and wait for a message with
-NOTIFICATION. Used by :class:`~aiorocket.SimpleConsumer` and by push consumers in POP mode.
+broker, turn the records into [`PoppedMessage`][aiorocket.PoppedMessage] objects carrying their
+receipt handles, ack them (one by one or in batches), move their invisible time, and wait for a
+message with NOTIFICATION. Used by [`SimpleConsumer`][aiorocket.SimpleConsumer] and by push
+consumers in POP mode.
 
 Dead letters follow the 5.x proxy (``PopMessageResultFilterImpl``): a popped message already
 delivered ``max_reconsume_times`` + 1 times goes to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK,
@@ -65,9 +66,9 @@ PopTarget = tuple[Subscription, str]
 
 
 class PoppedMessage(ReceivedMessage):
-    """A message received by POP (a :class:`~aiorocket.SimpleConsumer`, or a push consumer in
-    POP mode): a :class:`ReceivedMessage` that also carries its receipt handle, which acks
-    and changes of invisible time use (the latter renews it in place).
+    """A message received by POP (a [`SimpleConsumer`][aiorocket.SimpleConsumer], or a push consumer
+    in POP mode): a [`ReceivedMessage`][aiorocket.ReceivedMessage] that also carries its receipt
+    handle, which acks and changes of invisible time use (the latter renews it in place).
 
     Attributes:
         receipt_handle: the broker's handle of this delivery (its newest one).
@@ -293,17 +294,17 @@ class PopClient:
         return msg
 
     async def ack(self, msg: PoppedMessage) -> None:
-        """ACK_MESSAGE of ``msg`` (checked with :meth:`check` first).
+        """ACK_MESSAGE of ``msg`` (checked with `check` first).
 
         Raises:
-            InvalidReceiptHandleError, ReceiptHandleExpiredError: as :meth:`check`.
+            InvalidReceiptHandleError, ReceiptHandleExpiredError: as `check`.
             BrokerError, TransportError: the broker refused or could not be reached.
         """
         addr, fields = await self._addressed(msg)
         await ack_message(self._client, addr, AckMessageRequestHeader(**fields))
 
     async def ack_quietly(self, msg: PoppedMessage) -> bool:
-        """:meth:`ack`, logging a failure instead of raising it; whether it was acked."""
+        """`ack`, logging a failure instead of raising it; whether it was acked."""
         try:
             await self.ack(msg)
         except (BrokerError, TransportError, InvalidReceiptHandleError) as exc:
@@ -315,7 +316,7 @@ class PopClient:
         """Ack several messages, one BATCH_ACK_MESSAGE per broker (each checked first).
 
         Raises:
-            As :meth:`ack` (before anything is sent when a handle is foreign or expired).
+            As `ack` (before anything is sent when a handle is foreign or expired).
         """
         by_broker: dict[str, list[PoppedMessage]] = {}
         for m in msgs:
@@ -345,7 +346,7 @@ class PopClient:
         its handle is renewed in place (the old one is spent).
 
         Raises:
-            As :meth:`ack`.
+            As `ack`.
         """
         addr, fields = await self._addressed(msg)
         header = ChangeInvisibleTimeRequestHeader(**fields, invisible_time=invisible_ms)
@@ -353,7 +354,7 @@ class PopClient:
         msg._handle = msg._handle.renewed(answer.pop_time, answer.invisible_time, answer.revive_qid)
 
     async def _addressed(self, msg: PoppedMessage) -> tuple[str, dict[str, Any]]:
-        """Check ``msg`` (:meth:`check`); the master to send its ack or change to, and the
+        """Check ``msg`` (`check`); the master to send its ack or change to, and the
         header fields both requests share (Java's ``ackAsync`` / ``changePopInvisibleTimeAsync``:
         the topic popped from, the handle's queue and offset)."""
         self.check(msg)

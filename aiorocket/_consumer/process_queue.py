@@ -3,7 +3,7 @@
 Rules this state keeps:
 
 * Messages are kept by queue offset (an ordered list of pulled runs) from the moment they
-  are pulled until their consumption finished; :meth:`ProcessQueue.remove` returns the
+  are pulled until their consumption finished; `ProcessQueue.remove` returns the
   smallest offset still cached, or one past the largest ever cached when nothing is left.
   That is the offset to commit: it never passes a message whose consumption has not
   finished (Java's offset rule), at the price of redelivering what finished
@@ -12,18 +12,18 @@ Rules this state keeps:
   commits) or *dropped* (rebalance gave it away: nothing commits any more, because another
   member may already own it). ``dropped`` is what a stale holder checks.
 * Flow control (count, size, span) is a pure check; a pull loop over the limits waits in
-  :meth:`ProcessQueue.wait_has_capacity` and is woken by the removal that frees capacity, not
+  `ProcessQueue.wait_has_capacity` and is woken by the removal that frees capacity, not
   by polling.
-* Orderly consumption (Java ``consumingMsgOrderlyTreeMap``): :meth:`ProcessQueue.take` hands
+* Orderly consumption (Java ``consumingMsgOrderlyTreeMap``): `ProcessQueue.take` hands
   out the next messages in offset order and keeps them as the *consuming* subset, still
-  cached; :meth:`~ProcessQueue.commit` forgets that subset and returns the offset after it,
-  :meth:`~ProcessQueue.rollback` and :meth:`~ProcessQueue.make_again` put it (or its tail)
+  cached; `commit` forgets that subset and returns the offset after it,
+  `rollback` and `make_again` put it (or its tail)
   back to be taken again. Orderly consumption only ever takes from the front, so the
   consuming subset is always a prefix of the cache and "where to take next" is one offset.
 * Broker lock state of an orderly queue (``locked``, ``last_lock_time``): only stored here;
   waiters (the pull loop, the consume task) are woken whenever it changes.
 * ``paused`` (the consumers' ``pause()``): the pull loop does not pull while it is set and
-  waits in :meth:`ProcessQueue.wait_resumed`, woken by :meth:`~ProcessQueue.resume`; the
+  waits in `ProcessQueue.wait_resumed`, woken by `resume`; the
   cache and the offsets are untouched.
 
 No I/O and no clock: callers pass ``now`` (monotonic seconds).
@@ -340,7 +340,7 @@ class ProcessQueue:
         return self.max_offset_ever + 1
 
     def _remove_one(self, msg: ReceivedMessage) -> int:
-        """:meth:`remove` of one message (the same steps, without the loop's bookkeeping)."""
+        """`remove` of one message (the same steps, without the loop's bookkeeping)."""
         offset = msg._r.queue_offset
         runs = self._runs
         run = runs[0]  # consumption goes roughly in offset order: try the front run first
@@ -418,7 +418,7 @@ class ProcessQueue:
     def take(self, n: int) -> list[ReceivedMessage]:
         """Take up to ``n`` messages in offset order after those taken already
         (``takeMessages``): they stay cached, as the consuming subset, until
-        :meth:`commit`, :meth:`rollback` or :meth:`make_again`."""
+        `commit`, `rollback` or `make_again`."""
         runs = self._runs
         if not runs or n <= 0:
             return []
@@ -477,7 +477,7 @@ class ProcessQueue:
 
     def commit(self, *, now: float | None = None) -> int:
         """Forget the consuming subset, whose consumption is final (``commit``); returns the
-        offset to commit (see :meth:`remove`), -1 if nothing was being consumed."""
+        offset to commit (see `remove`), -1 if nothing was being consumed."""
         consuming = self._consuming
         if not consuming:
             return -1
@@ -519,7 +519,7 @@ class ProcessQueue:
         return self.locked and now - self.last_lock_time <= expiry
 
     async def wait_lock_change(self) -> None:
-        """Wait for the next :meth:`set_locked`, or until the queue stops being active."""
+        """Wait for the next `set_locked`, or until the queue stops being active."""
         if not self.active:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -550,7 +550,7 @@ class ProcessQueue:
         self._release_resume_waiter()
 
     async def wait_resumed(self) -> bool:
-        """Wait until :meth:`resume`, or until the queue stops being active; True if it was
+        """Wait until `resume`, or until the queue stops being active; True if it was
         paused (so a loop re-checks its state)."""
         was = self.paused
         while self.paused and self.active:
@@ -600,9 +600,9 @@ class ProcessQueue:
         return limits.max_span is None or self.span <= limits.max_span
 
     async def wait_has_capacity(self, limits: FlowLimits) -> bool:
-        """Wait until :meth:`has_capacity` holds, or the queue stops being active.
+        """Wait until `has_capacity` holds, or the queue stops being active.
 
-        Returns True if it had to wait. Woken by :meth:`remove`, never by polling.
+        Returns True if it had to wait. Woken by `remove`, never by polling.
         """
         waited = False
         while self.active and not self.has_capacity(limits):
@@ -636,7 +636,7 @@ class ProcessQueue:
 
     def call_started(self, now: float) -> int:
         """A handler call on messages of this queue started at ``now`` (monotonic); returns
-        the token to pass to :meth:`call_ended` (health: the oldest in-flight call)."""
+        the token to pass to `call_ended` (health: the oldest in-flight call)."""
         self._call_seq += 1
         self._calls[self._call_seq] = now
         return self._call_seq

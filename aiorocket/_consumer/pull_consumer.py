@@ -1,15 +1,14 @@
 """The pull consumer (Java ``DefaultLitePullConsumer`` / ``DefaultLitePullConsumerImpl``): the
 application asks for messages when it is ready.
 
-Group membership is the push consumer's (:class:`~aiorocket._consumer.group_member.
-GroupMember`: routes, heartbeats, unregistering, the supervisor task group, the shutdown
-order) and so is the rebalance (:class:`~aiorocket._consumer.rebalance.Rebalancer`, the same
+Group membership is the push consumer's (` GroupMember`: routes, heartbeats, unregistering, the
+supervisor task group, the shutdown order) and so is the rebalance (`Rebalancer`, the same
 allocation strategies), so Java, push and pull members of one group share its queues. The
-owned queues are a :class:`~aiorocket._consumer.queue_table.PullQueues`, the push consumer's
+owned queues are a `PullQueues`, the push consumer's
 queue table with buffers instead of a consume service: each
-owned queue has the push consumer's pull task (:class:`~aiorocket._consumer.pull_loop.PullLoop`:
+owned queue has the push consumer's pull task (`PullLoop`:
 long polling, the same flow-control thresholds) prefetching into its
-:class:`~aiorocket._consumer.process_queue.ProcessQueue`; instead of a consume service, the
+`ProcessQueue`; instead of a consume service, the
 pulled batches wait in a per-queue buffer until the application takes them. A message leaves
 the process queue when it is handed to the application (Java ``poll`` → ``removeMessage``),
 which is what lets the pull task go on: an application that reads slowly holds the cache at
@@ -105,50 +104,54 @@ _PUSH_ONLY = frozenset(
 class PullConsumer(GroupMember):
     """Reads topics when the application asks, queues shared across the group.
 
-    ::
+    ```python
+    consumer = PullConsumer(group="reports", namesrv="127.0.0.1:9876")
+    consumer.subscribe("orders", "paid")
 
-        consumer = PullConsumer(group="reports", namesrv="127.0.0.1:9876")
-        consumer.subscribe("orders", "paid")
+    async with consumer:
+        async for msg in consumer:            # one message at a time
+            await handle(msg)
+        # or: batch = await consumer.poll(max_messages=100, timeout=1.0)
+    ```
 
-        async with consumer:
-            async for msg in consumer:            # one message at a time
-                await handle(msg)
-            # or: batch = await consumer.poll(max_messages=100, timeout=1.0)
-
-    **Group or queues.** :meth:`subscribe` topics before starting to share their queues with
-    the group (rebalance, heartbeats and allocation strategies as :class:`PushConsumer`, so
-    Java, push and pull members of one group split the queues between them), or
-    :meth:`assign` fixed queues to read them with no group rebalance (such a consumer sends
+    **Group or queues.** [`subscribe`][aiorocket.PullConsumer.subscribe] topics before starting to
+    share their queues with the group (rebalance, heartbeats and allocation strategies as
+    [`PushConsumer`][aiorocket.PushConsumer], so Java, push and pull members of one group split the
+    queues between them), or [`assign`][aiorocket.PullConsumer.assign] fixed queues to read them
+    with no group rebalance (such a consumer sends
     no heartbeat: the group's members do not count it). Not both.
 
     **At least once.** A message counts as processed once the application comes back for
     more after getting it: its next ``poll()``, the next step of ``async for``, or
-    :meth:`commit`. With ``auto_commit`` (the default) that acknowledged position is committed
-    every ``auto_commit_interval`` seconds, when a rebalance takes the queue away, and at
-    :meth:`close`, which also counts the last batch as processed (leaving ``async with`` by
-    an exception does not). After a crash, what was processed since the last commit is
-    delivered again, as with the push consumer; after a clean close, nothing is. When a
-    queue changes hands, its new owner may read the offset before the old owner's
+    [`commit`][aiorocket.PullConsumer.commit]. With ``auto_commit`` (the default) that acknowledged
+    position is committed every ``auto_commit_interval`` seconds, when a rebalance takes the queue
+    away, and at [`close`][aiorocket.PullConsumer.close], which also counts the last batch as
+    processed (leaving ``async with`` by an exception does not). After a crash, what was processed
+    since the last commit is delivered again, as with the push consumer; after a clean close,
+    nothing is. When a queue changes hands, its new owner may read the offset before the old owner's
     revocation commit lands (RocketMQ members rebalance independently) and repeat what was
     processed since the previous commit. Keep
     processing idempotent, keyed by ``msg.msg_id`` or a business key. ``close()`` counts
     every message handed out as processed, so end your reading loop before closing from
-    another task. With ``auto_commit=False`` only :meth:`commit` writes offsets (also on
+    another task. With ``auto_commit=False`` only [`commit`][aiorocket.PullConsumer.commit] writes
+    offsets (also on
     revocation: commit in ``on_revoked``). Several tasks reading one consumer at once
     acknowledge each other's messages; give each its own consumer or commit explicitly.
 
     **Prefetch.** Every owned queue is pulled in the background with the push consumer's
     long polling and flow control (``pull_threshold_for_queue``, ``..._size_for_queue``,
     ``max_span``, the per-topic variants), so reading slowly bounds memory, an idle consumer
-    costs no CPU, and :meth:`poll` returns at once when messages are waiting.
+    costs no CPU, and [`poll`][aiorocket.PullConsumer.poll] returns at once when messages are
+    waiting.
 
-    **Retries.** :meth:`reconsume_later` sends a message back to ``%RETRY%<group>``, which a
-    subscribing consumer reads too, with its reconsume count raised (``%DLQ%<group>`` after
-    ``max_reconsume_times``); a broadcasting consumer cannot send messages back. Java 4.9's
-    ``DefaultLitePullConsumer`` does not read ``%RETRY%<group>``: in a group shared with one,
-    the retry queue may be allocated to it, and retried messages then wait.
+    **Retries.** [`reconsume_later`][aiorocket.PullConsumer.reconsume_later] sends a message back to
+    ``%RETRY%<group>``, which a subscribing consumer reads too, with its reconsume count raised
+    (``%DLQ%<group>`` after ``max_reconsume_times``); a broadcasting consumer cannot send messages
+    back. Java 4.9's ``DefaultLitePullConsumer`` does not read ``%RETRY%<group>``: in a group shared
+    with one, the retry queue may be allocated to it, and retried messages then wait.
 
-    **Pull consumer or** ``@app.subscriber``? A subscriber (or :class:`PushConsumer`) is the
+    **Pull consumer or** ``@app.subscriber``? A subscriber (or
+    [`PushConsumer`][aiorocket.PushConsumer]) is the
     default for services: the library runs your handler concurrently, retries failures and
     keeps offsets. Use a pull consumer when your code must own the loop: batch jobs that
     read, process and stop; request-driven services that fetch when asked; pipelines that
@@ -173,9 +176,10 @@ class PullConsumer(GroupMember):
             Listeners run in the rebalance task: an exception is logged and ignored, and a
             listener that never returns stops rebalancing.
 
-    Other keyword arguments are the settings of :class:`~aiorocket.settings.ConsumerSettings`
-    (``pull_batch_size``, thresholds, intervals, ``allocation``, ...); those about handlers
-    (``concurrency``, ``consume_batch_size``, ``orderly``, ...) are refused.
+    Other keyword arguments are the settings of
+    [`ConsumerSettings`][aiorocket.settings.ConsumerSettings] (``pull_batch_size``, thresholds,
+    intervals, ``allocation``, ...); those about handlers (``concurrency``, ``consume_batch_size``,
+    ``orderly``, ...) are refused.
 
     Raises:
         ConfigurationError: invalid or push-only settings, a bad group name, a listener that
@@ -242,10 +246,10 @@ class PullConsumer(GroupMember):
     # -- configuration ------------------------------------------------------------------------
 
     def register_hook(self, hook: ConsumeHook | ReceiveHook) -> None:
-        """Add a hook (:mod:`aiorocket._consumer.hooks`): its ``received`` runs once per
-        :meth:`poll` that returns messages; its ``consume_before`` / ``consume_after``, if it
-        has them, run per queue over what a poll hands out, as consumed successfully at once
-        (as Java's lite pull consumer runs its ``ConsumeMessageHook``).
+        """Add a hook (`aiorocket._consumer.hooks`): its ``received`` runs once per
+        [`poll`][aiorocket.PullConsumer.poll] that returns messages; its ``consume_before`` /
+        ``consume_after``, if it has them, run per queue over what a poll hands out, as consumed
+        successfully at once (as Java's lite pull consumer runs its ``ConsumeMessageHook``).
 
         Raises:
             ConfigurationError: the consumer was started already.
@@ -285,8 +289,8 @@ class PullConsumer(GroupMember):
 
         Raises:
             SubscriptionConflictError: topics were subscribed already.
-            ConfigurationError: no queue, something that is not a :class:`MessageQueue`, or
-                the consumer was started already.
+            ConfigurationError: no queue, something that is not a
+                [`MessageQueue`][aiorocket.MessageQueue], or the consumer was started already.
             InvalidNameError: a bad topic name.
         """
         self._check_not_started("assign queues")
@@ -383,11 +387,13 @@ class PullConsumer(GroupMember):
     async def close(self) -> None:
         """Commit and shut down: with ``auto_commit``, everything handed out counts as
         processed and is committed (awaited), then pulls stop and the member leaves its
-        group; safe to call more than once. Later reads raise :class:`ClientClosedError`;
-        a reader waiting in :meth:`poll` gets an empty list, ``async for`` ends.
+        group; safe to call more than once. Later reads raise
+        [`ClientClosedError`][aiorocket.errors.ClientClosedError]; a reader waiting in
+        [`poll`][aiorocket.PullConsumer.poll] gets an empty list, ``async for`` ends.
 
         Raises:
-            Nothing: a crash of the consumer is re-raised by :meth:`wait_closed` instead.
+            Nothing: a crash of the consumer is re-raised by
+                [`wait_closed`][aiorocket.PullConsumer.wait_closed] instead.
         """
         self._wake_readers()
         await super().close()
@@ -570,14 +576,15 @@ class PullConsumer(GroupMember):
         return owned
 
     def assignment(self) -> set[MessageQueue]:
-        """The queues this consumer owns now (after :meth:`assign`, before start: those)."""
+        """The queues this consumer owns now (after [`assign`][aiorocket.PullConsumer.assign],
+        before start: those)."""
         if not self._started and self._mode == "assign":
             return {self._user_mq(mq) for mq in self._assigned}
         return {self._user_mq(mq) for mq, o in self._queues.entries.items() if not o.revoking}
 
     def position(self, queue: MessageQueue) -> int:
-        """The offset of the next message :meth:`poll` returns from ``queue`` (also in
-        ``on_revoked``, for a queue being revoked).
+        """The offset of the next message [`poll`][aiorocket.PullConsumer.poll] returns from
+        ``queue`` (also in ``on_revoked``, for a queue being revoked).
 
         Raises:
             QueueNotAssignedError: the queue is not owned.
@@ -678,9 +685,9 @@ class PullConsumer(GroupMember):
 
     async def seek(self, queue: MessageQueue, offset: int) -> None:
         """Read ``queue`` from ``offset`` on: what was buffered is dropped and the next
-        message :meth:`poll` returns from the queue is the one at ``offset``. With auto commit
-        the new position is committed at the next tick (seeking back replays, also after a
-        restart). Asks the broker for the queue's range first (Java ``seek``).
+        message [`poll`][aiorocket.PullConsumer.poll] returns from the queue is the one at
+        ``offset``. With auto commit the new position is committed at the next tick (seeking back
+        replays, also after a restart). Asks the broker for the queue's range first (Java ``seek``).
 
         Raises:
             QueueNotAssignedError: the queue is not owned (or was revoked meanwhile).
@@ -703,34 +710,35 @@ class PullConsumer(GroupMember):
         self._queues.reseat(owned, offset)
 
     async def seek_to_beginning(self, queue: MessageQueue) -> None:
-        """:meth:`seek` to the queue's smallest stored offset.
+        """[`seek`][aiorocket.PullConsumer.seek] to the queue's smallest stored offset.
 
         Raises:
-            As :meth:`seek`.
+            RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
         lo, _ = await self._bounds(owned.mq)
         self._seek_now(queue, owned, lo)
 
     async def seek_to_end(self, queue: MessageQueue) -> None:
-        """:meth:`seek` past the queue's last message: only messages stored later are read.
+        """[`seek`][aiorocket.PullConsumer.seek] past the queue's last message: only messages stored
+        later are read.
 
         Raises:
-            As :meth:`seek`.
+            RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
         _, hi = await self._bounds(owned.mq)
         self._seek_now(queue, owned, hi)
 
     async def seek_to_time(self, queue: MessageQueue, when: datetime) -> None:
-        """:meth:`seek` to the first message stored at or after ``when`` (past the last
-        message if none is that recent). A naive ``datetime`` is local time.
+        """[`seek`][aiorocket.PullConsumer.seek] to the first message stored at or after ``when``
+        (past the last message if none is that recent). A naive ``datetime`` is local time.
 
         The broker's SEARCH_OFFSET_BY_TIMESTAMP answer is refined by reading the store times
-        of messages around it (one-message pulls; see :mod:`aiorocket._client.time_search`).
+        of messages around it (one-message pulls; see `aiorocket._client.time_search`).
 
         Raises:
-            As :meth:`seek`.
+            RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
         mq = owned.mq
@@ -755,10 +763,11 @@ class PullConsumer(GroupMember):
     # -- flow ---------------------------------------------------------------------------------
 
     def pause(self, *queues: MessageQueue) -> None:
-        """Stop delivering and pulling these queues until :meth:`resume`: nothing of them is
-        returned by a later :meth:`poll` (buffered messages wait), they are not pulled, and
-        their positions and offsets stay. A pause lasts while the queue is owned, through
-        rebalances that keep it; a queue revoked and given back later starts unpaused.
+        """Stop delivering and pulling these queues until [`resume`][aiorocket.PullConsumer.resume]:
+        nothing of them is returned by a later [`poll`][aiorocket.PullConsumer.poll] (buffered
+        messages wait), they are not pulled, and their positions and offsets stay. A pause lasts
+        while the queue is owned, through rebalances that keep it; a queue revoked and given back
+        later starts unpaused.
 
         Raises:
             QueueNotAssignedError: a queue is not owned (nothing was paused).

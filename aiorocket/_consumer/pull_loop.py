@@ -23,11 +23,11 @@ nothing of a paused queue is delivered after the pause.
 
 A watchdog (Java's ``ProcessQueue.isPullExpired`` checked by every rebalance) looks for pull
 tasks that have shown no sign of life for twice ``pull_timeout`` outside a legitimate wait
-(flow control, pause, lock): :meth:`PullLoop.silent_for` tells how long, and the consumer
-restarts such a task from where it stood (:meth:`PullLoop.run` again), logging it. A healthy
+(flow control, pause, lock): `PullLoop.silent_for` tells how long, and the consumer
+restarts such a task from where it stood (`PullLoop.run` again), logging it. A healthy
 loop is never that silent, since every pull and every retry is bounded by a timeout.
 
-Orderly consumption in clustering mode passes a :class:`PullGate`: the queue is pulled only
+Orderly consumption in clustering mode passes a `PullGate`: the queue is pulled only
 while this member holds a live broker lock on it (the loop waits for the lock otherwise), and
 the first pull after the lock re-reads the start offset from the broker (Java
 ``PullRequest.lockedFirst``), so pulling starts where the previous owner's last commit left it.
@@ -111,7 +111,7 @@ class PullGate(Protocol):
 
 
 class PullLoop:
-    """The pull task of one queue; :meth:`run` is the task's coroutine.
+    """The pull task of one queue; `run` is the task's coroutine.
 
     Args:
         pq: the queue's cache; the loop ends when it stops being active.

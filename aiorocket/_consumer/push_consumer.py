@@ -6,8 +6,8 @@ consume-timeout clean-up, one pull task per held queue, the consume workers and 
 of requests brokers send us. Nothing starts in the constructor. ``start()`` (or ``async
 with``) returns once routes are known, the first heartbeat went out and the first rebalance
 ran, so start-up errors reach the caller. A bug in any task crashes the group; the error is
-logged and re-raised by :meth:`PushConsumer.wait_closed` and by leaving ``async with``. The
-lifecycle, routes and heartbeats are :class:`~aiorocket._consumer.group_member.GroupMember`'s,
+logged and re-raised by [`PushConsumer.wait_closed`][aiorocket.PushConsumer.wait_closed] and by
+leaving ``async with``. The lifecycle, routes and heartbeats are `GroupMember`'s,
 shared with the pull consumer.
 
 Shutdown (docs/architecture.md): stop rebalancing (and lock renewal); cancel pulls and put queues
@@ -15,8 +15,8 @@ in *draining*; wait up to ``shutdown_grace`` for running handlers; flush offsets
 orderly queues and unregister (shielded, bounded); close connections.
 
 Orderly consumption (``orderly=True``) swaps the consume service for
-:class:`~aiorocket._consumer.consume_orderly.OrderlyConsumeService`. In clustering mode it also
-runs the ``lock renewal`` task (:mod:`~aiorocket._consumer.lock_renewer`), locks queues before
+`OrderlyConsumeService`. In clustering mode it also
+runs the ``lock renewal`` task (`lock_renewer`), locks queues before
 adding them, pulls and consumes a queue only under a live lock, writes a queue's offset to the
 broker only while it holds that lock (a member that was stopped past its lease must not move
 the new owner's offset back), and unlocks a dropped queue once its running handler call ended
@@ -26,7 +26,7 @@ instead of per queue, the keys of a queue running concurrently; locks and offset
 
 POP (``consume_mode="pop"``, RocketMQ 5.x): no queues are held; one pop task per broker of
 each subscribed topic feeds the same consume service, which acks instead of committing and
-retries through the invisible time (:mod:`~aiorocket._consumer.pop_feed`). With
+retries through the invisible time (`pop_feed`). With
 ``consume_mode="server"`` each rebalance asks the broker how the group reads each topic
 (QUERY_ASSIGNMENT) and pops or pulls accordingly, so ``mqadmin setConsumeMode`` switches it.
 """
@@ -38,6 +38,7 @@ import dataclasses
 import inspect
 import logging
 import time
+import typing
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
@@ -73,39 +74,94 @@ from aiorocket.errors import (
     RequestCodeNotSupportedError,
     TransportError,
 )
-from aiorocket.models import MessageQueue, ReceivedMessage, validate_name
+from aiorocket.models import (
+    ConcurrentContext,
+    MessageQueue,
+    OrderlyContext,
+    ReceivedMessage,
+    validate_name,
+)
 from aiorocket.settings import ConsumerSettings, build_settings
 
-__all__ = ["PushConsumer"]
+__all__ = ["PushConsumer", "check_listener"]
 
 log = logging.getLogger("aiorocket.consumer")
 
 _H = TypeVar("_H", bound=Handler | OrderlyHandler)
 
 
+def check_listener(handler: object, *, orderly: bool) -> None:
+    """Refuse a listener the consume service could not call as ``await handler(msgs, ctx)``:
+    not an ``async def``, another number of parameters, or annotations saying one message
+    (not a list) or the other mode's context. Java checks the listener's interface at
+    ``start()`` (``checkConfig``); a signature is Python's interface.
+
+    Raises:
+        ConfigurationError: naming the listener, the mistake and the signature to use.
+    """
+    context = "OrderlyContext" if orderly else "ConcurrentContext"
+    returns = "OrderlyStatus | None" if orderly else "ConsumeStatus | None"
+    name = getattr(handler, "__qualname__", None) or type(handler).__qualname__
+    expected = f"async def {name}(msgs: list[ReceivedMessage], ctx: {context}) -> {returns}"
+    call = handler
+    if not inspect.iscoroutinefunction(handler):
+        call = getattr(handler, "__call__", None)  # noqa: B004 (an object with async __call__)
+    if not inspect.iscoroutinefunction(call):
+        raise ConfigurationError(f"the listener {name} must be an async def function: {expected}")
+    assert callable(call)
+    try:
+        inspect.signature(call).bind(None, None)
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"the listener {name} cannot be called with (msgs, ctx) ({exc}): {expected}"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let it be
+        return
+    hints = _hints(call)
+    params = [p.name for p in inspect.signature(call).parameters.values()]
+    first = hints.get(params[0]) if params else None
+    if first is ReceivedMessage:
+        raise ConfigurationError(
+            f"the listener {name} is called with a list of messages, not one: {expected}"
+        )
+    second = hints.get(params[1]) if len(params) > 1 else None
+    wrong = ConcurrentContext if orderly else OrderlyContext
+    if second is wrong:
+        mode = "an orderly" if orderly else "a concurrent (orderly=False)"
+        raise ConfigurationError(f"the listener {name} of {mode} consumer takes: {expected}")
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # annotations that do not resolve here are not ours to judge
+        return {}
+
+
 class PushConsumer(GroupMember):
     """Consumes topics with a handler, queues shared across the group.
 
-    ::
+    ```python
+    consumer = PushConsumer(group="billing", namesrv="127.0.0.1:9876")
+    consumer.subscribe("orders", "created || paid")
 
-        consumer = PushConsumer(group="billing", namesrv="127.0.0.1:9876")
-        consumer.subscribe("orders", "created || paid")
+    @consumer.listener
+    async def on_orders(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None: ...
 
-        @consumer.listener
-        async def on_orders(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None: ...
+    async with consumer:
+        await consumer.wait_closed()
+    ```
 
-        async with consumer:
-            await consumer.wait_closed()
+    With ``orderly=True`` the same [`listener`][aiorocket.PushConsumer.listener] takes an orderly
+    handler, ``async def (msgs, ctx: OrderlyContext) -> OrderlyStatus | None``, called for one queue
+    at a time in offset order (see [`OrderlyStatus`][aiorocket.OrderlyStatus]). Add
+    ``order_by="sharding_key"`` (the ``__SHARDINGKEY`` property a producer's ``sharding_key`` sets)
+    or ``order_by=fn`` (``fn(msg) -> str | None``) to keep the order per key instead: the messages
+    of a queue with the same key are handled one call at a time in queue order, different keys
+    concurrently up to ``concurrency``; messages without a key keep queue order among themselves, as
+    one more key.
 
-    With ``orderly=True`` the same :meth:`listener` takes an orderly handler, ``async def
-    (msgs, ctx: OrderlyContext) -> OrderlyStatus | None``, called for one queue at a time in
-    offset order (see :class:`~aiorocket.OrderlyStatus`). Add ``order_by="sharding_key"`` (the
-    ``__SHARDINGKEY`` property a producer's ``sharding_key`` sets) or ``order_by=fn`` (``fn(msg)
-    -> str | None``) to keep the order per key instead: the messages of a queue with the same
-    key are handled one call at a time in queue order, different keys concurrently up to
-    ``concurrency``; messages without a key keep queue order among themselves, as one more key.
-
-    Keyword arguments are the settings of :class:`~aiorocket.settings.ConsumerSettings`
+    Keyword arguments are the settings of [`ConsumerSettings`][aiorocket.settings.ConsumerSettings]
     (``group`` and ``namesrv`` required).
 
     Raises:
@@ -189,24 +245,21 @@ class PushConsumer(GroupMember):
         ``COMMIT`` and ``ROLLBACK`` settle everything consumed since the last commit.
 
         Raises:
-            ConfigurationError: not an ``async def``, a handler is set already, or the
-                consumer was started already.
+            ConfigurationError: not an ``async def`` taking ``(msgs, ctx)`` (a list of
+                messages and the context of this consumer's mode), a handler is set already,
+                or the consumer was started already.
         """
         self._check_not_started("register a listener")
-        if not (
-            inspect.iscoroutinefunction(handler)
-            or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
-        ):
-            raise ConfigurationError("the listener must be an async def function")
+        check_listener(handler, orderly=self._orderly)
         if self._handler is not None:
             raise ConfigurationError("a listener is registered already")
         self._handler = handler
 
     def listener(self, handler: _H) -> _H:
-        """Decorator form of :meth:`register_listener`.
+        """Decorator form of [`register_listener`][aiorocket.PushConsumer.register_listener].
 
         Raises:
-            ConfigurationError: as :meth:`register_listener`.
+            ConfigurationError: as [`register_listener`][aiorocket.PushConsumer.register_listener].
         """
         self.register_listener(handler)
         return handler
@@ -221,16 +274,18 @@ class PushConsumer(GroupMember):
         self._hooks.append(hook)
 
     def pause(self, *targets: MessageQueue | str) -> None:
-        """Stop pulling the given queues (:class:`MessageQueue`) or topics (their names), or
-        everything when called with no argument (Java ``suspend()``), until :meth:`resume`.
+        """Stop pulling the given queues ([`MessageQueue`][aiorocket.MessageQueue]) or topics (their
+        names), or everything when called with no argument (Java ``suspend()``), until
+        [`resume`][aiorocket.PushConsumer.resume].
 
         A paused queue is not pulled, so no new message of it reaches the handler; messages
         pulled before the pause are still handled, and a pull in flight at the pause is
         dropped unseen and pulled again after the resume. The queue stays held, with its
         offsets. The pause belongs to the consumer, not to a rebalance: a paused queue or
         topic this member holds later (after a rebalance, a restart of the queue) starts
-        paused. May be called before :meth:`start`. A topic's retried messages come through
-        ``%RETRY%<group>``, which pausing the topic does not pause (pause it by that name).
+        paused. May be called before [`start`][aiorocket.PushConsumer.start]. A topic's retried
+        messages come through ``%RETRY%<group>``, which pausing the topic does not pause (pause it
+        by that name).
 
         Raises:
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
@@ -239,8 +294,8 @@ class PushConsumer(GroupMember):
         self._queues.set_paused(True, queues, topics, everything=not targets)
 
     def resume(self, *targets: MessageQueue | str) -> None:
-        """Undo :meth:`pause` for the given queues or topics, or for everything when called
-        with no argument; their pulls start again at once.
+        """Undo [`pause`][aiorocket.PushConsumer.pause] for the given queues or topics, or for
+        everything when called with no argument; their pulls start again at once.
 
         A queue stays paused while it is paused by name or through its topic.
 

@@ -1,12 +1,12 @@
 """The queues a consumer holds: one table for the push and the pull consumer, group and
 assigned queues alike (aiokafka's ``SubscriptionState`` plays this part).
 
-:class:`QueueTable` keeps, per held queue, its process queue and pull task (the one place a
-:class:`~aiorocket._consumer.pull_loop.PullLoop` is built), the per-topic flow limits, the
+`QueueTable` keeps, per held queue, its process queue and pull task (the one place a
+`PullLoop` is built), the per-topic flow limits, the
 lock a rebalance round holds, and the pause state; it is the rebalancer's
-:class:`~aiorocket._consumer.rebalance.QueueHost`. Its specialisations differ in how messages
-leave it: :class:`PushQueues` hands them to the consume service (and, orderly in clustering
-mode, pulls under broker locks), :class:`PullQueues` keeps them in per-queue buffers until
+`QueueHost`. Its specialisations differ in how messages
+leave it: `PushQueues` hands them to the consume service (and, orderly in clustering
+mode, pulls under broker locks), `PullQueues` keeps them in per-queue buffers until
 the application takes them, and each queue's positions (see the pull consumer's docs).
 
 Pause: a queue is not pulled while it is paused by name, through its topic, or as part of
@@ -53,9 +53,9 @@ _E = TypeVar("_E", bound=QueueEntry)
 class QueueTable(Generic[_E]):
     """The held queues of one consumer (see the module docs).
 
-    Subclasses provide :attr:`dispatch`, :meth:`start_queue`, :meth:`stop_queue` and
-    :meth:`_on_offset_illegal`, and may override :meth:`_pull_offsets` and
-    :meth:`_pause_changed`.
+    Subclasses provide `dispatch`, `start_queue`, `stop_queue` and
+    `_on_offset_illegal`, and may override `_pull_offsets` and
+    `_pause_changed`.
     """
 
     def __init__(self, member: GroupMember) -> None:
@@ -168,7 +168,7 @@ class QueueTable(Generic[_E]):
             entry.task = self._m._spawn(loop_.run(loop_.next_offset), name=f"pull {mq}")
 
     def stop_pulling(self) -> None:
-        """Shutdown (under :attr:`lock`): pulls stop; queues drain (finished work still
+        """Shutdown (under `lock`): pulls stop; queues drain (finished work still
         commits)."""
         for entry in self.entries.values():
             entry.pq.mark_draining()
@@ -225,7 +225,7 @@ class _Release:
 
 
 class _LockGate:
-    """The pull gate of an orderly clustering consumer (see :class:`PullGate`)."""
+    """The pull gate of an orderly clustering consumer (see `PullGate`)."""
 
     __slots__ = ("_queues",)
 
@@ -249,7 +249,7 @@ class PushQueues(QueueTable[QueueEntry]):
     clustering mode (``locking``), queues are pulled and their offsets written only under a
     live broker lock, and a dropped queue is unlocked once its running handler call ended.
 
-    :meth:`build` gives it the consume service and the broker locks before the first
+    `build` gives it the consume service and the broker locks before the first
     rebalance.
     """
 
@@ -444,7 +444,7 @@ class OwnedQueue(QueueEntry):
         #: pulled batches in offset order; ``buffer[0][:idx]`` were handed out already
         self.buffer: deque[list[ReceivedMessage]] = deque()
         self.idx = 0
-        #: the position once ``buffer[0]`` was started (see :meth:`position`)
+        #: the position once ``buffer[0]`` was started (see `position`)
         self.given = offset
         #: the acknowledged position
         self.acked = offset
@@ -511,7 +511,7 @@ class PullQueues(QueueTable[OwnedQueue]):
 
     @property
     def dispatch(self) -> Dispatch:
-        """The table itself: :meth:`submit` buffers pulled batches."""
+        """The table itself: `submit` buffers pulled batches."""
         return self
 
     def _pull_offsets(self) -> PullOffsets:
@@ -562,7 +562,7 @@ class PullQueues(QueueTable[OwnedQueue]):
         self._start_pulling(owned, offset)
 
     def stop_pulling(self) -> None:
-        """Shutdown (under :attr:`lock`): pulls stop, nothing more is handed out."""
+        """Shutdown (under `lock`): pulls stop, nothing more is handed out."""
         super().stop_pulling()
         self.ready.clear()
 

@@ -1,16 +1,16 @@
 """Rebalance: which queues this member should hold (Java ``RebalanceImpl``).
 
-Plan first, then I/O. :func:`allocate_topic` and :func:`plan_rebalance` are pure: from the
+Plan first, then I/O. `allocate_topic` and `plan_rebalance` are pure: from the
 queues held now and each topic's freshly computed share they return the queues to add and to
-drop. :class:`Rebalancer` gathers the inputs (routes, GET_CONSUMER_LIST_BY_GROUP) and applies
-a plan through a :class:`QueueHost` (the consumer's queue table): drops first (mark dropped,
+drop. `Rebalancer` gathers the inputs (routes, GET_CONSUMER_LIST_BY_GROUP) and applies
+a plan through a `QueueHost` (the consumer's queue table): drops first (mark dropped,
 stop pulling, persist the offset), then adds (start offset from the store or the consume-from
 policy, a new process queue and its pull task).
 
 A topic whose inputs could not be gathered this round (no route yet, the broker did not
 answer) keeps what it holds; the next round tries again.
 
-Orderly consumption in clustering mode passes a :class:`QueueLocker`: the queues to add are
+Orderly consumption in clustering mode passes a `QueueLocker`: the queues to add are
 locked on their brokers (LOCK_BATCH_MQ) before anything else happens to them, and a queue
 whose lock is refused (another member still holds it) is not added this round
 (``RebalanceImpl.updateProcessQueueTableInRebalance``: "add a new mq failed ... because lock
@@ -20,7 +20,7 @@ failed"); the next round tries again.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,11 +40,31 @@ __all__ = [
     "Rebalancer",
     "StartPolicy",
     "allocate_topic",
+    "describe_queues",
     "plan_rebalance",
     "start_policy",
 ]
 
 log = logging.getLogger("aiorocket.consumer")
+
+
+def describe_queues(queues: Iterable[MessageQueue], *, topics: bool = True) -> str:
+    """Queues in one short phrase, runs of ids joined: ``orders@broker-a:0-3,6`` (without
+    ``topics``: ``broker-a:0-3,6``)."""
+    ids: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for mq in queues:
+        ids[(mq.topic, mq.broker_name)].append(mq.queue_id)
+    parts = []
+    for (topic, broker), qids in sorted(ids.items()):
+        runs: list[list[int]] = []
+        for q in sorted(qids):
+            if runs and q == runs[-1][-1] + 1:
+                runs[-1].append(q)
+            else:
+                runs.append([q])
+        text = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+        parts.append(f"{topic}@{broker}:{text}" if topics else f"{broker}:{text}")
+    return ", ".join(parts) or "no queues"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +159,7 @@ def start_policy(consume_from: Literal["last", "first"] | datetime, topic: str) 
 
 class QueueHost(Protocol):
     """What the rebalancer needs from the table of queues a consumer holds
-    (:class:`~aiorocket._consumer.queue_table.QueueTable`)."""
+    (`QueueTable`)."""
 
     def held(self) -> Collection[MessageQueue]:
         """The queues held now."""
@@ -191,6 +211,8 @@ class Rebalancer:
         self._strategy = strategy
         self._broadcasting = broadcasting
         self._consume_from = consume_from
+        #: a rebalance was applied before (the first one is the start's)
+        self._applied = False
 
     async def run_once(self, topics: Sequence[str]) -> RebalancePlan:
         """One round over ``topics`` (the subscribed wire topics); returns the applied plan.
@@ -204,7 +226,7 @@ class Rebalancer:
 
     async def plan(self, topics: Sequence[str]) -> RebalancePlan:
         """Gather this round's inputs and plan it, without applying anything (a pull consumer
-        tells its application what it is about to lose before :meth:`apply`).
+        tells its application what it is about to lose before `apply`).
 
         Raises:
             Nothing expected: per-topic failures are logged and the topic is skipped.
@@ -267,7 +289,7 @@ class Rebalancer:
         host = self._host
         for mq in plan.drop:
             await host.stop_queue(mq)
-            log.info("rebalance: dropped %s", mq)
+            log.debug("rebalance: dropped %s", mq)
         # Limits first: a pull task started below must not fill up to the old share.
         planned = Counter(mq.topic for mq in host.held())
         planned.update(mq.topic for mq in plan.add)
@@ -294,9 +316,20 @@ class Rebalancer:
                 host.start_queue(mq, offset)
             else:
                 host.start_queue(mq, offset, locked_at=locked_at)
-            log.info("rebalance: added %s at offset %d", mq, offset)
+            log.debug("rebalance: added %s at offset %d", mq, offset)
         for topic, n in failed.items():
             host.queues_changed(topic, planned[topic] - n)
+        if plan.add or plan.drop:
+            # One line per change of the held set; the first one is the start's own line.
+            log.log(
+                logging.INFO if self._applied else logging.DEBUG,
+                "rebalance of %s: %d queue(s) added, %d dropped; holds %s",
+                self._group,
+                len(plan.add) - sum(failed.values()),
+                len(plan.drop),
+                describe_queues(host.held()),
+            )
+        self._applied = True
 
     async def start_offset(self, mq: MessageQueue) -> int:
         """The stored offset, else the consume-from policy (docs/protocol.md §6.5).

@@ -10,7 +10,7 @@ group may have more consumers than queues, and a slow consumer holds messages, n
 broker). With one broker to ask it is one long-polled POP; with several, one quick POP each,
 then NOTIFICATION requests held by all of them at once, and a POP from the first that has
 something. An idle consumer so waits in the brokers, costing no CPU. Dead letters and handles:
-:mod:`~aiorocket._consumer.popping`.
+`popping`.
 """
 
 from __future__ import annotations
@@ -55,24 +55,26 @@ class SimpleConsumer(GroupMember):
     """A POP consumer the application drives: ``receive``, then ``ack`` (or let the invisible
     time pass for a retry, or move it with ``change_invisible_duration``). Needs RocketMQ 5.x
     brokers (or the embedded broker); a 4.x broker answers
-    :class:`~aiorocket.errors.RequestCodeNotSupportedError`.
+    [`RequestCodeNotSupportedError`][aiorocket.errors.RequestCodeNotSupportedError].
 
     Args:
         group: the consumer group (shared with 5.x push consumers in POP mode and with the
             5.x SDKs' simple consumers).
         namesrv: name server address(es).
         invisible_duration: seconds a received message stays invisible to the group unless
-            acked (the default of :meth:`receive`).
-        await_duration: seconds :meth:`receive` waits in the brokers for a message.
+            acked (the default of [`receive`][aiorocket.SimpleConsumer.receive]).
+        await_duration: seconds [`receive`][aiorocket.SimpleConsumer.receive] waits in the brokers
+            for a message.
         consume_from: where a new group starts: ``"last"`` (messages sent from now on) or
             ``"first"``.
         fifo: ordered POP (RocketMQ 5.x FIFO): a queue's messages go to one receiver at a time
             and its later messages are held back until these are acked (or their invisible
             time ends, when they come again in order), so the messages of a message group
             (the producer's ``message_group`` / ``sharding_key``) are received in order.
-        **settings: client and consumer settings (:class:`~aiorocket.settings.ConsumerSettings`:
-            ``namespace``, ``max_reconsume_times`` (16 by default: the 17th delivery goes to
-            ``%DLQ%<group>``), TLS, ACL, timeouts, ...).
+        **settings: client and consumer settings
+            ([`ConsumerSettings`][aiorocket.settings.ConsumerSettings]: ``namespace``,
+            ``max_reconsume_times`` (16 by default: the 17th delivery goes to ``%DLQ%<group>``),
+            TLS, ACL, timeouts, ...).
 
     Raises:
         ConfigurationError: a bad setting.
@@ -113,8 +115,8 @@ class SimpleConsumer(GroupMember):
     # -- configuration ------------------------------------------------------------------------
 
     def register_hook(self, hook: ReceiveHook) -> None:
-        """Add a hook whose ``received`` runs once per :meth:`receive` that returns messages
-        (:mod:`aiorocket._consumer.hooks`).
+        """Add a hook whose ``received`` runs once per [`receive`][aiorocket.SimpleConsumer.receive]
+        that returns messages (`aiorocket._consumer.hooks`).
 
         Raises:
             ConfigurationError: the consumer was started already.
@@ -186,6 +188,9 @@ class SimpleConsumer(GroupMember):
     def held(self) -> list[MessageQueue]:
         """No queue is held: every message is popped from whichever queue has it."""
         return []
+
+    def _describe_mode(self) -> str:
+        return "POP, the broker hands out messages" + (", FIFO" if self._fifo else "")
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -328,7 +333,8 @@ class SimpleConsumer(GroupMember):
         """Acknowledge several messages, one BATCH_ACK_MESSAGE request per broker.
 
         Raises:
-            As :meth:`ack` (before anything is sent when a handle is foreign or expired).
+            RocketError: as [`ack`][aiorocket.SimpleConsumer.ack] (before anything is sent when a
+                handle is foreign or expired).
         """
         self._require_running()
         popped = [self._pop.check(m) for m in msgs]
@@ -355,7 +361,7 @@ class SimpleConsumer(GroupMember):
 
         Raises:
             ConfigurationError: a non-positive duration.
-            As :meth:`ack`.
+            RocketError: as [`ack`][aiorocket.SimpleConsumer.ack].
         """
         invisible = _duration_ms(seconds, "seconds")
         self._require_running()

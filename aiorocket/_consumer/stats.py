@@ -89,11 +89,11 @@ class QueueStatistics:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerStatistics:
-    """What :meth:`~aiorocket.PushConsumer.statistics` returns.
+    """What [`statistics`][aiorocket.PushConsumer.statistics] returns.
 
     Attributes:
-        topics: per wire topic, see :class:`TopicStatistics`.
-        queues: per assigned queue, see :class:`QueueStatistics`.
+        topics: per wire topic, see [`TopicStatistics`][aiorocket.TopicStatistics].
+        queues: per assigned queue, see [`QueueStatistics`][aiorocket.QueueStatistics].
         pull_errors: failed pulls (connection lost, broker errors), retried with backoff.
         flow_control_pauses: times a queue waited for cache capacity before pulling.
         send_back_failures: failed messages that could not be returned to the broker and were

@@ -25,8 +25,8 @@ def check_selector(expression: str | None, sql: str | None) -> None:
 
     Text after the SQL92 expression (``region = 'eu' garbage``) is accepted, as RocketMQ's
     parser accepts it (and the broker filters by the expression alone), with an
-    :class:`~aiorocket.errors.IgnoredSelectorTextWarning` naming the ignored text, at
-    the caller of ``subscribe``.
+    [`IgnoredSelectorTextWarning`][aiorocket.errors.IgnoredSelectorTextWarning] naming the ignored
+    text, at the caller of ``subscribe``.
 
     Raises:
         ConfigurationError: both were given, or ``sql`` is not a string.

@@ -1,6 +1,6 @@
 """The consume hook that traces (Java ``ConsumeMessageTraceHookImpl``): a SubBefore record
 before each handler call and a SubAfter record after it, queued on the consumer's
-:class:`~aiorocket._trace.TraceDispatcher`."""
+`TraceDispatcher`."""
 
 from __future__ import annotations
 

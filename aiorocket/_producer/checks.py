@@ -43,7 +43,8 @@ _MS: Final = datetime.timedelta(milliseconds=1)
 
 
 def deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None) -> int | None:
-    """The ``TIMER_DELIVER_MS`` of :meth:`Producer.send`'s timer arguments (``None``: neither).
+    """The ``TIMER_DELIVER_MS`` of [`Producer.send`][aiorocket.Producer.send]'s timer arguments
+    (``None``: neither).
 
     Raises:
         ConfigurationError: both given, a naive or non-datetime ``deliver_at``, a

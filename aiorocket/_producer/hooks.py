@@ -1,17 +1,18 @@
 """Send hooks (Java ``SendMessageHook``): called around every send attempt, and optionally
 around every send call.
 
-One mechanism, two levels, both registered with :meth:`Producer.register_hook
-<aiorocket.Producer.register_hook>`; a hook implements either pair or both:
+One mechanism, two levels, both registered with
+[`Producer.register_hook`][aiorocket.Producer.register_hook]; a hook implements either pair or both:
 
-* :class:`SendHook` (``send_before`` / ``send_after``): around each attempt, once the queue
-  and broker are chosen, as Java's ``SendMessageHook`` (a retry is a new attempt; a batch is
+* [`SendHook`][aiorocket.SendHook] (``send_before`` / ``send_after``): around each attempt, once the
+  queue and broker are chosen, as Java's ``SendMessageHook`` (a retry is a new attempt; a batch is
   one attempt per sub-batch, as Java runs it for a ``MessageBatch``). The message is already
   encoded: changing it here changes nothing on the wire.
-* :class:`SendCallHook` (``send_prepare`` / ``send_done``): once per ``send``,
+* [`SendCallHook`][aiorocket.SendCallHook] (``send_prepare`` / ``send_done``): once per ``send``,
   ``send_oneway`` or ``send_batch`` call. ``send_prepare`` runs *before* the properties are
-  encoded, so what it adds to :attr:`SendCallContext.properties` travels with the messages
-  (how trace context is propagated); ``send_done`` runs when the call returns or raises.
+  encoded, so what it adds to [`SendCallContext.properties`][aiorocket.SendCallContext.properties]
+  travels with the messages (how trace context is propagated); ``send_done`` runs when the call
+  returns or raises.
 
 Hooks run inline on the send path, so they must be quick and must not block; an exception
 from a hook is logged and ignored, as Java's ``executeSendMessageHookBefore/After`` do.

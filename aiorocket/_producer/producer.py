@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
-from aiorocket._names import now_ms, without_namespace, wrap_namespace
+from aiorocket._names import now_ms, validate_group, without_namespace, wrap_namespace
 from aiorocket._producer.checks import (
     check_sharding_key,
     deliver_ms,
@@ -128,13 +128,15 @@ def _needed_release(props: dict[str, str]) -> _Release | None:
 class Producer(AsyncResource):
     """Sends messages to RocketMQ topics.
 
-    Use as an async context manager::
+    Use as an async context manager:
 
-        async with Producer(namesrv="127.0.0.1:9876", group="shop") as producer:
-            result = await producer.send(Message("orders", b"{}", tags="created"))
+    ```python
+    async with Producer(namesrv="127.0.0.1:9876", group="shop") as producer:
+        result = await producer.send(Message("orders", b"{}", tags="created"))
+    ```
 
-    Settings (keyword arguments) are those of :class:`~aiorocket.settings.ProducerSettings`;
-    ``namesrv`` is required.
+    Settings (keyword arguments) are those of
+    [`ProducerSettings`][aiorocket.settings.ProducerSettings]; ``namesrv`` is required.
 
     Raises:
         ConfigurationError: invalid settings (at construction).
@@ -149,6 +151,7 @@ class Producer(AsyncResource):
         self.settings: ProducerSettings = build_settings(
             self._settings_class, {"namesrv": namesrv, "group": group, **settings}
         )
+        validate_group(self.settings.group, "producer group")
         validate_name(self._wire_group(), "producer group")
         self._requests = PendingRequests()
         #: topics a request was sent to: the first one heartbeats every broker first
@@ -186,11 +189,12 @@ class Producer(AsyncResource):
             self._hooks.append(SendTraceHook(self.tracer))
 
     def register_hook(self, hook: SendHook | SendCallHook) -> None:
-        """Add a send hook (:mod:`aiorocket._producer.hooks`): its ``send_before`` /
-        ``send_after`` run around every send attempt of :meth:`send`, :meth:`send_oneway` and
-        :meth:`send_batch` (once per sub-batch, as Java runs ``SendMessageHook`` for a
-        ``MessageBatch``); its ``send_prepare`` / ``send_done``, if it has them, once per call,
-        ``send_prepare`` before the properties are encoded."""
+        """Add a send hook (`aiorocket._producer.hooks`): its ``send_before`` /
+        ``send_after`` run around every send attempt of [`send`][aiorocket.Producer.send],
+        [`send_oneway`][aiorocket.Producer.send_oneway] and
+        [`send_batch`][aiorocket.Producer.send_batch] (once per sub-batch, as Java runs
+        ``SendMessageHook`` for a ``MessageBatch``); its ``send_prepare`` / ``send_done``, if it has
+        them, once per call, ``send_prepare`` before the properties are encoded."""
         if callable(getattr(hook, "send_before", None)):
             self._hooks.append(hook)  # type: ignore[arg-type]
         if callable(getattr(hook, "send_prepare", None)):
@@ -204,10 +208,13 @@ class Producer(AsyncResource):
         return self._client.client_id
 
     async def start(self) -> None:
-        """Start background route refresh and heartbeats. Prefer ``async with``.
+        """Connect to a name server, then start background route refresh and heartbeats.
+        Prefer ``async with``.
 
         Raises:
             ClientClosedError: the producer was closed before.
+            ConnectError: no name server could be connected within ``connect_timeout``
+                (each address tried is named).
         """
         if self._closed:
             raise ClientClosedError("the producer is closed")
@@ -239,6 +246,7 @@ class Producer(AsyncResource):
         # In the lifecycle's supervisor: the background tasks are not the caller's.
         tg = self._lifecycle.task_group
         self._client.start(tg.create_task)
+        await self._client.connect_namesrv()
         tg.create_task(self._refresh.run(), name="route refresh")
         tg.create_task(self._heartbeat.run(), name="heartbeat")
         if self.tracer is not None:
@@ -263,6 +271,11 @@ class Producer(AsyncResource):
 
     def _raise_crash(self) -> None:
         self._lifecycle.raise_crash()
+
+    def _never_started(self) -> str | None:
+        if self._lifecycle.started or self._closed:
+            return None
+        return f"{type(self).__name__} of group {self.settings.group!r}"
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -334,10 +347,11 @@ class Producer(AsyncResource):
         deliver_after: float | None = None,
     ) -> None:
         """Send one message without waiting for the broker to store it (no result, no retry);
-        ``deliver_at`` / ``deliver_after`` as for :meth:`send`.
+        ``deliver_at`` / ``deliver_after`` as for [`send`][aiorocket.Producer.send].
 
         Raises:
-            As :meth:`send`, except broker refusals, which a oneway send never sees.
+            RocketError: as [`send`][aiorocket.Producer.send], except broker refusals, which a
+                oneway send never sees.
         """
         await self._send_one(
             msg,
@@ -360,20 +374,20 @@ class Producer(AsyncResource):
     ) -> list[SendResult]:
         """Send messages of one topic as batches (SEND_BATCH_MESSAGE), split under the size cap.
 
-        Each sub-batch is stored contiguously in one queue; one :class:`SendResult` is returned
-        per sub-batch, in order, with ``msg_id`` the ``,``-joined ids of its messages.
+        Each sub-batch is stored contiguously in one queue; one [`SendResult`][aiorocket.SendResult]
+        is returned per sub-batch, in order, with ``msg_id`` the ``,``-joined ids of its messages.
         ``timeout`` (default ``send_timeout``) is the budget of the whole call, every
         sub-batch and retry included; when a sub-batch fails, those before it stay stored
         (the error's note says how many). With
         ``sharding_key`` (or the messages' common ``message_group``) every message carries it
-        as ``__SHARDINGKEY`` (see :meth:`send`).
+        as ``__SHARDINGKEY`` (see [`send`][aiorocket.Producer.send]).
 
         Raises:
             ConfigurationError: empty batch, several topics, a delayed or timer message (brokers
                 do neither in batches), messages with different ``message_group`` values, or
                 a ``sharding_key`` with ``\\x01``/``\\x02`` or unlike their group.
             MessageTooLargeError: a single message exceeds ``max_message_size``.
-            BrokerError, TransportError, ClientClosedError: as :meth:`send`.
+            BrokerError, TransportError, ClientClosedError: as [`send`][aiorocket.Producer.send].
         """
         if not msgs:
             raise ConfigurationError("send_batch needs at least one message")

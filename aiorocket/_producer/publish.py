@@ -4,6 +4,7 @@ producer's ``topicPublishInfoTable``)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from aiorocket.errors import RocketError, TopicNotExistError
 from aiorocket.models import MessageQueue
 
 __all__ = ["PublishRoutes", "QueueSelector", "TopicPublishInfo", "queue_for_key"]
+
+log = logging.getLogger("aiorocket.producer")
 
 #: ``selector(queues, message, sharding_key) -> queue``; ``queues`` are the writable ones.
 QueueSelector = Callable[[Sequence[MessageQueue], object, "str | None"], MessageQueue]
@@ -116,12 +119,24 @@ class PublishRoutes:
             pass
         # Unknown topic: send through TBW102's brokers so that the broker auto-creates the topic
         # with min(defaultTopicQueueNums, TBW102 queues) queues (§7.3).
+        hint = await self._client.missing_topic_hint(topic)
         try:
             default = await self._client.fetch_route(self._create_topic_key)
         except TopicNotExistError:
             raise TopicNotExistError(
-                f"no route for topic {topic} and auto-creation is not available"
+                f"no route for topic {topic} and auto-creation is not available{hint}; create "
+                "it first (aiorocket admin create-topic, mqadmin updateTopic)"
             ) from None
+        # The broker creates the topic on this send (autoCreateTopicEnable): say so, once per
+        # topic, loudly when the name is close to an existing one (a typo's messages reach no
+        # consumer of the intended topic).
+        log.log(
+            logging.WARNING if hint else logging.INFO,
+            "topic %s does not exist: sending through %s lets the broker create it%s",
+            topic,
+            self._create_topic_key,
+            hint,
+        )
         queues = []
         for mq in default.publish_queues(topic):
             qd = next(q for q in default.queue_datas if q.broker_name == mq.broker_name)

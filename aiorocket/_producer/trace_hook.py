@@ -1,5 +1,5 @@
 """The send hook that traces (Java ``SendMessageTraceHookImpl``): one Pub record per
-successful send, queued on the producer's :class:`~aiorocket._trace.TraceDispatcher`; and the
+successful send, queued on the producer's `TraceDispatcher`; and the
 EndTransaction record (``EndTransactionTraceHookImpl``)."""
 
 from __future__ import annotations

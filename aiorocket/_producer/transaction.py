@@ -65,8 +65,8 @@ CheckLocal = Callable[[ReceivedMessage], Awaitable[TransactionState]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionSendResult(SendResult):
-    """A :class:`SendResult` of the half message plus what the local transaction decided
-    (Java ``TransactionSendResult``).
+    """A [`SendResult`][aiorocket.SendResult] of the half message plus what the local transaction
+    decided (Java ``TransactionSendResult``).
 
     Attributes:
         state: the local transaction's outcome, as sent to the broker (``ROLLBACK`` when the
@@ -79,24 +79,25 @@ class TransactionSendResult(SendResult):
 
 
 class TransactionProducer(Producer):
-    """Sends transactional messages; also sends ordinary ones like :class:`Producer`.
+    """Sends transactional messages; also sends ordinary ones like [`Producer`][aiorocket.Producer].
 
-    ::
+    ```python
+    async def execute_local(msg: Message, arg: object) -> TransactionState:
+        await save_order(arg)                 # raising counts as UNKNOWN
+        return TransactionState.COMMIT
 
-        async def execute_local(msg: Message, arg: object) -> TransactionState:
-            await save_order(arg)                 # raising counts as UNKNOWN
-            return TransactionState.COMMIT
+    async def check(msg: ReceivedMessage) -> TransactionState:
+        return TransactionState.COMMIT if await order_exists(msg.keys[0]) else ...
 
-        async def check(msg: ReceivedMessage) -> TransactionState:
-            return TransactionState.COMMIT if await order_exists(msg.keys[0]) else ...
-
-        async with TransactionProducer(
-            namesrv="127.0.0.1:9876", group="shop-tx", execute_local=execute_local, check=check
-        ) as producer:
-            result = await producer.send_in_transaction(Message("orders", b"{}"), arg=order)
+    async with TransactionProducer(
+        namesrv="127.0.0.1:9876", group="shop-tx", execute_local=execute_local, check=check
+    ) as producer:
+        result = await producer.send_in_transaction(Message("orders", b"{}"), arg=order)
+    ```
 
     Settings (keyword arguments) are those of
-    :class:`~aiorocket.settings.TransactionProducerSettings`. Every producer of a group must
+    [`TransactionProducerSettings`][aiorocket.settings.TransactionProducerSettings]. Every producer
+    of a group must
     be able to answer ``check`` for any message of the group: the broker asks any live one.
 
     Raises:
@@ -124,8 +125,8 @@ class TransactionProducer(Producer):
         self._checks_pending = 0
 
     async def start(self) -> None:
-        """Start like :meth:`Producer.start`, then learn the brokers and heartbeat at once,
-        so that check-backs can reach this producer before it has sent anything.
+        """Start like [`Producer.start`][aiorocket.Producer.start], then learn the brokers and
+        heartbeat at once, so that check-backs can reach this producer before it has sent anything.
 
         Raises:
             ClientClosedError: the producer was closed before.
@@ -153,8 +154,8 @@ class TransactionProducer(Producer):
                 RocketMQ 5.x refuses a transactional message that is also a FIFO or a timer
                 one ("Transactional message should not set messageGroup or
                 deliveryTimestamp").
-            RocketError: as :meth:`Producer.send` for the half message; nothing has been
-                stored then and ``execute_local`` has not run.
+            RocketError: as [`Producer.send`][aiorocket.Producer.send] for the half message; nothing
+                has been stored then and ``execute_local`` has not run.
         """
         if msg.message_group is not None or has_timer(msg.properties):
             # PublishingMessageImpl (rocketmq-clients): the three message types exclude each

@@ -6,7 +6,7 @@ package is installed on a machine with a C compiler. It replaces the codec's hot
 reference and the fallback. ``AIOROCKET_NO_EXTENSIONS=1`` (any value but empty or ``0``)
 makes the process use pure Python even when the extension is built.
 
-The modules with compiled twins (``frame``, ``message``) :func:`register` a selector here when
+The modules with compiled twins (``frame``, ``message``) `register` a selector here when
 they are imported; this module imports none of them, so the codec has no import cycle.
 """
 

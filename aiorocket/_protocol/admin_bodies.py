@@ -7,9 +7,9 @@ Field names and the members each body writes follow the 4.9.8 beans (read with `
 ``TopicOffset``, ``KVTable``, ``ConsumerConnection``/``Connection``, ``SubscriptionGroupConfig``
 and its wrapper, ``TopicConfigSerializeWrapper``, ``QueryConsumeQueueResponseBody``,
 ``GroupList``. Maps keyed by ``MessageQueue`` are written with fastjson object keys, which every
-Java tool reads (and :func:`~aiorocket._protocol.fastjson.loads` reads back). The
-declarations and lenient readings are those of :mod:`aiorocket._protocol.schema`; the headers
-of these requests are in :mod:`aiorocket._protocol.headers`.
+Java tool reads (and `loads` reads back). The
+declarations and lenient readings are those of `aiorocket._protocol.schema`; the headers
+of these requests are in `aiorocket._protocol.headers`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _Text = Annotated[str, PlainValidator(str)]
 
 @dataclass(frozen=True, slots=True)
 class OffsetWrapper(Body):
-    """One queue of :class:`ConsumeStats`: the broker's next offset, the group's committed
+    """One queue of `ConsumeStats`: the broker's next offset, the group's committed
     offset, and the store time of the last consumed message (0 when unknown)."""
 
     broker_offset: Int64 = 0
@@ -89,7 +89,7 @@ class ConsumeStats(Body):
 
 @dataclass(frozen=True, slots=True)
 class TopicOffset(Body):
-    """One queue of :class:`TopicStatsTable`: min and max offsets and the store time of the
+    """One queue of `TopicStatsTable`: min and max offsets and the store time of the
     newest message (0 for an empty queue)."""
 
     min_offset: Int64 = 0
@@ -234,7 +234,7 @@ class TopicConfigSerializeWrapper(Body):
 
 @dataclass(frozen=True, slots=True)
 class ConsumeQueueEntry(Body):
-    """One consume-queue entry of a :class:`QueryConsumeQueueResponseBody` (Java
+    """One consume-queue entry of a `QueryConsumeQueueResponseBody` (Java
     ``ConsumeQueueData``)."""
 
     _constants: ClassVar[dict[str, Any]] = {"eval": False}

@@ -2,8 +2,8 @@
 
 Pure functions: every member of a group computes its own share from the same sorted inputs,
 so all members must use the same strategy (docs/protocol.md §6.7). Each function takes
-``(mq_all, cid_all, current_cid)``, both lists already sorted with :func:`sort_queues` /
-:func:`sort_client_ids`, and returns the current client's queues; a client missing from
+``(mq_all, cid_all, current_cid)``, both lists already sorted with `sort_queues` /
+`sort_client_ids`, and returns the current client's queues; a client missing from
 ``cid_all`` gets nothing.
 """
 
@@ -136,7 +136,8 @@ def allocate_by_config(queues: Iterable[MessageQueue]) -> AllocationStrategy:
 def strategy_named(
     name: str, *, queues: Iterable[MessageQueue] = (), virtual_nodes: int = 10
 ) -> AllocationStrategy:
-    """The strategy of a :attr:`ConsumerSettings.allocation` name.
+    """The strategy of a
+    [`ConsumerSettings.allocation`][aiorocket.settings.ConsumerSettings.allocation] name.
 
     Raises:
         ValueError: an unknown name.

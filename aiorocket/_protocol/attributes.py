@@ -33,7 +33,7 @@ def encode_attributes(values: Mapping[str, str | None]) -> str:
 
 
 def parse_attributes(text: str | None) -> dict[str, str | None]:
-    """The inverse of :func:`encode_attributes`: a value of ``None`` removes the attribute.
+    """The inverse of `encode_attributes`: a value of ``None`` removes the attribute.
 
     Raises:
         RemoteProtocolError: an entry is neither ``+name=value`` nor ``-name``.

@@ -4,8 +4,8 @@ Every body has ``to_json()``, which writes compact JSON with members in alphabet
 as fastjson writes beans, and ``from_json()``, which reads what any of the four client
 families send; nested beans convert through ``to_dict()``/``from_dict()``. The declarations
 and the lenient readings (numeric strings, ordinals, ``null`` as absent, ...) are those of
-:mod:`aiorocket._protocol.schema`. Everything malformed raises
-:class:`~aiorocket.errors.RemoteProtocolError`.
+`aiorocket._protocol.schema`. Everything malformed raises
+[`RemoteProtocolError`][aiorocket.errors.RemoteProtocolError].
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ ConsumeFromWhere = Annotated[
 class ConsumerData(Body):
     """One consumer group of a heartbeat (Java ``ConsumerData``).
 
-    The enum members hold the Java constant names (see :data:`CONSUME_TYPES`,
-    :data:`MESSAGE_MODELS`, :data:`CONSUME_FROM_WHERE`); ordinals are read as names.
+    The enum members hold the Java constant names (see `CONSUME_TYPES`,
+    `MESSAGE_MODELS`, `CONSUME_FROM_WHERE`); ordinals are read as names.
     """
 
     group_name: str
@@ -461,7 +461,7 @@ class ConsumerRunningInfo(Body):
 class ConsumeMessageDirectlyResult(Body):
     """The CONSUME_MESSAGE_DIRECTLY (309) response body (§5.8).
 
-    ``consume_result`` holds a :data:`CONSUME_RESULTS` name, or ``None`` if unset; unset
+    ``consume_result`` holds a `CONSUME_RESULTS` name, or ``None`` if unset; unset
     members are omitted, as fastjson omits nulls. ``autoCommit`` defaults to true as in Java.
     """
 

@@ -3,20 +3,21 @@
 Brokers and name servers encode bodies with fastjson, whose default output is not always
 standard JSON: a map with ``Long`` keys is written with bare integer keys (``{0:"a"}``), and a
 map keyed by ``MessageQueue`` uses a JSON object as the key
-(``{{"brokerName":"b","queueId":0,"topic":"T"}:12}``). :func:`loads` reads standard JSON and
-those forms; :func:`dumps` writes compact standard JSON, plus object keys when asked to.
+(``{{"brokerName":"b","queueId":0,"topic":"T"}:12}``). `loads` reads standard JSON and
+those forms; `dumps` writes compact standard JSON, plus object keys when asked to.
 
 Rules of this module:
 
-* Every malformed input makes :func:`loads` raise :class:`~aiorocket.errors.RemoteProtocolError`
-  and nothing else. ``NaN``, ``Infinity`` and numbers that overflow a double are refused.
-* Nesting deeper than :data:`MAX_DEPTH` is refused by the tolerant reader. Standard JSON goes
-  through :func:`json.loads` first and may nest deeper if the interpreter's stack allows it.
+* Every malformed input makes `loads` raise
+  [`RemoteProtocolError`][aiorocket.errors.RemoteProtocolError] and nothing else. ``NaN``,
+  ``Infinity`` and numbers that overflow a double are refused.
+* Nesting deeper than `MAX_DEPTH` is refused by the tolerant reader. Standard JSON goes
+  through `json.loads` first and may nest deeper if the interpreter's stack allows it.
 * Object keys read back as: strings → ``str``; integers → ``int``; fractions → ``float``;
-  ``true``/``false``/``null`` → ``bool``/``None``; objects → :class:`ObjectKey`; arrays → ``tuple``.
-* :func:`dumps` writes ``int`` keys quoted (``{"0":"a"}``), so they read back as ``str`` keys.
+  ``true``/``false``/``null`` → ``bool``/``None``; objects → `ObjectKey`; arrays → ``tuple``.
+* `dumps` writes ``int`` keys quoted (``{"0":"a"}``), so they read back as ``str`` keys.
   ``ObjectKey`` and ``MessageQueue`` keys are written as object keys and read back as
-  :class:`ObjectKey`.
+  `ObjectKey`.
 """
 
 from __future__ import annotations
@@ -290,14 +291,14 @@ def dumps(obj: Any) -> bytes:
     """Encode ``obj`` as compact UTF-8 JSON (separators ``,`` and ``:``, no whitespace).
 
     Accepts dicts, lists, tuples, ``str``, ``int``, ``float``, ``bool``, ``None`` and
-    :class:`ObjectKey`. Dict keys may be ``str``, ``int``/``float``/``bool``/``None`` (written
-    quoted, as :func:`json.dumps` does), or :class:`ObjectKey`/``MessageQueue`` (written as
+    `ObjectKey`. Dict keys may be ``str``, ``int``/``float``/``bool``/``None`` (written
+    quoted, as `json.dumps` does), or `ObjectKey`/``MessageQueue`` (written as
     fastjson object keys, e.g. ``{"brokerName":"b","queueId":0,"topic":"T"}:1``). Dict order
     is kept. Strings holding lone surrogates are written with ``\\u`` escapes.
 
     Raises:
         LocalProtocolError: a value or key of another type (dataclasses included), a NaN or
-            infinite float, a reference cycle, or nesting deeper than :data:`MAX_DEPTH`.
+            infinite float, a reference cycle, or nesting deeper than `MAX_DEPTH`.
     """
     try:
         return _dumps_text(obj, _COMPACT).encode("utf-8")

@@ -2,12 +2,13 @@
 
 Rules of this module, in the manner of h11:
 
-* :meth:`FrameDecoder.feed` only buffers; :meth:`FrameDecoder.next_command` returns one
-  :class:`RemotingCommand` or the :data:`NEED_DATA` sentinel. No I/O, no clock.
+* `FrameDecoder.feed` only buffers; `FrameDecoder.next_command` returns one
+  `RemotingCommand` or the `NEED_DATA` sentinel. No I/O, no clock.
 * The length prefix is checked against the frame cap before anything is buffered for the frame
   or allocated for it; a bad prefix, a header that overruns its frame, an unknown serialize type
-  or a malformed header raise :class:`RemoteProtocolError`, and the decoder stays poisoned:
-  every later call raises the same error (the stream position can no longer be trusted).
+  or a malformed header raise [`RemoteProtocolError`][aiorocket.errors.RemoteProtocolError], and the
+  decoder stays poisoned: every later call raises the same error (the stream position can no longer
+      be trusted).
 * Encoding returns bytes (or a list of buffers for ``writelines``) in the dialect recorded in
   ``command.serialize_type``; a response is built in the dialect of its request.
 """
@@ -43,7 +44,7 @@ DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 
 
 class NeedData(enum.Enum):
-    """Type of :data:`NEED_DATA`: the decoder needs more bytes before the next command."""
+    """Type of `NEED_DATA`: the decoder needs more bytes before the next command."""
 
     NEED_DATA = "NEED_DATA"
 
@@ -51,7 +52,7 @@ class NeedData(enum.Enum):
         return "NEED_DATA"
 
 
-#: Returned by :meth:`FrameDecoder.next_command` when no whole frame is buffered.
+#: Returned by `FrameDecoder.next_command` when no whole frame is buffered.
 NEED_DATA: Final = NeedData.NEED_DATA
 
 _INT32 = struct.Struct(">i")
@@ -78,16 +79,17 @@ _JSON_RAW_DECODE: Final = _JSON_DECODER.raw_decode
 
 
 class FrameDecoder:
-    """Incremental decoder of a byte stream into :class:`RemotingCommand` objects.
+    """Incremental decoder of a byte stream into `RemotingCommand` objects.
 
-    Bytes arrive either through :meth:`feed` (a copy) or, from an ``asyncio.BufferedProtocol``,
-    straight into the decoder's own buffer: :meth:`get_buffer`, the transport's ``recv_into``,
-    then :meth:`buffer_updated`. The second way allocates nothing per read (a plain
+    Bytes arrive either through `feed` (a copy) or, from an ``asyncio.BufferedProtocol``,
+    straight into the decoder's own buffer: `get_buffer`, the transport's ``recv_into``,
+    then `buffer_updated`. The second way allocates nothing per read (a plain
     ``Protocol`` gets a fresh 256 KiB ``bytes`` from every ``recv``).
 
     Args:
         max_frame_size: largest accepted ``frameLength``; larger (or negative) prefixes raise
-            :class:`FrameTooLargeError` as soon as the 4-byte prefix is buffered.
+            [`FrameTooLargeError`][aiorocket.errors.FrameTooLargeError] as soon as the 4-byte prefix
+            is buffered.
     """
 
     __slots__ = ("_buf", "_end", "_error", "_max", "_pos", "_view")
@@ -121,7 +123,7 @@ class FrameDecoder:
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """A writable view of free buffer space for the next read (``BufferedProtocol``).
 
-        At least :data:`_MIN_FREE` bytes, and room for the rest of a frame whose length prefix
+        At least `_MIN_FREE` bytes, and room for the rest of a frame whose length prefix
         is already buffered, so a large frame is received in place instead of piecewise.
         """
         need = _MIN_FREE if sizehint <= _MIN_FREE else sizehint
@@ -138,7 +140,7 @@ class FrameDecoder:
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        """Record that the last :meth:`get_buffer` view received ``nbytes`` bytes."""
+        """Record that the last `get_buffer` view received ``nbytes`` bytes."""
         self._end += nbytes
 
     def _make_room(self, need: int) -> None:
@@ -160,7 +162,7 @@ class FrameDecoder:
         self._end = held
 
     def next_command(self) -> RemotingCommand | NeedData:
-        """Return the next whole command, or :data:`NEED_DATA`.
+        """Return the next whole command, or `NEED_DATA`.
 
         Raises:
             FrameTooLargeError: the length prefix is negative, below 4 or over the cap.
@@ -570,14 +572,14 @@ def encode_command(cmd: RemotingCommand) -> bytes:
     """Encode ``cmd`` as one frame (length prefix included).
 
     Raises:
-        LocalProtocolError: as :func:`encode_command_parts`.
+        LocalProtocolError: as `encode_command_parts`.
     """
     return b"".join(encode_command_parts(cmd))
 
 
 class TemplateBase:
     """What every request template shares: the request, its variable keys, and the request
-    rebuilt with their values (:meth:`command`) in the template's dialect."""
+    rebuilt with their values (`command`) in the template's dialect."""
 
     __slots__ = ()
 
@@ -587,11 +589,11 @@ class TemplateBase:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        """The variable ext keys, in the order :meth:`encode` takes their values."""
+        """The variable ext keys, in the order `encode` takes their values."""
         return self._keys
 
     def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
-        """The request with ``values`` filled in, as a :class:`RemotingCommand` in the
+        """The request with ``values`` filled in, as a `RemotingCommand` in the
         template's dialect."""
         cmd = self._cmd
         ext = dict(cmd.ext_fields)
@@ -614,9 +616,9 @@ class RequestTemplate(TemplateBase):
     """A request sent again and again with the same fields except a few integer ext fields
     (a queue's PULL_MESSAGE: offset, flag and commit offset change, nine fields do not).
 
-    Its JSON header is rendered once with the general encoder; :meth:`encode` fills in the
+    Its JSON header is rendered once with the general encoder; `encode` fills in the
     integers and the opaque by ``%`` formatting, which writes an int exactly as ``str`` does,
-    so the frame is byte-identical to :func:`encode_command_parts` of :meth:`command`.
+    so the frame is byte-identical to `encode_command_parts` of `command`.
 
     Args:
         cmd: the request, JSON dialect; its ``opaque`` is replaced at every send.

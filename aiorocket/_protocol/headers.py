@@ -1,9 +1,9 @@
 """The catalogue of typed ``extFields`` headers of the remoting commands (docs/protocol.md §1.8,
 §2.2), client, broker and admin requests alike.
 
-Each header is declared with :func:`~aiorocket._protocol.schema.header_class` and
-:func:`~aiorocket._protocol.schema.wire`; the typing rules are in
-:mod:`aiorocket._protocol.schema`.
+Each header is declared with `header_class` and
+`wire`; the typing rules are in
+`aiorocket._protocol.schema`.
 
 Codes that carry no header, so have no class here: HEART_BEAT (34, JSON body only),
 LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (41/42, JSON bodies), CHECK_CLIENT_CONFIG (46),
@@ -95,7 +95,7 @@ class SendMessageRequestHeader(Header):
 
     Mirrors Java's ``SendMessageRequestHeader`` and its twin ``SendMessageRequestHeaderV2``
     (keys ``a`` ... ``n``). The broker picks the naming by request code (see
-    :func:`decode_send_header`), then ``batch`` alone chooses the batch-body path.
+    `decode_send_header`), then ``batch`` alone chooses the batch-body path.
     ``to_ext()`` / ``from_ext()`` without ``v2`` use the long names of code 10.
     """
 
@@ -214,7 +214,7 @@ class ReplyMessageRequestHeader(Header):
 class PullMessageRequestHeader(Header):
     """PULL_MESSAGE (11), also LITE_PULL_MESSAGE (361) — Java's ``PullMessageRequestHeader``.
 
-    ``sys_flag`` holds the pull flag bits (:class:`~aiorocket._protocol.codes.PullSysFlag`)
+    ``sys_flag`` holds the pull flag bits (`PullSysFlag`)
     as a plain int; ``commit_offset`` counts only when bit 0x1 is set.
     """
 
@@ -665,7 +665,7 @@ class DeleteKVConfigRequestHeader(Header):
 
 @header_class
 class GetKVListByNamespaceRequestHeader(Header):
-    """GET_KVLIST_BY_NAMESPACE (219); the answer is a :class:`KVTable`."""
+    """GET_KVLIST_BY_NAMESPACE (219); the answer is a `KVTable`."""
 
     namespace: str = wire("namespace", required=True)
 
@@ -675,8 +675,8 @@ class GetKVListByNamespaceRequestHeader(Header):
 _RC = RequestCode
 
 #: Request code → the class of its request header, for every code that carries one. The send
-#: codes share :class:`SendMessageRequestHeader`, whose keys depend on the code: decode those
-#: with :func:`decode_request_header` or :func:`decode_send_header`.
+#: codes share `SendMessageRequestHeader`, whose keys depend on the code: decode those
+#: with `decode_request_header` or `decode_send_header`.
 REQUEST_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
     {
         _RC.SEND_MESSAGE: SendMessageRequestHeader,
@@ -745,7 +745,7 @@ _SEND_CODES = frozenset(
 def decode_request_header(code: int, ext: Mapping[str, str]) -> Header | None:
     """Parse the header of a request with ``code``; None for codes without a header class.
 
-    Send codes go through :func:`decode_send_header`, so their naming follows the code.
+    Send codes go through `decode_send_header`, so their naming follows the code.
 
     Raises:
         MissingHeaderFieldError: a mandatory field is absent, empty or not a number.

@@ -94,7 +94,7 @@ class MessageRecord:
     """One stored message as laid out in §4.1.
 
     ``born_host`` and ``store_host`` are textual IPs; ``sys_flag`` bits 0x10 / 0x20 say whether
-    each is IPv6 on the wire. After :func:`decode_messages` with ``decompress=True`` the
+    each is IPv6 on the wire. After `decode_messages` with ``decompress=True`` the
     ``body`` is inflated while ``sys_flag`` keeps the COMPRESSED bit seen on the wire.
     ``body_crc`` and ``store_size`` are filled in by decoding; encoding recomputes them.
     """
@@ -361,7 +361,7 @@ def decode_message(
 ) -> tuple[MessageRecord, int]:
     """Decode the one record that starts at ``offset``; return it and the offset after it.
 
-    Bytes after the record are left alone. See :func:`decode_messages` for the options.
+    Bytes after the record are left alone. See `decode_messages` for the options.
 
     Raises:
         RemoteProtocolError: the record is malformed or its body does not inflate.

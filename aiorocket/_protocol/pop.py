@@ -95,7 +95,7 @@ class PopMessageRequestHeader(_Header):
     invisible_time: int = _wire("invisibleTime", _LONG, required=True)
     poll_time: int = _wire("pollTime", _LONG, required=True)
     born_time: int = _wire("bornTime", _LONG, required=True)
-    #: :data:`CONSUME_INIT_MODES` index: 0 from the queue's start, 1 from its end
+    #: `CONSUME_INIT_MODES` index: 0 from the queue's start, 1 from its end
     init_mode: int = _wire("initMode", _INT, required=True)
     exp_type: str | None = _wire("expType", default=None)
     exp: str | None = _wire("exp", default=None)
@@ -115,7 +115,7 @@ class PopMessageResponseHeader(_Header):
     """The response to POP_MESSAGE — Java's ``PopMessageResponseHeader``: when the messages
     were popped, for how long, the revive queue of their checkpoint, how many are left, and
     per queue the checkpoint's start offset, the popped offsets and (ordered POP) how many
-    times each was delivered (the ``*_info`` strings, see :func:`parse_offset_info`)."""
+    times each was delivered (the ``*_info`` strings, see `parse_offset_info`)."""
 
     pop_time: int = _wire("popTime", _LONG, required=True)
     invisible_time: int = _wire("invisibleTime", _LONG, required=True)
@@ -198,8 +198,8 @@ class ReceiptHandle:
 
     ``ck_offset`` is the queue offset the pop's checkpoint starts at, ``pop_time`` (ms) when
     it was popped, ``invisible_time`` (ms) for how long, ``revive_qid`` the revive queue of
-    the checkpoint (:data:`POP_ORDER_REVIVE_QUEUE` for an ordered POP), ``retry`` the mark of
-    the topic it was read from (:func:`retry_mark`), then the broker name, queue id and the
+    the checkpoint (`POP_ORDER_REVIVE_QUEUE` for an ordered POP), ``retry`` the mark of
+    the topic it was read from (`retry_mark`), then the broker name, queue id and the
     message's own queue offset.
     """
 
@@ -282,7 +282,7 @@ class ReceiptHandle:
 
 
 #: ``"<retry mark>@<queue id>"`` (or ``"<mark>@qo<queue id>%<offset>"`` for per-message
-#: counts) → values, as :func:`parse_offset_info` reads them
+#: counts) → values, as `parse_offset_info` reads them
 OffsetInfo = dict[str, list[int]]
 
 
@@ -311,7 +311,7 @@ def parse_offset_info(text: str | None) -> OffsetInfo:
 
 
 def format_offset_info(entries: list[tuple[str, str, list[int]]]) -> str:
-    """The inverse of :func:`parse_offset_info` for ``(topic, key, values)`` entries, the
+    """The inverse of `parse_offset_info` for ``(topic, key, values)`` entries, the
     topic giving the retry mark (``ExtraInfoUtil.build*Info``)."""
     return ";".join(
         f"{retry_mark(topic)} {key} {','.join(str(v) for v in values)}"
@@ -350,7 +350,7 @@ class BatchAck(Body):
 
     consumer_group: Annotated[str, member("c")]
     topic: Annotated[str, member("t")]
-    #: the :func:`retry_mark` of the topic the messages were popped from
+    #: the `retry_mark` of the topic the messages were popped from
     retry: Annotated[str, member("r")]
     start_offset: Annotated[Int64, member("so")]
     queue_id: Annotated[Int32, member("q")]

@@ -128,9 +128,9 @@ CORRELATION_ID: Final[str] = "CORRELATION_ID"
 REPLY_TO_CLIENT: Final[str] = "REPLY_TO_CLIENT"
 #: PROPERTY_MESSAGE_TTL: the requester's timeout in milliseconds, copied onto the reply.
 TTL: Final[str] = "TTL"
-#: PROPERTY_MESSAGE_TYPE: ``"reply"`` (:data:`REPLY_MESSAGE_FLAG`) marks a reply message.
+#: PROPERTY_MESSAGE_TYPE: ``"reply"`` (`REPLY_MESSAGE_FLAG`) marks a reply message.
 MSG_TYPE: Final[str] = "MSG_TYPE"
-#: ``MixAll.REPLY_MESSAGE_FLAG``: the :data:`MSG_TYPE` of a reply.
+#: ``MixAll.REPLY_MESSAGE_FLAG``: the `MSG_TYPE` of a reply.
 REPLY_MESSAGE_FLAG: Final[str] = "reply"
 #: PROPERTY_PUSH_REPLY_TIME: set by the broker when it pushes a reply (ms).
 REPLY_PUSH_TIME: Final[str] = "PUSH_REPLY_TIME"
@@ -214,7 +214,7 @@ def encode_properties(props: Mapping[str, str]) -> str:
     """Encode properties in Java's form: ``k\\x01v`` items joined by ``\\x02``, none trailing.
 
     Insertion order is kept. The size limit is not checked here (it applies to the UTF-8
-    bytes; see :func:`encode_properties_bytes`).
+    bytes; see `encode_properties_bytes`).
 
     Raises:
         LocalProtocolError: a key or value is empty or contains ``\\x01`` or ``\\x02``.
@@ -240,17 +240,17 @@ def encode_properties_bytes(props: Mapping[str, str]) -> bytes:
 
     Raises:
         LocalProtocolError: a key or value is empty, contains ``\\x01``/``\\x02`` or a lone
-            surrogate, or the encoding exceeds :data:`MAX_PROPERTIES_SIZE` bytes.
+            surrogate, or the encoding exceeds `MAX_PROPERTIES_SIZE` bytes.
     """
     return properties_bytes(encode_properties(props))
 
 
 def properties_bytes(text: str, what: str = "message properties") -> bytes:
-    """Properties text (as :func:`encode_properties` writes it) as the UTF-8 bytes a record
+    """Properties text (as `encode_properties` writes it) as the UTF-8 bytes a record
     carries, within the record format's limit.
 
     Raises:
-        LocalProtocolError: a lone surrogate, or more than :data:`MAX_PROPERTIES_SIZE` bytes
+        LocalProtocolError: a lone surrogate, or more than `MAX_PROPERTIES_SIZE` bytes
             (``what`` names them in the message).
     """
     try:

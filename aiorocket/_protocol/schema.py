@@ -1,17 +1,18 @@
 """The declarative machinery of the remoting codec: typed headers and JSON bodies.
 
 Headers (docs/protocol.md §1.8, §2.2): each is a frozen, slotted, keyword-only dataclass
-declared with :func:`header_class`. Its fields are declared with :func:`wire`, which names the
-``extFields`` key, the Java type (:class:`WireKind`) and whether the Java broker marks the
+declared with `header_class`. Its fields are declared with `wire`, which names the
+``extFields`` key, the Java type (`WireKind`) and whether the Java broker marks the
 field ``@CFNotNull``. From those declarations the decorator compiles, once per class at import,
-the straight-line functions behind :meth:`Header.from_ext` and :meth:`Header.to_ext`: both sit
+the straight-line functions behind `Header.from_ext` and `Header.to_ext`: both sit
 on hot paths (send, pull).
 
 Header typing rules (Java's ``RemotingCommand.decodeCommandCustomHeader``):
 
 * every value is a string on the wire; ints are decimal, booleans ``"true"``/``"false"``;
-* an absent or empty mandatory field raises :class:`~aiorocket.errors.MissingHeaderFieldError`
-  (Java answers SYSTEM_ERROR "the custom field <x> is null");
+* an absent or empty mandatory field raises
+  [`MissingHeaderFieldError`][aiorocket.errors.MissingHeaderFieldError] (Java answers SYSTEM_ERROR
+  "the custom field <x> is null");
 * a malformed number is an error for a mandatory field and "absent" for an optional one, as
   Java logs the parse failure and leaves the field unset;
 * a boolean is true only for ``"true"`` in any case, so ``"1"`` (the C++ client's ``batch``
@@ -19,12 +20,12 @@ Header typing rules (Java's ``RemotingCommand.decodeCommandCustomHeader``):
 * empty optional values are absent (Go sends ``"subscription":""``); unknown keys (ACL's
   ``AccessKey``/``Signature``/``OnsChannel``, 5.x additions, ...) are ignored.
 
-Bodies (docs/protocol.md §5): frozen, slotted dataclasses deriving from :class:`Body`, whose
-fields are typed with the lenient readers below (:data:`Int32`, :data:`Int64`, :data:`Bool`,
-:data:`Float`, :func:`java_enum`, :data:`MQ`). pydantic validates decoded JSON against those
-declarations (:meth:`Body.from_dict`); :meth:`Body.to_dict` writes the members in alphabetical
+Bodies (docs/protocol.md §5): frozen, slotted dataclasses deriving from `Body`, whose
+fields are typed with the lenient readers below (`Int32`, `Int64`, `Bool`,
+`Float`, `java_enum`, `MQ`). pydantic validates decoded JSON against those
+declarations (`Body.from_dict`); `Body.to_dict` writes the members in alphabetical
 order, as fastjson writes beans. Wire names are the camelCase of the attribute unless a field
-says otherwise with :func:`member`. The readings are fastjson's (§5.2 "Broker parsing rules"):
+says otherwise with `member`. The readings are fastjson's (§5.2 "Broker parsing rules"):
 
 * absent members and explicit ``null`` mean "unset": the decoding default (Java's default for
   primitives, empty for collections); a missing mandatory member raises;
@@ -34,7 +35,7 @@ says otherwise with :func:`member`. The readings are fastjson's (§5.2 "Broker p
   unknown names are kept as they are, unknown ordinals raise;
 * map keys may be bare integers, quoted integers, or JSON objects (``MessageQueue`` keys).
 
-Everything malformed raises :class:`~aiorocket.errors.RemoteProtocolError`.
+Everything malformed raises [`RemoteProtocolError`][aiorocket.errors.RemoteProtocolError].
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ def wire(
     """Declare a header field whose ``extFields`` key is ``name``.
 
     ``kind`` may be left out for ``str`` and ``bool`` attributes (it follows the annotation);
-    integer fields must say :attr:`WireKind.INT` or :attr:`WireKind.LONG`. ``required`` marks
+    integer fields must say `WireKind.INT` or `WireKind.LONG`. ``required`` marks
     a field the Java broker declares ``@CFNotNull``; it may still have a Python ``default``
     (a constant such as ``defaultTopic`` = ``TBW102``). Optional fields need a ``default``,
-    which :meth:`Header.from_ext` uses when the key is absent or empty. ``short`` is the
+    which `Header.from_ext` uses when the key is absent or empty. ``short`` is the
     alternative key used by the short-name send header.
     """
     meta = {_META_KEY: _WireMeta(name, kind, required, short)}
@@ -151,9 +152,9 @@ _Encoder = Callable[[Any], dict[str, str]]
 class Header:
     """Base class of every typed header: immutable, compared and hashed by value.
 
-    Subclasses are declared with :func:`header_class` and :func:`wire`; the decorator compiles
-    each class's decoder and encoder once. The API is :meth:`from_ext`, :meth:`to_ext` and
-    :meth:`wire_fields`.
+    Subclasses are declared with `header_class` and `wire`; the decorator compiles
+    each class's decoder and encoder once. The API is `from_ext`, `to_ext` and
+    `wire_fields`.
     """
 
     __slots__ = ()
@@ -172,7 +173,7 @@ class Header:
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str]) -> Self:
-        """Parse ``extFields`` (string values, as :class:`RemotingCommand` holds them).
+        """Parse ``extFields`` (string values, as `RemotingCommand` holds them).
 
         Raises:
             MissingHeaderFieldError: a mandatory field is absent, empty or not a number.
@@ -221,7 +222,7 @@ def header_class(cls: type[_H]) -> type[_H]:
     """Make ``cls`` a frozen, slotted, keyword-only dataclass and compile its wire codec.
 
     Raises:
-        TypeError: a field lacks :func:`wire`, its kind disagrees with its annotation, an
+        TypeError: a field lacks `wire`, its kind disagrees with its annotation, an
             optional field has no default, or the class defines ``__post_init__`` (the
             decoder fills the slots directly and would skip it).
     """
@@ -450,7 +451,7 @@ def java_enum(names: tuple[str, ...]) -> Any:
 
     A name passes as it is (unknown names too, for newer peers); an ordinal (C++) becomes
     its name. Use as ``Annotated[str, java_enum(NAMES)]``; pair it with
-    :data:`BLANK_IS_ABSENT`, as fastjson reads ``""`` as a null enum.
+    `BLANK_IS_ABSENT`, as fastjson reads ``""`` as a null enum.
     """
 
     def read(value: Any) -> str:
@@ -514,7 +515,7 @@ BLANK_IS_ABSENT: Final = _Flag("blank is absent")
 
 
 def member(name: str | None = None, *, default: Any = PydanticUndefined) -> Any:
-    """Field metadata for :class:`Body` fields: the wire ``name`` when it is not the camelCase
+    """Field metadata for `Body` fields: the wire ``name`` when it is not the camelCase
     of the attribute (``clientID``, ``droped``), and the ``default`` decoding uses for an
     absent member when the constructor has no default (``Annotated[int, member(default=0)]``).
     """

@@ -3,8 +3,8 @@
 A consumer subscribing with ``MessageSelector.bySql`` sends its expression as ``subString``
 with expression type ``SQL92``; a broker with ``enablePropertyFilter`` compiles it once and
 evaluates it against the user properties of every message it scans (``TAGS`` is one of
-them). This module is both halves: :func:`compile_sql92` refuses what Java's
-``SelectorParser`` refuses (with the position of the fault), and :meth:`Sql92Filter.matches`
+them). This module is both halves: `compile_sql92` refuses what Java's
+``SelectorParser`` refuses (with the position of the fault), and `Sql92Filter.matches`
 gives the broker's verdict for one message.
 
 The semantics are Java's, quirks included, because a consumer must get the same messages
@@ -611,7 +611,7 @@ class _Parser:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Sql92Filter:
-    """A compiled SQL92 selector; build with :func:`compile_sql92`."""
+    """A compiled SQL92 selector; build with `compile_sql92`."""
 
     #: the expression as given (what travels as ``subString``)
     expression: str

@@ -75,7 +75,7 @@ class TagFilter:
     def matches_tag(self, tag: str | None) -> bool:
         """The client-side re-check of a pulled message's tag (``PullAPIWrapper``).
 
-        Match-all accepts everything; otherwise the tag must be one of :attr:`tags`, so an
+        Match-all accepts everything; otherwise the tag must be one of `tags`, so an
         untagged message never matches a tag subscription. Never raises.
         """
         if self.expression == MATCH_ALL:

@@ -1,5 +1,6 @@
-"""Reading queues by offset, outside any consumer group: :class:`QueueReader` (asyncio) and
-:class:`SyncQueueReader` (blocking, for plain code such as Spark executors)."""
+"""Reading queues by offset, outside any consumer group: [`QueueReader`][aiorocket.QueueReader]
+(asyncio) and [`SyncQueueReader`][aiorocket.SyncQueueReader] (blocking, for plain code such as Spark
+executors)."""
 
 from aiorocket._reader.inline import InlineReader
 from aiorocket._reader.queue_reader import (

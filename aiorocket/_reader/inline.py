@@ -1,7 +1,7 @@
-"""A queue reader driven from the calling thread: :class:`InlineReader`.
+"""A queue reader driven from the calling thread: `InlineReader`.
 
-:class:`~aiorocket.SyncQueueReader` runs its event loop in a thread of its own, so every list
-of messages crosses threads (a wake-up of the loop, a queue, a condition variable) and both
+[`SyncQueueReader`][aiorocket.SyncQueueReader] runs its event loop in a thread of its own, so every
+list of messages crosses threads (a wake-up of the loop, a queue, a condition variable) and both
 threads take turns holding the GIL. A Spark executor reading one range needs none of that:
 here the loop belongs to the caller's thread and runs only while the caller waits for the
 next chunk. Pulls stay pipelined all the same: the ones in flight are answered into the
@@ -25,16 +25,17 @@ _T = TypeVar("_T")
 
 
 class InlineReader:
-    """A :class:`QueueReader` on a private event loop that runs in the caller's thread.
+    """A [`QueueReader`][aiorocket.QueueReader] on a private event loop that runs in the caller's
+    thread.
 
-    ::
-
-        with InlineReader(namesrv="127.0.0.1:9876") as reader:
-            for chunk in reader.read_range_raw(mq, 0, 1000):
-                ...
+    ```python
+    with InlineReader(namesrv="127.0.0.1:9876") as reader:
+        for chunk in reader.read_range_raw(mq, 0, 1000):
+            ...
+    ```
 
     Not for use from a thread that runs an event loop already (the loop could not run).
-    Arguments are those of :class:`QueueReader`.
+    Arguments are those of [`QueueReader`][aiorocket.QueueReader].
 
     Raises:
         ConfigurationError: invalid settings (at construction).
@@ -107,8 +108,8 @@ class InlineReader:
         tolerate_loss: bool = False,
         pipeline: int = 8,
     ) -> Iterator[RawChunk]:
-        """See :meth:`QueueReader.read_range_raw`; the loop runs while this waits for the
-        next chunk."""
+        """See [`QueueReader.read_range_raw`][aiorocket.QueueReader.read_range_raw]; the loop runs
+        while this waits for the next chunk."""
         loop = self._loop
         if loop is None or self._closed:
             raise ClientClosedError("the queue reader is closed" if self._closed else "not started")

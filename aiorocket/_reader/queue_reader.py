@@ -1,5 +1,5 @@
-"""Reading queues by offset: :class:`QueueReader` (async; its blocking face is
-:class:`~aiorocket._reader.sync_reader.SyncQueueReader`).
+"""Reading queues by offset: [`QueueReader`][aiorocket.QueueReader] (async; its blocking face is
+[`SyncQueueReader`][aiorocket.SyncQueueReader]).
 
 A consumer group decides *which* member reads a queue and *where* it starts; a queue reader
 decides nothing. It reads exactly the offsets it is asked for, with one PULL_MESSAGE per call
@@ -32,6 +32,7 @@ from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pull import PreparedPull, PullResponse, PullStatus, to_received
 from aiorocket._client.time_search import first_offset_at
 from aiorocket._names import wrap_namespace
+from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
 from aiorocket._protocol.codes import PullSysFlag, ResponseCode
 from aiorocket._protocol.headers import PullMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
@@ -94,10 +95,10 @@ _READ_STATUS: Final = {
 
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
-    """The answer to one :meth:`QueueReader.read`.
+    """The answer to one [`QueueReader.read`][aiorocket.QueueReader.read].
 
     Attributes:
-        status: see :class:`ReadStatus`.
+        status: see [`ReadStatus`][aiorocket.ReadStatus].
         messages: the messages read, in offset order, tag-checked by string.
         next_offset: where the next read of this queue continues.
         min_offset: the queue's smallest stored offset, as the broker reported it.
@@ -114,15 +115,15 @@ class ReadBatch:
 class QueueReader(ClientOwner):
     """Reads queues by offset and reads/writes consumer-group offsets; asyncio.
 
-    ::
+    ```python
+    async with QueueReader(namesrv="127.0.0.1:9876") as reader:
+        for mq in await reader.queues("orders"):
+            start = await reader.committed_offset("billing", mq) or 0
+            async for msg in reader.read_range(mq, start, await reader.max_offset(mq)):
+                ...
+    ```
 
-        async with QueueReader(namesrv="127.0.0.1:9876") as reader:
-            for mq in await reader.queues("orders"):
-                start = await reader.committed_offset("billing", mq) or 0
-                async for msg in reader.read_range(mq, start, await reader.max_offset(mq)):
-                    ...
-
-    Keyword arguments are the settings of :class:`~aiorocket.settings.ClientSettings`
+    Keyword arguments are the settings of [`ClientSettings`][aiorocket.settings.ClientSettings]
     (``namesrv`` required; ``request_timeout`` bounds every call). Topics and groups get the
     ``namespace`` prefix on the wire and lose it in what is returned.
 
@@ -152,6 +153,8 @@ class QueueReader(ClientOwner):
         # before the next call, in case the broker moved.
         self._stale: set[str] = set()
         self._prepared: dict[tuple[MessageQueue, int, str], PreparedPull] = {}
+        #: (broker address, wire group) pairs this reader registered its commits' group with
+        self._registered: set[tuple[str, str]] = set()
 
     # -- names --------------------------------------------------------------------------------
 
@@ -220,7 +223,7 @@ class QueueReader(ClientOwner):
         return await self._call(mq, self._require().get_max_offset)
 
     async def min_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        """:meth:`min_offset` of several queues, asked concurrently.
+        """[`min_offset`][aiorocket.QueueReader.min_offset] of several queues, asked concurrently.
 
         Raises:
             BrokerError, TransportError, ClientClosedError: the first failure.
@@ -230,7 +233,7 @@ class QueueReader(ClientOwner):
         return dict(zip(mqs, values, strict=True))
 
     async def max_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        """:meth:`max_offset` of several queues, asked concurrently.
+        """[`max_offset`][aiorocket.QueueReader.max_offset] of several queues, asked concurrently.
 
         Raises:
             BrokerError, TransportError, ClientClosedError: the first failure.
@@ -241,10 +244,11 @@ class QueueReader(ClientOwner):
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The offset of the first message of ``mq`` stored at or after ``timestamp_ms``
-        (epoch ms); :meth:`max_offset` when every stored message is older.
+        (epoch ms); [`max_offset`][aiorocket.QueueReader.max_offset] when every stored message is
+        older.
 
         SEARCH_OFFSET_BY_TIMESTAMP's answer is refined by reading single messages around it
-        (a few pulls; see :mod:`aiorocket._client.time_search`).
+        (a few pulls; see `aiorocket._client.time_search`).
 
         Raises:
             BrokerError, TransportError, ClientClosedError: the broker refused, could not be
@@ -315,7 +319,8 @@ class QueueReader(ClientOwner):
     async def _pull(
         self, mq: MessageQueue, offset: int, max_messages: int, tag_filter: TagFilter
     ) -> PullResponse:
-        """One PULL_MESSAGE, answered as it came (see :meth:`read` for the errors)."""
+        """One PULL_MESSAGE, answered as it came (see [`read`][aiorocket.QueueReader.read] for the
+        errors)."""
         if offset < 0:
             raise ConfigurationError(f"offset {offset} is negative")
         if not 1 <= max_messages <= _MAX_PULL_BATCH:
@@ -380,7 +385,7 @@ class QueueReader(ClientOwner):
             PullNotFoundError: (without ``tolerate_loss``) the queue ends before ``end``.
             ConfigurationError: ``start`` < 0 or ``pipeline`` outside 1..64.
             BrokerError, TransportError, RemoteProtocolError, ClientClosedError: as
-                :meth:`read`.
+                [`read`][aiorocket.QueueReader.read].
         """
         async for chunk in self._range_chunks(
             mq, start, end, expression, tolerate_loss, pipeline, raw=False
@@ -397,17 +402,19 @@ class QueueReader(ClientOwner):
         tolerate_loss: bool = False,
         pipeline: int = 8,
     ) -> AsyncIterator[RawChunk]:
-        """:meth:`read_range_batches` without decoding: for each chunk of 32 offsets, the pull
-        bodies (stored records, docs/protocol.md §4.1) as the broker sent them, for callers that
-        decode records in bulk themselves (the Spark source's Arrow columns).
+        """[`read_range_batches`][aiorocket.QueueReader.read_range_batches] without decoding: for
+        each chunk of 32 offsets, the pull bodies (stored records, docs/protocol.md §4.1) as the
+        broker sent them, for callers that decode records in bulk themselves (the Spark source's
+        Arrow columns).
 
         A body may hold records at or past the chunk's ``hi`` (a tag expression scans past the
         requested count) and, with a tag expression, records whose tag only collided by hash:
         the caller drops those (``RawChunk.hi``, ``RawChunk.tags``) as
-        :meth:`read_range_batches` does.
+        [`read_range_batches`][aiorocket.QueueReader.read_range_batches] does.
 
         Raises:
-            As :meth:`read_range_batches` (malformed bodies are the caller's to find).
+            RocketError: as [`read_range_batches`][aiorocket.QueueReader.read_range_batches]
+                (malformed bodies are the caller's to find).
         """
         async for chunk in self._range_chunks(
             mq, start, end, expression, tolerate_loss, pipeline, raw=True
@@ -495,10 +502,10 @@ class QueueReader(ClientOwner):
         pipeline: int = 8,
     ) -> AsyncIterator[ReceivedMessage]:
         """The messages with ``start <= queue_offset < end``, one by one (see
-        :meth:`read_range_batches`).
+        [`read_range_batches`][aiorocket.QueueReader.read_range_batches]).
 
         Raises:
-            As :meth:`read_range_batches`.
+            RocketError: as [`read_range_batches`][aiorocket.QueueReader.read_range_batches].
         """
         async for msgs in self.read_range_batches(
             mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
@@ -540,16 +547,39 @@ class QueueReader(ClientOwner):
             raise ConfigurationError(f"offset {offset} is negative")
         client = self._require()
         wire_group = self._wire(group)
-        await self._call(
-            mq,
-            lambda a, w: client.update_consumer_offset(a, wire_group, w, offset, oneway=False),
+
+        async def commit(addr: str, wire_mq: MessageQueue) -> None:
+            await self._register_group(addr, wire_group)
+            await client.update_consumer_offset(addr, wire_group, wire_mq, offset, oneway=False)
+
+        await self._call(mq, commit)
+
+    async def _register_group(self, addr: str, wire_group: str) -> None:
+        """Make the broker at ``addr`` know ``wire_group`` before its first commit there, as
+        a Java consumer's first heartbeat does (``ClientManageProcessor.heartBeat`` creates
+        the subscription group and its ``%RETRY%`` topic, which ``consumerProgress`` and
+        ``admin lag`` start from), then leave it again: a reader that commits is not a live
+        member, and an offline group's stats list every topic it has offsets for."""
+        if (addr, wire_group) in self._registered:
+            return
+        client = self._require()
+        member = ConsumerData(
+            group_name=wire_group,
+            consume_type="CONSUME_ACTIVELY",
+            message_model="CLUSTERING",
+            consume_from_where="CONSUME_FROM_LAST_OFFSET",
+            subscriptions=(),
         )
+        await client.heartbeat(addr, HeartbeatData(client_id=client.client_id, consumers=(member,)))
+        await client.unregister_client(addr, consumer_group=wire_group)
+        self._registered.add((addr, wire_group))
 
     async def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
-        """:meth:`commit` for several queues, concurrently.
+        """[`commit`][aiorocket.QueueReader.commit] for several queues, concurrently.
 
         Raises:
-            As :meth:`commit` (the first failure; the other commits may have been stored).
+            RocketError: as [`commit`][aiorocket.QueueReader.commit] (the first failure; the other
+                commits may have been stored).
         """
         await asyncio.gather(*(self.commit(group, mq, off) for mq, off in offsets.items()))
 
@@ -605,7 +635,7 @@ class _RangeRead:
 
         Raises:
             PullOffsetMovedError, PullNotFoundError: (without ``tolerate_loss``) see
-                :meth:`QueueReader.read_range_batches`.
+                [`QueueReader.read_range_batches`][aiorocket.QueueReader.read_range_batches].
         """
         mq = self._mq
         if chunk.removed_below is not None:
@@ -637,7 +667,7 @@ class _RangeRead:
 
 @dataclass(frozen=True, slots=True)
 class _Chunk:
-    """What :meth:`QueueReader._read_chunk` found: the messages, the queue's min offset if
+    """What `QueueReader._read_chunk` found: the messages, the queue's min offset if
     part of the chunk was below it, and the queue's end if it ends inside the chunk."""
 
     msgs: list[ReceivedMessage]  # (raw: the pull bodies)
@@ -654,7 +684,8 @@ class _Chunk:
 
 @dataclass(frozen=True, slots=True)
 class RawChunk:
-    """What :meth:`QueueReader.read_range_raw` yields for a chunk of offsets.
+    """What [`QueueReader.read_range_raw`][aiorocket.QueueReader.read_range_raw] yields for a chunk
+    of offsets.
 
     Attributes:
         bodies: the pull bodies, in offset order.
@@ -669,7 +700,8 @@ class RawChunk:
     tags: frozenset[str] | None
 
     def messages(self, broker_name: str, namespace: str | None = None) -> list[ReceivedMessage]:
-        """The chunk decoded as :meth:`QueueReader.read_range_batches` yields it.
+        """The chunk decoded as
+        [`QueueReader.read_range_batches`][aiorocket.QueueReader.read_range_batches] yields it.
 
         Raises:
             RemoteProtocolError: a malformed body.

@@ -1,6 +1,6 @@
-"""The blocking face of :class:`~aiorocket._reader.queue_reader.QueueReader`:
-:class:`SyncQueueReader` runs the async reader on an event loop in a daemon thread behind an
-anyio blocking portal, for plain code such as Spark executors."""
+"""The blocking face of [`QueueReader`][aiorocket.QueueReader]:
+[`SyncQueueReader`][aiorocket.SyncQueueReader] runs the async reader on an event loop in a daemon
+thread behind an anyio blocking portal, for plain code such as Spark executors."""
 
 from __future__ import annotations
 
@@ -34,24 +34,24 @@ _END: Final = object()
 
 
 class SyncQueueReader:
-    """A :class:`QueueReader` for plain (blocking) code: the async reader runs on an event
-    loop in a daemon thread behind an anyio blocking portal, and each method waits for its
+    """A [`QueueReader`][aiorocket.QueueReader] for plain (blocking) code: the async reader runs on
+    an event loop in a daemon thread behind an anyio blocking portal, and each method waits for its
     result.
 
-    ::
+    ```python
+    with SyncQueueReader(namesrv="127.0.0.1:9876") as reader:
+        mq = reader.queues("orders")[0]
+        for msgs in reader.read_range_batches(mq, 0, reader.max_offset(mq)):
+            ...
+    ```
 
-        with SyncQueueReader(namesrv="127.0.0.1:9876") as reader:
-            mq = reader.queues("orders")[0]
-            for msgs in reader.read_range_batches(mq, 0, reader.max_offset(mq)):
-                ...
-
-    Methods are those of :class:`QueueReader`, blocking, with the same errors; they may be
-    called from any thread except the reader's own. Arguments are those of
-    :class:`QueueReader`, plus:
+    Methods are those of [`QueueReader`][aiorocket.QueueReader], blocking, with the same errors;
+    they may be called from any thread except the reader's own. Arguments are those of
+    [`QueueReader`][aiorocket.QueueReader], plus:
 
     Args:
-        prefetch: lists :meth:`read_range_batches` keeps ready ahead of its caller, so the
-            network overlaps with the caller's work.
+        prefetch: lists [`read_range_batches`][aiorocket.SyncQueueReader.read_range_batches] keeps
+            ready ahead of its caller, so the network overlaps with the caller's work.
 
     Raises:
         ConfigurationError: invalid settings (at construction).
@@ -141,27 +141,27 @@ class SyncQueueReader:
         return self._submit(coro).result()
 
     def queues(self, topic: str) -> list[MessageQueue]:
-        """See :meth:`QueueReader.queues`."""
+        """See [`QueueReader.queues`][aiorocket.QueueReader.queues]."""
         return self._run(self._reader.queues(topic))
 
     def min_offset(self, mq: MessageQueue) -> int:
-        """See :meth:`QueueReader.min_offset`."""
+        """See [`QueueReader.min_offset`][aiorocket.QueueReader.min_offset]."""
         return self._run(self._reader.min_offset(mq))
 
     def max_offset(self, mq: MessageQueue) -> int:
-        """See :meth:`QueueReader.max_offset`."""
+        """See [`QueueReader.max_offset`][aiorocket.QueueReader.max_offset]."""
         return self._run(self._reader.max_offset(mq))
 
     def min_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        """See :meth:`QueueReader.min_offsets`."""
+        """See [`QueueReader.min_offsets`][aiorocket.QueueReader.min_offsets]."""
         return self._run(self._reader.min_offsets(mqs))
 
     def max_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        """See :meth:`QueueReader.max_offsets`."""
+        """See [`QueueReader.max_offsets`][aiorocket.QueueReader.max_offsets]."""
         return self._run(self._reader.max_offsets(mqs))
 
     def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """See :meth:`QueueReader.offset_for_timestamp`."""
+        """See [`QueueReader.offset_for_timestamp`][aiorocket.QueueReader.offset_for_timestamp]."""
         return self._run(self._reader.offset_for_timestamp(mq, timestamp_ms))
 
     def read(
@@ -172,7 +172,7 @@ class SyncQueueReader:
         *,
         expression: str = "*",
     ) -> ReadBatch:
-        """See :meth:`QueueReader.read`."""
+        """See [`QueueReader.read`][aiorocket.QueueReader.read]."""
         return self._run(self._reader.read(mq, offset, max_messages, expression=expression))
 
     def read_range_batches(
@@ -185,8 +185,8 @@ class SyncQueueReader:
         tolerate_loss: bool = False,
         pipeline: int = 8,
     ) -> Iterator[list[ReceivedMessage]]:
-        """See :meth:`QueueReader.read_range_batches`; up to ``prefetch`` lists are read
-        ahead of the caller."""
+        """See [`QueueReader.read_range_batches`][aiorocket.QueueReader.read_range_batches]; up to
+        ``prefetch`` lists are read ahead of the caller."""
         buf: queue.Queue[Any] = queue.Queue()
         slots: list[tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = []
 
@@ -241,22 +241,22 @@ class SyncQueueReader:
         tolerate_loss: bool = False,
         pipeline: int = 8,
     ) -> Iterator[ReceivedMessage]:
-        """See :meth:`QueueReader.read_range`."""
+        """See [`QueueReader.read_range`][aiorocket.QueueReader.read_range]."""
         for msgs in self.read_range_batches(
             mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
         ):
             yield from msgs
 
     def committed_offset(self, group: str, mq: MessageQueue) -> int | None:
-        """See :meth:`QueueReader.committed_offset`."""
+        """See [`QueueReader.committed_offset`][aiorocket.QueueReader.committed_offset]."""
         return self._run(self._reader.committed_offset(group, mq))
 
     def commit(self, group: str, mq: MessageQueue, offset: int) -> None:
-        """See :meth:`QueueReader.commit`."""
+        """See [`QueueReader.commit`][aiorocket.QueueReader.commit]."""
         self._run(self._reader.commit(group, mq, offset))
 
     def commit_many(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
-        """See :meth:`QueueReader.commit_many`."""
+        """See [`QueueReader.commit_many`][aiorocket.QueueReader.commit_many]."""
         self._run(self._reader.commit_many(group, offsets))
 
 
@@ -267,6 +267,7 @@ async def _awaited(aw: Awaitable[_T]) -> _T:
 
 @dataclass(frozen=True, slots=True)
 class _Failed:
-    """An error raised by the producing side of :meth:`SyncQueueReader.read_range_batches`."""
+    """An error raised by the producing side of
+    [`SyncQueueReader.read_range_batches`][aiorocket.SyncQueueReader.read_range_batches]."""
 
     exc: BaseException

@@ -15,7 +15,8 @@ and responses flush what is waiting before they are written.
 Correlation follows docs/protocol.md §1.6: our requests carry an ``opaque`` from this connection's
 counter; an inbound frame is a response iff flag bit 0 is set, and a response whose opaque is
 not pending (a late answer, or a "oneway" request the peer answered anyway) is dropped and logged.
-When the connection dies every pending call fails at once with :class:`ConnectionClosedError`.
+When the connection dies every pending call fails at once with
+[`ConnectionClosedError`][aiorocket.errors.ConnectionClosedError].
 
 Requests go out in the JSON header dialect unless the connection is told to send the binary
 one (``serialize_type``, docs/protocol.md §1.5); responses to the peer's requests always take the
@@ -75,7 +76,7 @@ class Spawn(Protocol):
 
 class FrameTemplate(Protocol):
     """A request encoded once and sent again with a few integers changed: a
-    :class:`~aiorocket._protocol.frame.RequestTemplate` (JSON header) or a template of the
+    `RequestTemplate` (JSON header) or a template of the
     binary header."""
 
     def command(self, values: Sequence[int], opaque: int = 0) -> RemotingCommand:
@@ -370,7 +371,8 @@ class Connection(asyncio.BufferedProtocol):
             await self._writable.wait()
 
     def close(self) -> None:
-        """Close the connection; pending calls fail with :class:`ConnectionClosedError`."""
+        """Close the connection; pending calls fail with
+        [`ConnectionClosedError`][aiorocket.errors.ConnectionClosedError]."""
         if self._corked and not self.is_closed:
             self._flush()  # requests made before the close still leave, as written ones do
         self._closed = True

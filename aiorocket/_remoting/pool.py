@@ -35,7 +35,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class ConnectionPool:
-    """One :class:`Connection` per address, created on first use and again after it closes.
+    """One `Connection` per address, created on first use and again after it closes.
 
     Concurrent callers asking for the same address share a single connect attempt. Inbound
     requests on every connection go to ``handler``, run through ``spawn``; requests sent go out

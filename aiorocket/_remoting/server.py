@@ -148,7 +148,7 @@ class ServerConnection(Connection):
 class Server(AsyncResource):
     """A TCP server whose connections serve requests with ``handler``.
 
-    Use as an async context manager; :attr:`address` is the bound ``(host, port)`` (``port=0``
+    Use as an async context manager; `address` is the bound ``(host, port)`` (``port=0``
     picks a free one). Request handlers run as tasks of the server's task group; leaving the
     context closes the listener and every connection and cancels handlers still running (held
     long-poll pulls, for instance).
@@ -161,9 +161,9 @@ class Server(AsyncResource):
 
     Responses leave in one write per event-loop iteration. Requests whose code is in
     ``eager_codes`` start their handler inside the read callback instead of in a new task
-    (see :class:`ServerConnection`): list only handlers that need no current task before their
+    (see `ServerConnection`): list only handlers that need no current task before their
     first ``await``. ``response_version`` (if set) is the ``version`` of every response written
-    through :meth:`ServerConnection.send_response`; frames a handler encodes itself
+    through `ServerConnection.send_response`; frames a handler encodes itself
     (``send_encoded``) must carry it already.
     """
 

@@ -1,7 +1,7 @@
-"""The transport seam: how a :class:`Connection` gets attached to a byte stream.
+"""The transport seam: how a `Connection` gets attached to a byte stream.
 
 A connector takes ``(host, port, protocol)`` and connects the protocol to a transport. The real
-one is TCP through the running event loop; :func:`memory_pipe` links two protocols in memory so
+one is TCP through the running event loop; `memory_pipe` links two protocols in memory so
 unit tests of one layer can run a client against a server without sockets. Integration tests
 always use real loopback TCP.
 """

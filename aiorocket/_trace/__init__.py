@@ -1,7 +1,7 @@
 """Message trace as the Java client writes it (``org.apache.rocketmq.client.trace``).
 
-:mod:`~aiorocket._trace.data` holds the records and ``TraceDataEncoder``'s text format;
-:mod:`~aiorocket._trace.dispatcher` the bounded, batching sender (``AsyncTraceDispatcher``)
+`data` holds the records and ``TraceDataEncoder``'s text format;
+`dispatcher` the bounded, batching sender (``AsyncTraceDispatcher``)
 that stores them in the trace topic, keyed by message id and keys so that ``mqadmin
 queryMsgTraceById`` (QUERY_MESSAGE by key) finds them. The producer's and consumers' hooks
 that fill the records live in their own layers.

@@ -249,7 +249,7 @@ ConsumeCall: TypeAlias = "tuple[Sequence[ReceivedMessage], int, int, bool, int]"
 
 def encode_consume(call: ConsumeCall, group: str, request_id: str) -> TransferBean | None:
     """The SubBefore and SubAfter records of one handler call, byte for byte what
-    :func:`encode_trace` writes for the two contexts Java's ``ConsumeMessageTraceHookImpl``
+    `encode_trace` writes for the two contexts Java's ``ConsumeMessageTraceHookImpl``
     builds (messages with ``TRACE_ON=false`` left out; the region is the last traced
     message's); ``None`` when no message is traced."""
     msgs, started, ended, success, code = call

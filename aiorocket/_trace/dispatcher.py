@@ -1,8 +1,8 @@
 """``TraceDispatcher``: Java ``AsyncTraceDispatcher`` on asyncio.
 
-Hooks :meth:`~TraceDispatcher.append` records (a consume hook :meth:`~TraceDispatcher.
-append_consume` whole handler calls, encoded only when sent: that keeps the per-message
-path cheap); a bounded queue (2048, as Java) takes them without ever blocking or raising, and
+Hooks `append` records (a consume hook ` append_consume` whole handler calls, encoded only when
+sent: that keeps the per-message path cheap); a bounded queue (2048, as Java) takes them without
+    ever blocking or raising, and
 a full queue drops the record (counted, logged). One task sends them in batches of up to
 ``batch_size`` records (Java: at most 20) once that many wait or ``flush_interval`` passed;
 when more wait than that, one batch takes up to ``_PACK`` of them (Java sends its 20-record
@@ -14,12 +14,12 @@ each keyed by every message id and key it traces so that QUERY_MESSAGE by key fi
 (``mqadmin queryMsgTraceById``); a batch's messages are sent concurrently. Sends go to the
 trace topic's queues on the brokers that hold the traced topic when there are any
 (``tryGetMessageQueueBrokerSet``), else to any of its queues; a failed send is logged and
-forgotten, as Java's callback does. :meth:`close` sends what is
+forgotten, as Java's callback does. `close` sends what is
 left (bounded by ``send_timeout``).
 
 It sends through the host client's connections (Java starts a separate trace producer with its
 own client instance; the broker cannot tell the difference): the host producer or consumer
-owns the task, started with :meth:`run` in its task group.
+owns the task, started with `run` in its task group.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class TraceDispatcher:
 
     def append_consume(self, call: ConsumeCall) -> bool:
         """Queue a handler call's SubBefore and SubAfter records (encoded when sent, with
-        the host's group and a fresh request id); as :meth:`append`. The call's messages are
+        the host's group and a fresh request id); as `append`. The call's messages are
         held until then, at most ``_RETAINED_BYTES`` of bodies."""
         msgs = call[0]
         size = len(msgs[0].body) if len(msgs) == 1 else sum(len(m.body) for m in msgs)
@@ -174,7 +174,7 @@ class TraceDispatcher:
         return False
 
     async def run(self) -> None:
-        """Send batches until :meth:`close` (or cancelled; the owner's task group runs it)."""
+        """Send batches until `close` (or cancelled; the owner's task group runs it)."""
         while not self._closed:
             if len(self._queue) < self._batch_size and not self._due():
                 # woken by a full batch, the interval's timer or close()

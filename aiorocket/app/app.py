@@ -15,7 +15,7 @@ from aiorocket._concurrency import AsyncResource, Periodic, Service
 from aiorocket._consumer import PushConsumer
 from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.subscription import check_selector
-from aiorocket._names import dlq_topic, wrap_namespace
+from aiorocket._names import dlq_topic, validate_group, wrap_namespace
 from aiorocket._producer.hooks import SendCallHook, SendHook
 from aiorocket._producer.producer import Producer
 from aiorocket._producer.request import is_request
@@ -72,18 +72,18 @@ _PUBLISHED_TOPICS = 64
 class App(AsyncResource):
     """An application of typed subscribers sharing one producer.
 
-    ::
+    ```python
+    app = App(namesrv="127.0.0.1:9876")
 
-        app = App(namesrv="127.0.0.1:9876")
+    @app.subscriber("orders", group="billing", tags="created")
+    async def bill(order: Order, msg: ReceivedMessage) -> None: ...
 
-        @app.subscriber("orders", group="billing", tags="created")
-        async def bill(order: Order, msg: ReceivedMessage) -> None: ...
-
-        async with app:          # or FastAPI(lifespan=app.lifespan), or `aiorocket run`
-            await app.publish("orders", Order(id=1), tags="created")
+    async with app:          # or FastAPI(lifespan=app.lifespan), or `aiorocket run`
+        await app.publish("orders", Order(id=1), tags="created")
+    ```
 
     Settings come from keyword arguments, then ``AIOROCKET_*`` environment variables
-    (:class:`~aiorocket.app.settings.AppSettings`).
+    ([`AppSettings`][aiorocket.app.AppSettings]).
 
     Raises:
         ConfigurationError: invalid settings.
@@ -126,11 +126,11 @@ class App(AsyncResource):
         The first parameter's annotation chooses decoding: ``bytes``, ``str``, ``dict``/``list``
         (JSON) or a pydantic model (validated from JSON). A body that fails to decode goes to
         the dead-letter queue at once, with the error in the ``AIOROCKET_DLQ_REASON`` property.
-        Returning is success; raising :class:`ReconsumeLater` or any exception retries the
-        message through ``%RETRY%<group>``; :class:`DeadLetter` or ``retry`` rules send it to
-        the DLQ. With ``batch=True`` the handler takes ``list[T]`` (up to ``batch_size``).
-        Subscribers of one group share one consumer, so they must agree on ``orderly`` and
-        ``order_by``.
+        Returning is success; raising [`ReconsumeLater`][aiorocket.app.ReconsumeLater] or any
+        exception retries the message through ``%RETRY%<group>``;
+        [`DeadLetter`][aiorocket.app.DeadLetter] or ``retry`` rules send it to the DLQ. With
+        ``batch=True`` the handler takes ``list[T]`` (up to ``batch_size``). Subscribers of one
+        group share one consumer, so they must agree on ``orderly`` and ``order_by``.
 
         With ``orderly=True`` each queue's messages reach the handler one call at a time, in
         order: a failure suspends the queue and the same message comes again (after the
@@ -139,8 +139,9 @@ class App(AsyncResource):
         unless ``retry`` sets ``max_attempts``. Invalid bodies and failures the retry policy
         gives up on go to the dead-letter queue as above, and the queue moves on.
 
-        Add ``order_by="sharding_key"`` (the key :meth:`publish` got as ``sharding_key``) or
-        ``order_by=fn`` (``fn(msg) -> str | None``) to keep the order per key instead of per
+        Add ``order_by="sharding_key"`` (the key [`publish`][aiorocket.app.App.publish] got as
+        ``sharding_key``) or ``order_by=fn`` (``fn(msg) -> str | None``) to keep the order per key
+        instead of per
         queue: a queue's messages with the same key reach the handler one call at a time, in
         order, while different keys run concurrently (up to ``concurrency``); a failure holds
         back only its key. Messages without a key keep queue order among themselves.
@@ -151,21 +152,21 @@ class App(AsyncResource):
 
         Any per-group consumer setting (``consume_from="first"``, ``max_reconsume_times=3``,
         ``message_model="broadcasting"``, ...: the names of
-        :data:`~aiorocket.app.settings.GROUP_SETTINGS`) applies to this subscriber's group,
+        `GROUP_SETTINGS`) applies to this subscriber's group,
         over the app's own; subscribers of one group share one consumer, so they must not
         give one setting two values.
 
         A handler that returns a value (not ``None``) answers a request
-        ([App.request][aiorocket.App.request], [Producer.request][aiorocket.Producer.request],
+        ([App.request][aiorocket.app.App.request], [Producer.request][aiorocket.Producer.request],
         Java's ``DefaultMQProducer.request``) with it, encoded as
-        [publish][aiorocket.App.publish] encodes; its return annotation is the reply's type in
-        the [AsyncAPI document][aiorocket.App.asyncapi]. For an ordinary message the value
+        [publish][aiorocket.app.App.publish] encodes; its return annotation is the reply's type in
+        the [AsyncAPI document][aiorocket.app.App.asyncapi]. For an ordinary message the value
         goes nowhere; batch handlers do not reply.
 
         Subscribers are push consumers: the library calls the handler, retries, commits.
         When your code must own the loop instead (a batch job that reads and stops, a service
         that fetches on request, bulk processing with explicit commits, ``seek`` to replay,
-        ``pause`` for backpressure), use :class:`aiorocket.PullConsumer`.
+        ``pause`` for backpressure), use [`aiorocket.PullConsumer`][aiorocket.PullConsumer].
 
         Raises:
             ConfigurationError: bad names, a non-async handler, an unsupported body type, a
@@ -178,7 +179,7 @@ class App(AsyncResource):
         """
         check_selector(tags, sql)
         validate_name(topic)
-        validate_name(group, "consumer group")
+        validate_group(group, "consumer group")
         if self._started:
             raise ConfigurationError("subscribers must be declared before the app starts")
         if batch_size < 1:
@@ -272,8 +273,8 @@ class App(AsyncResource):
     ) -> None:
         """Declare that the app publishes ``model`` bodies to ``topic`` (with ``tags``), or
         sends them as requests answered with ``reply`` bodies
-        ([request][aiorocket.App.request]): a ``send`` operation of the
-        [AsyncAPI document][aiorocket.App.asyncapi]. Publishing does not require it.
+        ([request][aiorocket.app.App.request]): a ``send`` operation of the
+        [AsyncAPI document][aiorocket.app.App.asyncapi]. Publishing does not require it.
 
         Raises:
             InvalidNameError: a bad topic name.
@@ -285,7 +286,8 @@ class App(AsyncResource):
         """Add a hook to the clients the app starts: a send hook (``send_before`` /
         ``send_after``, ``send_prepare`` / ``send_done``) to its producer, a consume hook
         (``consume_before`` / ``consume_after``) to every subscriber's consumer; a hook may be
-        both (see :meth:`Producer.register_hook` and :meth:`PushConsumer.register_hook`).
+        both (see [`Producer.register_hook`][aiorocket.Producer.register_hook] and
+        [`PushConsumer.register_hook`][aiorocket.PushConsumer.register_hook]).
 
         Raises:
             ConfigurationError: the app was started already.
@@ -335,7 +337,7 @@ class App(AsyncResource):
         self._started = True
 
     async def close(self) -> None:
-        """Same as :meth:`stop`."""
+        """Same as [`stop`][aiorocket.app.App.stop]."""
         await self.stop()
 
     async def stop(self) -> None:
@@ -440,7 +442,7 @@ class App(AsyncResource):
 
         Raises:
             ClientClosedError: the app is not running.
-            RocketError: as :meth:`Producer.send`.
+            RocketError: as [`Producer.send`][aiorocket.Producer.send].
         """
         msg = Message(
             topic,
@@ -467,10 +469,10 @@ class App(AsyncResource):
         properties: Mapping[str, str] | None = None,
         sharding_key: str | None = None,
     ) -> Any:
-        """Send ``body`` (encoded as by [publish][aiorocket.App.publish]) as a request and
+        """Send ``body`` (encoded as by [publish][aiorocket.app.App.publish]) as a request and
         return the reply decoded as ``reply_model`` (a pydantic model, ``dict``, ``list``,
         ``str``; ``bytes`` as it came). A subscriber of ``topic`` whose handler returns a
-        value answers it (see [subscriber][aiorocket.App.subscriber]); any RocketMQ
+        value answers it (see [subscriber][aiorocket.app.App.subscriber]); any RocketMQ
         responder will do ([Producer.request][aiorocket.Producer.request]).
 
         Raises:
@@ -499,7 +501,7 @@ class App(AsyncResource):
     ) -> dict[str, Any]:
         """The app's AsyncAPI 3.0 document (JSON data; the module `aiorocket.app.asyncapi`): its
         name servers, a channel per topic, a ``receive`` operation per subscriber and a
-        ``send`` operation per declared [publisher][aiorocket.App.publisher], the message
+        ``send`` operation per declared [publisher][aiorocket.app.App.publisher], the message
         schemas pydantic derives, request/reply operations linked to the reply channel."""
         endpoints = [s.endpoint() for s in self._subscribers]
         endpoints.extend(p.endpoint() for p in self._publishers)
@@ -515,21 +517,21 @@ class App(AsyncResource):
 
     def is_ready(self) -> bool:
         """Started (connected, first rebalance done), reaching its name server and brokers
-        (see :meth:`problems`) and no queue stuck for longer than ``stuck_after`` seconds
-        (see :meth:`health`)."""
+        (see [`problems`][aiorocket.app.App.problems]) and no queue stuck for longer than
+        ``stuck_after`` seconds (see [`health`][aiorocket.app.App.health])."""
         return self._started and not self.problems() and not self.stuck_queues()
 
     def problems(self) -> dict[str, str]:
         """What keeps the app from working besides stuck queues, by what it is about (``"name
         server"``, ``"broker <name> (<address>)"``, ``"pulls of group <group>"``) with the
         latest error: failing its checks for ``failing_after`` seconds or more
-        (:mod:`aiorocket.app.readiness`). Empty while the app is not running."""
+        (`aiorocket.app.readiness`). Empty while the app is not running."""
         probe = self._probe
         return probe.problems() if probe is not None and self._started else {}
 
     def readiness(self) -> dict[str, Any]:
-        """The ``/readyz`` body: ``ready``, :meth:`problems`, the stuck queues with their
-        reasons and every queue's health (:func:`~aiorocket.app.health.readiness_report`)."""
+        """The ``/readyz`` body: ``ready``, [`problems`][aiorocket.app.App.problems], the stuck
+        queues with their reasons and every queue's health (`readiness_report`)."""
         health = self.health()
         problems = self.problems()
         ready = self._started and not problems and not any(h.stuck for h in health)
@@ -539,11 +541,11 @@ class App(AsyncResource):
         """Per-queue health of every held queue: last pull, last consume, oldest in-flight
         handler call, flow-control state, lag, and whether (and why) it is stuck: a handler
         call running longer than ``stuck_after``, or cached messages with nothing consumed
-        for that long (:mod:`aiorocket.app.health`)."""
+        for that long (`aiorocket.app.health`)."""
         return queue_health(self._consumers, stuck_after=self.settings.stuck_after, now=time.time())
 
     def stuck_queues(self) -> list[str]:
-        """The stuck queues (``topic@broker:queue``) of :meth:`health`."""
+        """The stuck queues (``topic@broker:queue``) of [`health`][aiorocket.app.App.health]."""
         return [h.queue for h in self.health() if h.stuck]
 
     def statistics(self) -> dict[str, SubscriberStatistics]:
@@ -751,7 +753,7 @@ class App(AsyncResource):
         outcomes: list[int | None],
     ) -> None:
         """Log a handler call's failure once, with its traceback (rate-limited per handler:
-        :mod:`aiorocket.app.failures`). ``ReconsumeLater`` and ``DeadLetter`` are the
+        `aiorocket.app.failures`). ``ReconsumeLater`` and ``DeadLetter`` are the
         handler's own decisions, not errors: the dead-letter line says enough of those."""
         if isinstance(exc, ReconsumeLater | DeadLetter):
             return
@@ -761,7 +763,7 @@ class App(AsyncResource):
             outcome = f"sent to {dlq_topic(group)} (retry policy)"
         else:
             outcome = "left to the broker's dead-letter queue"
-        sub.failures.failed(msgs, exc, outcome)
+        sub.failures.failed(msgs, exc, outcome, expected=isinstance(exc, sub.retry.expected))
 
     async def _dead_letter(
         self, group: str, sub: Subscriber, msg: ReceivedMessage, reason: str
@@ -773,7 +775,7 @@ class App(AsyncResource):
         props[DLQ_ORIGIN_TOPIC] = msg.topic
         props[DLQ_ORIGIN_MESSAGE_ID] = msg.msg_id
         try:
-            await self.producer.send(Message(dlq_topic(group), msg.body, properties=props))
+            await self.producer.send(Message.with_properties(dlq_topic(group), msg.body, props))
         except RocketError as exc:
             log.warning("could not publish %s to the dead-letter queue: %s", msg.msg_id, exc)
             return False

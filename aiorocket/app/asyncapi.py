@@ -1,4 +1,4 @@
-"""The AsyncAPI 3.0 document of an [App][aiorocket.App]: what a team reads to know which
+"""The AsyncAPI 3.0 document of an [App][aiorocket.app.App]: what a team reads to know which
 topics carry which messages.
 
 * ``servers``: the app's name servers (protocol ``rocketmq``);
@@ -10,7 +10,7 @@ topics carry which messages.
   ``reply`` linking the reply channel and message (request/reply, docs/protocol.md §13);
 * ``components``: one message per payload type and the JSON schemas pydantic derives.
 
-[App.asyncapi][aiorocket.App.asyncapi] builds it; ``aiorocket asyncapi module:app [--yaml]``
+[App.asyncapi][aiorocket.app.App.asyncapi] builds it; ``aiorocket asyncapi module:app [--yaml]``
 prints it; [asyncapi_router][aiorocket.integrations.fastapi.asyncapi_router] serves it.
 """
 

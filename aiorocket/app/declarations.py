@@ -23,7 +23,7 @@ __all__ = [
     "parse_tags",
 ]
 
-#: what an orderly subscriber keeps in order (see [App.subscriber][aiorocket.App.subscriber])
+#: what an orderly subscriber keeps in order (see [`App.subscriber`][aiorocket.app.App.subscriber])
 OrderBy = Literal["queue", "sharding_key"] | Callable[[ReceivedMessage], str | None]
 _LATENCY_SAMPLES = 20_000
 
@@ -48,7 +48,7 @@ class SubscriberStatistics:
 
 @dataclass(slots=True)
 class Subscriber:
-    """One subscriber of an [App][aiorocket.App]: what `subscriber` declared."""
+    """One subscriber of an [App][aiorocket.app.App]: what `subscriber` declared."""
 
     topic: str
     group: str
@@ -95,7 +95,7 @@ class Subscriber:
 
 @dataclass(frozen=True, slots=True)
 class Publisher:
-    """What an [App][aiorocket.App] declared it publishes (``App.publisher``)."""
+    """What an [App][aiorocket.app.App] declared it publishes (``App.publisher``)."""
 
     topic: str
     model: Any

@@ -40,10 +40,30 @@ class FailureLog:
         #: failures logged without a traceback since the last warning
         self.suppressed = 0
 
-    def failed(self, msgs: Sequence[ReceivedMessage], exc: BaseException, outcome: str) -> None:
-        """Log one failed handler call on ``msgs`` (``outcome``: what happens to them next)."""
+    def failed(
+        self,
+        msgs: Sequence[ReceivedMessage],
+        exc: BaseException,
+        outcome: str,
+        *,
+        expected: bool = False,
+    ) -> None:
+        """Log one failed handler call on ``msgs`` (``outcome``: what happens to them next);
+        an ``expected`` failure (the handler refused the message on purpose) is one INFO line
+        without a traceback, and is not rate-limited with the others."""
         first = msgs[0]
         where = first.msg_id if len(msgs) == 1 else f"{len(msgs)} messages from {first.msg_id}"
+        if expected:
+            self._log.info(
+                "handler %s refused %s (attempt %d), %s: %s: %s",
+                self._handler,
+                where,
+                first.reconsume_times + 1,
+                outcome,
+                type(exc).__name__,
+                exc,
+            )
+            return
         now = self._clock()
         if self._last is not None and now - self._last < self._interval:
             self.suppressed += 1

@@ -1,4 +1,4 @@
-"""Per-queue health of a running :class:`~aiorocket.App`: the readiness model behind
+"""Per-queue health of a running [`App`][aiorocket.app.App]: the readiness model behind
 ``/readyz`` (FastAPI integration and the worker's ``--metrics-port`` server).
 
 A queue is *stuck* when
@@ -9,7 +9,7 @@ A queue is *stuck* when
 * it holds cached messages and nothing of it finished for ``stuck_after`` seconds.
 
 Pulls alone do not count as progress: a queue keeps long-polling while a handler hangs.
-Whether the app reaches its name server and brokers is :mod:`aiorocket.app.readiness`.
+Whether the app reaches its name server and brokers is `aiorocket.app.readiness`.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def readiness_report(
     ready: bool, health: list[QueueHealth], problems: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """The ``/readyz`` body: readiness, what the app cannot reach (``problems``: the name
-    server, a broker, a group whose pulls fail; :mod:`aiorocket.app.readiness`), the stuck
+    server, a broker, a group whose pulls fail; `aiorocket.app.readiness`), the stuck
     queues with their reasons, every queue."""
     return {
         "ready": ready,

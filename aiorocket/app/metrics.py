@@ -1,8 +1,9 @@
-"""The metrics of a running :class:`~aiorocket.App`, independent of any metrics library: one
+"""The metrics of a running [`App`][aiorocket.app.App], independent of any metrics library: one
 list of named samples read from the consumers' statistics and the subscribers' counters.
-:mod:`aiorocket.integrations.prometheus` and :mod:`aiorocket.integrations.opentelemetry`
-export them. Nothing is recorded on the hot path; :func:`collect` reads the current state and
-must run on the app's event loop (the consumers' statistics live there).
+[`aiorocket.integrations.prometheus`][aiorocket.integrations.prometheus] and
+[`aiorocket.integrations.opentelemetry`][aiorocket.integrations.opentelemetry] export them. Nothing
+is recorded on the hot path; `collect` reads the current state and must run on the app's event loop
+(the consumers' statistics live there).
 
 Per-queue metrics carry the labels ``group``, ``topic``, ``broker``, ``queue``; per-topic ones
 ``group``, ``topic``; per-group ones ``group``.
@@ -45,7 +46,7 @@ _T = ("group", "topic")
 _G = ("group",)
 _P = "aiorocket_consumer_"
 
-#: every metric :func:`collect` reports
+#: every metric `collect` reports
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(_P + "lag_messages", "gauge", "Broker max offset minus committed offset", _Q),
     MetricSpec(_P + "cached_messages", "gauge", "Messages pulled, not finished", _Q),
@@ -76,7 +77,7 @@ METRICS: tuple[MetricSpec, ...] = (
 
 
 def collect(app: App) -> list[MetricSample]:
-    """The current value of every metric of :data:`METRICS` (call on the app's loop)."""
+    """The current value of every metric of `METRICS` (call on the app's loop)."""
     out: list[MetricSample] = []
     add = out.append
     consumers = app.consumers()

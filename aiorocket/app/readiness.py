@@ -1,7 +1,7 @@
-"""Whether a running :class:`~aiorocket.App` can reach its cluster: the part of ``/readyz``
-that is not about single queues (those are :mod:`aiorocket.app.health`).
+"""Whether a running [`App`][aiorocket.app.App] can reach its cluster: the part of ``/readyz``
+that is not about single queues (those are `aiorocket.app.health`).
 
-Every ``readiness_interval`` seconds a :class:`ReadinessProbe` asks the name server for the
+Every ``readiness_interval`` seconds a `ReadinessProbe` asks the name server for the
 route of each of the app's topics (its subscribers' and those it published to) and each
 master broker of those routes for the max offset of one queue, each call bounded by
 ``readiness_timeout``; it also reads each consumer's failed-pull counter. Something failing

@@ -1,8 +1,9 @@
 """App settings: keyword arguments first, then ``AIOROCKET_*`` environment variables.
 
 The consumer and client settings an App takes are not declared twice: their fields are those
-of :class:`~aiorocket.settings.ConsumerSettings` and :class:`~aiorocket.settings.ClientSettings`
-(same types, defaults and limits), added to :class:`AppSettings` when this module loads.
+of [`ConsumerSettings`][aiorocket.settings.ConsumerSettings] and
+[`ClientSettings`][aiorocket.settings.ClientSettings] (same types, defaults and limits), added to
+[`AppSettings`][aiorocket.app.AppSettings] when this module loads.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ else:
 
 
 class AppSettings(_Inherited):
-    """Settings of an :class:`~aiorocket.App`.
+    """Settings of an [`App`][aiorocket.app.App].
 
     Every field can come from the environment with the ``AIOROCKET_`` prefix
     (``AIOROCKET_NAMESRV=127.0.0.1:9876``, ``AIOROCKET_CONSUME_FROM=first``); keyword
@@ -99,11 +100,11 @@ class AppSettings(_Inherited):
 
     Besides the attributes below, an App takes
 
-    * every per-group setting of :class:`~aiorocket.settings.ConsumerSettings` listed in
-      :data:`GROUP_SETTINGS` (``consume_from``, ``message_model``, ``pull_batch_size``,
+    * every per-group setting of [`ConsumerSettings`][aiorocket.settings.ConsumerSettings] listed in
+      `GROUP_SETTINGS` (``consume_from``, ``message_model``, ``pull_batch_size``,
       ``max_reconsume_times``, ``rebalance_interval``, ``consume_mode``, ...), for every
       consumer of the app; ``@app.subscriber(...)`` takes the same names for its group;
-    * the client settings of :data:`CLIENT_SETTINGS` (``request_timeout``,
+    * the client settings of `CLIENT_SETTINGS` (``request_timeout``,
       ``connect_timeout``, ``route_refresh_interval``, ``heartbeat_interval``, ...), for every
       client of the app.
 
@@ -113,17 +114,17 @@ class AppSettings(_Inherited):
         namespace: prefix of topics and groups (Java ``ClientConfig.namespace``).
         access_key, secret_key: ACL credentials, used by the producer and every consumer.
         tls, tls_ca, tls_verify: TLS to name servers and brokers, for every client of the app
-            (see :class:`~aiorocket.settings.ClientSettings`; ``AIOROCKET_TLS=true``,
+            (see [`ClientSettings`][aiorocket.settings.ClientSettings]; ``AIOROCKET_TLS=true``,
             ``AIOROCKET_TLS_CA=/path/ca.pem``).
         serialize_type: the header dialect of every client's requests, ``"json"`` or
-            ``"rocketmq"`` (binary; see :class:`~aiorocket.settings.ClientSettings`;
+            ``"rocketmq"`` (binary; see [`ClientSettings`][aiorocket.settings.ClientSettings];
             ``AIOROCKET_SERIALIZE_TYPE=rocketmq``).
         trace, trace_topic: message trace for the producer and every subscriber (see
-            :class:`~aiorocket.settings.ClientSettings`; ``AIOROCKET_TRACE=true``).
+            [`ClientSettings`][aiorocket.settings.ClientSettings]; ``AIOROCKET_TRACE=true``).
         consumer: consumer settings as one dict (``{"rebalance_interval": 5}``), the same
             as giving them one by one; after loading, it holds every consumer setting given
             (keyword arguments over the environment). Per-subscriber options win.
-        producer: extra :class:`~aiorocket.settings.ProducerSettings` for the producer.
+        producer: extra [`ProducerSettings`][aiorocket.settings.ProducerSettings] for the producer.
         stuck_after: a queue with cached messages and no consumption for this many seconds
             makes the app not ready.
         status_interval: seconds between the worker's status lines when not on a terminal.
@@ -227,7 +228,7 @@ def load_app_settings(
     The consumer settings given one by one and those of the ``consumer`` dict are merged into
     ``consumer`` (keyword arguments over the environment; the same name twice among the
     keyword arguments is an error) and checked against
-    :class:`~aiorocket.settings.ConsumerSettings` at once.
+    [`ConsumerSettings`][aiorocket.settings.ConsumerSettings] at once.
 
     Raises:
         ConfigurationError: a value or name is unknown or invalid; the message names it.

@@ -1,5 +1,5 @@
 """What a handler can ask for besides success. These are outcomes, not library errors, so they
-live outside the :class:`~aiorocket.errors.RocketError` tree."""
+live outside the [`RocketError`][aiorocket.errors.RocketError] tree."""
 
 from __future__ import annotations
 
@@ -35,11 +35,16 @@ class RetryPolicy:
             (1 = no retry). ``None`` keeps the consumer's ``max_reconsume_times`` (16 retries).
         dead_letter_on: exception classes that send a message to the DLQ at once.
         delay_level: the retry delay level for failures (``None``: the broker's schedule).
+        expected: exception classes the handler raises on purpose (it refuses the message;
+            not a bug): their failures are retried as any other, but logged in one INFO line
+            without a traceback; the dead-letter warning, if the message gets there, still
+            shows at the default level.
     """
 
     max_attempts: int | None = None
     dead_letter_on: tuple[type[BaseException], ...] = field(default=())
     delay_level: int | None = None
+    expected: tuple[type[BaseException], ...] = field(default=())
 
     def __init__(
         self,
@@ -47,12 +52,14 @@ class RetryPolicy:
         max_attempts: int | None = None,
         dead_letter_on: Iterable[type[BaseException]] = (),
         delay_level: int | None = None,
+        expected: Iterable[type[BaseException]] = (),
     ) -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         object.__setattr__(self, "max_attempts", max_attempts)
         object.__setattr__(self, "dead_letter_on", tuple(dead_letter_on))
         object.__setattr__(self, "delay_level", delay_level)
+        object.__setattr__(self, "expected", tuple(expected))
 
     def gives_up(self, exc: BaseException, reconsume_times: int) -> bool:
         """Whether a failure with ``exc`` on delivery ``reconsume_times + 1`` is final."""

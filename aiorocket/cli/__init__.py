@@ -17,7 +17,7 @@ _DESCRIPTION = (
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` of every subcommand: each option's default appended, as
-    :class:`argparse.ArgumentDefaultsHelpFormatter` does, except where there is nothing to
+    `argparse.ArgumentDefaultsHelpFormatter` does, except where there is nothing to
     show (``None``, a flag's ``False``) or the help text already tells it (mentions a default,
     or ends with the value in parentheses)."""
 

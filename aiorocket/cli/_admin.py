@@ -1,19 +1,19 @@
-"""``aiorocket admin``: the operators' commands on :class:`~aiorocket.Admin` (no Java).
+"""``aiorocket admin``: the operators' commands on [`Admin`][aiorocket.Admin] (no Java).
 
-::
-
-    aiorocket admin topics                        every topic the name server knows
-    aiorocket admin route TOPIC                   brokers and queue counts of a topic
-    aiorocket admin lag GROUP                     per queue: broker max offset, committed
-                                                  offset, lag, last consumed store time
-    aiorocket admin reset-offset GROUP TOPIC --to earliest|latest|TIME
-    aiorocket admin message ID [--topic T]        a message by offset id (or client id + topic)
-    aiorocket admin message --key K --topic T     messages by key
-    aiorocket admin trace ID [--topic TRACE_TOPIC]  a message's trace (queryMsgTraceById)
-    aiorocket admin create-topic TOPIC [--queues N] [--type FIFO|DELAY|...]
-    aiorocket admin delete-topic TOPIC
-    aiorocket admin dlq GROUP [--resend [--dry-run]]  a group's dead letters, with reasons;
-                                                  resend them to their original topics
+```text
+aiorocket admin topics                        every topic the name server knows
+aiorocket admin route TOPIC                   brokers and queue counts of a topic
+aiorocket admin lag GROUP                     per queue: broker max offset, committed
+                                              offset, lag, last consumed store time
+aiorocket admin reset-offset GROUP TOPIC --to earliest|latest|TIME
+aiorocket admin message ID [--topic T]        a message by offset id (or client id + topic)
+aiorocket admin message --key K --topic T     messages by key
+aiorocket admin trace ID [--topic TRACE_TOPIC]  a message's trace (queryMsgTraceById)
+aiorocket admin create-topic TOPIC [--queues N] [--type FIFO|DELAY|...]
+aiorocket admin delete-topic TOPIC
+aiorocket admin dlq GROUP [--resend [--dry-run]]  a group's dead letters, with reasons;
+                                              resend them to their original topics
+```
 
 Every command takes ``-n/--namesrv`` (default ``$AIOROCKET_NAMESRV``, else 127.0.0.1:9876) and
 ``--json``; output is a plain table on a terminal, JSON for scripts. Errors are one line on
@@ -81,8 +81,13 @@ def add_admin_parser(sub: Any) -> None:
     sub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
+        # argparse %-formats a subcommand's help (not its description): %DLQ% must be escaped.
         parser: argparse.ArgumentParser = sub.add_parser(
-            name, parents=[leaf], help=help, description=help, formatter_class=HelpFormatter
+            name,
+            parents=[leaf],
+            help=help.replace("%", "%%"),
+            description=help,
+            formatter_class=HelpFormatter,
         )
         return parser
 

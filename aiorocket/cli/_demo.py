@@ -1,6 +1,6 @@
 """``aiorocket demo``: the orders app of ``examples/orders.py`` on an in-process embedded broker.
 
-It starts an :class:`~aiorocket.embedded.EmbeddedBroker` on a temporary data directory,
+It starts an [`EmbeddedBroker`][aiorocket.embedded.EmbeddedBroker] on a temporary data directory,
 runs the app (a concurrent billing subscriber with transient failures retried through
 ``%RETRY%`` and one poison order that ends in ``%DLQ%``; an orderly fulfilment subscriber that
 checks each order's event sequence), produces orders for about 25 seconds, shows live progress

@@ -99,7 +99,9 @@ def build_app(namesrv: str, ledger: Ledger, **settings: object) -> App:
         "orders",
         group="billing",
         tags="created",
-        retry=RetryPolicy(max_attempts=3, delay_level=1),
+        # PoisonOrder is the demo's expected failure: one line when it is dead-lettered, not a
+        # traceback that reads as a crash.
+        retry=RetryPolicy(max_attempts=3, delay_level=1, expected=(PoisonOrder,)),
     )
     async def bill(event: OrderEvent, msg: ReceivedMessage) -> None:
         """Bill a created order; a flaky order fails twice first, the poison one always."""

@@ -1,4 +1,4 @@
-"""``aiorocket run pkg.module:app``: run an :class:`~aiorocket.App` as a worker process.
+"""``aiorocket run pkg.module:app``: run an [`App`][aiorocket.app.App] as a worker process.
 
 SIGINT/SIGTERM start a graceful drain (handlers finish within the consumers' grace period,
 offsets are flushed, clients unregister); a second signal stops at once. A status line shows

@@ -18,7 +18,7 @@ What differs from Java, and why:
 * QUERY_MESSAGE has no key index behind it (the store keeps nothing per message in memory,
   ``store.py``): it scans the topic's index backwards from the newest entry, within the
   requested time range, reading each candidate's properties, and stops after ``maxNum`` hits
-  or :data:`QUERY_SCAN_LIMIT` entries. Fine for a development broker; slow on huge topics.
+  or `QUERY_SCAN_LIMIT` entries. Fine for a development broker; slow on huge topics.
 * QUERY_CONSUME_QUEUE answers the entries asked for (4.9.8 encodes its body before filling
   it, so a Java broker always answers an empty dump).
 """
@@ -244,7 +244,7 @@ class AdminProcessors(Processor):
 
     @handles(RequestCode.GET_BROKER_RUNTIME_INFO)
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_RUNTIME_INFO: a :class:`KVTable` (``mqadmin brokerStatus``,
+        """GET_BROKER_RUNTIME_INFO: a `KVTable` (``mqadmin brokerStatus``,
         ``clusterList``); to a 5.x client, with the keys a 5.x broker reports (its
         ``clusterList`` reads ``brokerActive`` and the timer keys, and the transfer rate under
         its corrected name ``getTransferredTps``; a 5.5 one sees no ``brokerVersion``); the
@@ -324,7 +324,7 @@ class AdminProcessors(Processor):
 
     @handles(RequestCode.GET_TOPIC_STATS_INFO)
     async def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_TOPIC_STATS_INFO: a :class:`TopicStatsTable` over the write queues, or code 17
+        """GET_TOPIC_STATS_INFO: a `TopicStatsTable` over the write queues, or code 17
         (``mqadmin topicStatus``).
 
         Raises:
@@ -372,7 +372,7 @@ class AdminProcessors(Processor):
 
     @handles(RequestCode.GET_CONSUME_STATS)
     async def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_CONSUME_STATS: a :class:`ConsumeStats` (``mqadmin consumerProgress``).
+        """GET_CONSUME_STATS: a `ConsumeStats` (``mqadmin consumerProgress``).
 
         Raises:
             MissingHeaderFieldError: no ``consumerGroup``.
@@ -435,7 +435,7 @@ class AdminProcessors(Processor):
 
     @handles(RequestCode.GET_CONSUMER_CONNECTION_LIST)
     async def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_CONSUMER_CONNECTION_LIST: a :class:`ConsumerConnection`, or CONSUMER_NOT_ONLINE
+        """GET_CONSUMER_CONNECTION_LIST: a `ConsumerConnection`, or CONSUMER_NOT_ONLINE
         (206) (``mqadmin consumerConnection``).
 
         Raises:
@@ -459,7 +459,7 @@ class AdminProcessors(Processor):
 
     @handles(RequestCode.GET_PRODUCER_CONNECTION_LIST)
     async def producer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_PRODUCER_CONNECTION_LIST: a :class:`ProducerConnection`, or code 1
+        """GET_PRODUCER_CONNECTION_LIST: a `ProducerConnection`, or code 1
         (``mqadmin producerConnection``).
 
         Raises:

@@ -1,16 +1,18 @@
 """``EmbeddedBroker``: a RocketMQ 4.x broker and name server on one port (docs/protocol.md §10.2).
 
 One TCP port answers both the name-server codes (routes point at the port itself) and the
-broker codes. Layout of the data directory::
+broker codes. Layout of the data directory:
 
-    commitlog/, consumequeue/, checkpoint, lock    the message store (``store.py``)
-    config/topics.json                              topics created at run time
-    config/consumerOffset.json                      committed consumer offsets
-    config/delayOffset.json                         progress of each delay level
-    config/timerProgress.json                       low-water offset of the timer messages
-    config/subscriptionGroup.json, kvConfig.json    admin settings (``admin.py``)
-    config/consumerOrderInfo.json                   ordered-POP batches (``pop_order.py``)
-    config/messageRequestMode.json                  PULL/POP mode per topic and group
+```text
+commitlog/, consumequeue/, checkpoint, lock    the message store (``store.py``)
+config/topics.json                              topics created at run time
+config/consumerOffset.json                      committed consumer offsets
+config/delayOffset.json                         progress of each delay level
+config/timerProgress.json                       low-water offset of the timer messages
+config/subscriptionGroup.json, kvConfig.json    admin settings (``admin.py``)
+config/consumerOrderInfo.json                   ordered-POP batches (``pop_order.py``)
+config/messageRequestMode.json                  PULL/POP mode per topic and group
+```
 
 Background work, all owned by the broker and stopped when it closes: one delivery task per
 delay level, the timer-message delivery task, a housekeeping task (expired channels and locks
@@ -108,15 +110,16 @@ async def _logged(coro: Coroutine[Any, Any, None], name: str) -> None:
 class EmbeddedBroker(AsyncResource):
     """An embedded broker + name server, as an async context manager.
 
-    ::
-
-        async with EmbeddedBroker() as broker:
-            ...  # clients use broker.address as name server (and find the broker by route)
+    ```python
+    async with EmbeddedBroker() as broker:
+        ...  # clients use broker.address as name server (and find the broker by route)
+    ```
 
     Args:
         host: the IPv4 address to listen on; ``"0.0.0.0"`` listens everywhere and
             advertises the primary address (routes never carry 0.0.0.0).
-        port: the port; 0 picks a free one (see :attr:`address`).
+        port: the port; 0 picks a free one (see
+            [`address`][aiorocket.embedded.EmbeddedBroker.address]).
         data_dir: where messages, topics and offsets live; ``None`` uses a new temporary
             directory that is removed when the broker closes.
         config: every setting and timing constant.
@@ -195,8 +198,9 @@ class EmbeddedBroker(AsyncResource):
 
     @property
     def listen_address(self) -> str:
-        """``"host:port"`` the broker listens on; differs from :attr:`address` when
-        ``advertised_host`` or ``advertised_port`` is set (a proxy or NAT in between).
+        """``"host:port"`` the broker listens on; differs from
+        [`address`][aiorocket.embedded.EmbeddedBroker.address] when ``advertised_host`` or
+        ``advertised_port`` is set (a proxy or NAT in between).
 
         Raises:
             ClientClosedError: the broker is not running.
@@ -289,7 +293,8 @@ class EmbeddedBroker(AsyncResource):
 
     @property
     def injected_failures(self) -> list[InjectedFailure]:
-        """The requests :meth:`fail_next` answered so far, oldest first."""
+        """The requests [`fail_next`][aiorocket.embedded.EmbeddedBroker.fail_next] answered so far,
+        oldest first."""
         return list(self._faults.injected) if self._faults is not None else []
 
     async def notify_rebalance(self, group: str) -> int:

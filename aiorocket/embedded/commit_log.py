@@ -12,7 +12,7 @@ fit; an entry never spans two segments.
 
 Writes go straight to the kernel with ``os.pwritev`` (no user-space buffer, so a killed process
 loses nothing that was written); reads use ``os.pread``. Everything here is synchronous and
-meant for one event-loop thread, except :meth:`SyncJob.run`, which touches only file
+meant for one event-loop thread, except `SyncJob.run`, which touches only file
 descriptors duplicated for it and is meant for a worker thread.
 """
 
@@ -98,7 +98,7 @@ class SyncJob:
     """The files and directories to fsync for one flush, prepared on the event-loop thread.
 
     Open files are handed over as duplicated descriptors, so the loop may close or evict its
-    own descriptors (or delete the files) while :meth:`run` works in a thread.
+    own descriptors (or delete the files) while `run` works in a thread.
     """
 
     __slots__ = ("_dirs", "_fds", "_paths")
@@ -117,7 +117,7 @@ class SyncJob:
         self._fds.append(os.dup(fd))
 
     def add_path(self, path: str) -> None:
-        """Schedule a data sync of the file at ``path``, opened in :meth:`run`."""
+        """Schedule a data sync of the file at ``path``, opened in `run`."""
         self._paths.append(path)
 
     def add_dir(self, path: str) -> None:
@@ -176,7 +176,7 @@ class FileCache:
     """A bounded LRU of open file descriptors keyed by path, with dirty tracking.
 
     Keeps the number of open files bounded however many queues and segments exist. A
-    descriptor returned by :meth:`fd` is valid until the next call on this cache, so callers
+    descriptor returned by `fd` is valid until the next call on this cache, so callers
     use it at once and never keep it.
     """
 
@@ -229,7 +229,7 @@ class FileCache:
             os.close(victim)
 
     def mark_dirty(self, path: str) -> None:
-        """Record that ``path`` was written since the last :meth:`take_dirty`."""
+        """Record that ``path`` was written since the last `take_dirty`."""
         self._dirty.add(path)
 
     def mark_dir_dirty(self, path: str) -> None:
@@ -299,7 +299,7 @@ class _ScanState:
 class CommitLog:
     """The segmented, append-only log of stored records.
 
-    Call :meth:`load` once before anything else. All methods are synchronous and not
+    Call `load` once before anything else. All methods are synchronous and not
     thread-safe: use them from one thread (the store's event loop, or its recovery thread
     before the loop takes over).
     """
@@ -433,7 +433,7 @@ class CommitLog:
     def append(self, record: bytes, now_ms: int) -> int:
         """Append ``record`` and its CRC trailer; return the record's global offset.
 
-        The offset always equals :attr:`end` before the call (a roll does not change it), so
+        The offset always equals `end` before the call (a roll does not change it), so
         callers can write it into the record before encoding.
 
         Raises:
@@ -551,7 +551,7 @@ class CommitLog:
         """Yield ``(offset, record)`` for each valid entry from ``start`` to the first bad one.
 
         ``start`` must be an entry boundary. When the iterator is exhausted,
-        :attr:`scan_end` is where valid data stops and :attr:`scan_error` says why (``None``
+        `scan_end` is where valid data stops and `scan_error` says why (``None``
         at the true end). Reads 4 MiB at a time; nothing is held per record.
 
         Raises:
@@ -610,12 +610,12 @@ class CommitLog:
 
     @property
     def scan_end(self) -> int:
-        """After :meth:`scan`: the offset just past the last valid entry."""
+        """After `scan`: the offset just past the last valid entry."""
         return self._scan.end
 
     @property
     def scan_error(self) -> str | None:
-        """After :meth:`scan`: why scanning stopped early, or ``None`` if it reached the end."""
+        """After `scan`: why scanning stopped early, or ``None`` if it reached the end."""
         return self._scan.error
 
     def truncate(self, offset: int) -> int:
@@ -697,7 +697,7 @@ class CommitLog:
     def take_dirty(self, job: SyncJob) -> None:
         """Move the active segment into ``job`` if it was written since the last call.
 
-        Rolled segments are tracked by the shared :class:`FileCache`.
+        Rolled segments are tracked by the shared `FileCache`.
 
         Raises:
             OSError: the descriptor cannot be duplicated.

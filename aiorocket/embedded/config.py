@@ -55,15 +55,15 @@ def parse_delay_levels(text: str) -> tuple[float, ...]:
     return tuple(levels)
 
 
-#: ``MessageStoreConfig.messageDelayLevel`` of 4.9.8, in seconds (docs/protocol.md §6.6).
 DEFAULT_DELAY_LEVELS: tuple[float, ...] = parse_delay_levels(
     "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 )
+"""``MessageStoreConfig.messageDelayLevel`` of 4.9.8, in seconds (docs/protocol.md §6.6)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
-    """Configuration of :class:`~aiorocket.embedded.EmbeddedBroker`.
+    """Configuration of [`EmbeddedBroker`][aiorocket.embedded.EmbeddedBroker].
 
     Durations are in seconds, sizes in bytes. The object validates itself on creation.
 
@@ -80,7 +80,8 @@ class BrokerConfig:
     advertised_host: str | None = None
     #: The port put in routes and in stored records; ``None``: the bound port. Set it when
     #: clients must reach the broker through something in between (a NAT, a port forward,
-    #: :class:`aiorocket.testing.ChaosProxy`): the name server answers routes with it.
+    #: [`aiorocket.testing.ChaosProxy`][aiorocket.testing.ChaosProxy]): the name server answers
+    #: routes with it.
     advertised_port: int | None = None
 
     #: ``flushDiskType``: "async" acknowledges sends at once and flushes every

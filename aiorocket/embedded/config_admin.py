@@ -120,7 +120,7 @@ class ConfigAdmin(Processor):
 
     @handles(RequestCode.GET_ALL_TOPIC_CONFIG)
     async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_ALL_TOPIC_CONFIG: a :class:`TopicConfigSerializeWrapper`."""
+        """GET_ALL_TOPIC_CONFIG: a `TopicConfigSerializeWrapper`."""
         table = {t.name: _topic_body(t) for t in self._topics.all()}
         body = TopicConfigSerializeWrapper(table, DataVersion(self._ctx.stats.boot_ms, len(table)))
         return cmd.make_response(ResponseCode.SUCCESS, body=body.to_json())
@@ -176,7 +176,7 @@ class ConfigAdmin(Processor):
     async def all_subscription_groups(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
-        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: a :class:`SubscriptionGroupWrapper`."""
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: a `SubscriptionGroupWrapper`."""
         body = SubscriptionGroupWrapper(
             self.subscription_groups(), self._ctx.subscriptions.data_version
         )

@@ -4,7 +4,7 @@ Entry ``n`` of a queue is the message with queue offset ``n``: 28 bytes holding 
 commit-log offset (int64), stored size without the trailer (int32), tags code (int64) and
 store timestamp (int64), big-endian. RocketMQ's entry is 20 bytes and reads the store time
 from the commit log when it searches by time; keeping it here makes
-:meth:`ConsumeQueue.search_by_timestamp` touch only the index.
+`ConsumeQueue.search_by_timestamp` touch only the index.
 
 Files live under ``<consumequeue>/<topic>/<queue id>/``, each holding ``entries_per_segment``
 entries and named by the queue offset of its first entry (20 digits). ``max_offset`` (the next
@@ -193,7 +193,7 @@ class ConsumeQueue:
     def append(
         self, commit_log_offset: int, size: int, tags_code: int, store_timestamp: int
     ) -> int:
-        """Index a new message at :attr:`max_offset`; return its queue offset.
+        """Index a new message at `max_offset`; return its queue offset.
 
         Raises:
             OSError: the entry could not be written; nothing changed.
@@ -226,7 +226,7 @@ class ConsumeQueue:
     ) -> None:
         """Write the entry for queue offset ``offset`` (recovery re-indexing; idempotent).
 
-        Raises :attr:`max_offset` to ``offset + 1`` if needed; a gap below stays a hole of
+        Raises `max_offset` to ``offset + 1`` if needed; a gap below stays a hole of
         zeros, which readers treat as a removed message.
 
         Raises:
@@ -312,7 +312,7 @@ class ConsumeQueue:
     # -- retention ---------------------------------------------------------------------------
 
     def advance_min(self, log_min: int) -> int:
-        """Move :attr:`min_offset` to the first entry whose message is still in the log
+        """Move `min_offset` to the first entry whose message is still in the log
         (commit-log offset ``>= log_min``), deleting index files that are wholly below it,
         except the one holding ``max_offset - 1``. Returns the new minimum.
 

@@ -1,8 +1,8 @@
 """What the request processors of the embedded broker work with, and how they are installed.
 
-Every processor is built from one :class:`BrokerContext` (the broker's tables, store and
-settings) and marks each handler with the request codes it answers (:func:`handles`); the
-broker installs them all with :func:`install`. Also here: the small answers several processors give.
+Every processor is built from one `BrokerContext` (the broker's tables, store and
+settings) and marks each handler with the request codes it answers (`handles`); the
+broker installs them all with `install`. Also here: the small answers several processors give.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _CODES = "_request_codes"
 
 
 def handles(*codes: int) -> Callable[[_H], _H]:
-    """Mark a method of a :class:`Processor` as the handler of the request ``codes``."""
+    """Mark a method of a `Processor` as the handler of the request ``codes``."""
 
     def mark(handler: _H) -> _H:
         setattr(handler, _CODES, codes)
@@ -96,7 +96,7 @@ class BrokerContext:
 
 
 class Processor:
-    """Base of the request processors: a set of handlers built from a :class:`BrokerContext`,
+    """Base of the request processors: a set of handlers built from a `BrokerContext`,
     keeping the collaborators most of them use as attributes.
 
     Args:
@@ -124,7 +124,7 @@ class Processor:
 
     def routes(self) -> Iterator[Route]:
         """Each request code this processor answers, with its handler (the methods marked
-        with :func:`handles`)."""
+        with `handles`)."""
         for name, code in self._marked():
             yield code, getattr(self, name)
 

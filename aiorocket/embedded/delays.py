@@ -98,7 +98,7 @@ def _parse_long(text: str) -> int | None:
 def timer_due(
     props: dict[str, str], now_ms: int, *, max_delay_ms: int, precision_ms: int
 ) -> int | TimerRefusal | None:
-    """When a timer message (:func:`is_timer_message`) stored at ``now_ms`` is due:
+    """When a timer message (`is_timer_message`) stored at ``now_ms`` is due:
     ``HookUtils.transformTimerMessage``.
 
     ``TIMER_DELAY_SEC`` wins over ``TIMER_DELAY_MS``, which wins over ``TIMER_DELIVER_MS``. The
@@ -147,7 +147,7 @@ def indexed_tags_code(
     The Java hash of its ``TAGS`` property (0 without one, docs/protocol.md §6.3); for
     ``SCHEDULE_TOPIC_XXXX`` the delivery time instead: store time plus the delay of its
     ``DELAY`` level (clamped to the table, 1 when malformed); for ``rmq_sys_wheel_timer``
-    :func:`parked_timer_due`. Never raises.
+    `parked_timer_due`. Never raises.
     """
     props = record.properties
     if record.topic == SCHEDULE_TOPIC:

@@ -3,15 +3,15 @@
 Java brokers have no such hooks; each one produces, on demand, a situation a real cluster
 produces on its own, through the same wire requests a client sees then:
 
-* :meth:`BrokerFaults.fail_next` answers the next requests of one code with an error code
+* `BrokerFaults.fail_next` answers the next requests of one code with an error code
   (SYSTEM_BUSY when a broker's page cache is busy or its send thread pool is full, SYSTEM_ERROR,
   ...), without processing them;
-* :meth:`BrokerFaults.notify_rebalance` sends NOTIFY_CONSUMER_IDS_CHANGED to every member of a
+* `BrokerFaults.notify_rebalance` sends NOTIFY_CONSUMER_IDS_CHANGED to every member of a
   group, what a broker does when a member joins or leaves (``Broker2Client``);
-* :meth:`BrokerFaults.redeliver` moves a group's offset of one queue back and tells the
+* `BrokerFaults.redeliver` moves a group's offset of one queue back and tells the
   members with RESET_CONSUMER_CLIENT_OFFSET, what ``mqadmin resetOffsetByTime`` makes a broker
   do (the messages from that offset on are delivered again);
-* :meth:`BrokerFaults.drop_below` makes a queue's messages below an offset unreadable, as
+* `BrokerFaults.drop_below` makes a queue's messages below an offset unreadable, as
   retention does when it deletes old commit-log segments: a pull below it is answered
   OFFSET_MOVED.
 """
@@ -40,7 +40,7 @@ log = logging.getLogger("aiorocket.embedded")
 
 @dataclass(frozen=True, slots=True)
 class InjectedFailure:
-    """One request answered by :meth:`BrokerFaults.fail_next` instead of being processed."""
+    """One request answered by `BrokerFaults.fail_next` instead of being processed."""
 
     #: ``time.monotonic()`` when it arrived
     at: float
@@ -57,7 +57,7 @@ class _Rule:
 
 class BrokerFaults(Processor):
     """The fault state of one broker and the hooks that act on it; it answers no request
-    code of its own, the broker asks :meth:`intercept` before dispatching each request.
+    code of its own, the broker asks `intercept` before dispatching each request.
 
     Args:
         ctx: the broker's collaborators (registrations to notify or reset, committed
@@ -68,7 +68,7 @@ class BrokerFaults(Processor):
         super().__init__(ctx)
         self._broker_name = ctx.config.broker_name
         self._rules: dict[int, list[_Rule]] = {}
-        #: every request answered by a :meth:`fail_next` rule, oldest first
+        #: every request answered by a `fail_next` rule, oldest first
         self.injected: list[InjectedFailure] = []
 
     # -- failing requests --------------------------------------------------------------------
@@ -93,16 +93,16 @@ class BrokerFaults(Processor):
 
     @property
     def armed(self) -> bool:
-        """Whether a :meth:`fail_next` rule waits for requests."""
+        """Whether a `fail_next` rule waits for requests."""
         return bool(self._rules)
 
     @property
     def pending_failures(self) -> int:
-        """Requests still to be failed by :meth:`fail_next` rules."""
+        """Requests still to be failed by `fail_next` rules."""
         return sum(r.remaining for rules in self._rules.values() for r in rules)
 
     def clear(self) -> None:
-        """Forget every :meth:`fail_next` rule not used up yet."""
+        """Forget every `fail_next` rule not used up yet."""
         self._rules.clear()
 
     def intercept(self, cmd: RemotingCommand) -> RemotingCommand | None:

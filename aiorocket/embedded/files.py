@@ -74,7 +74,7 @@ def load_document(path: Path | None, table: str) -> dict[str, Any] | None:
 
 
 class PersistedTable:
-    """Base of a table kept in one JSON file (Java ``ConfigManager``): :meth:`load` reads the
+    """Base of a table kept in one JSON file (Java ``ConfigManager``): `load` reads the
     document and hands it to the subclass's ``_decode``.
 
     A subclass sets ``_table_key`` (the document's key holding the table) and ``_path`` (the

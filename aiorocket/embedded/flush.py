@@ -177,7 +177,7 @@ class Flusher:
 
     def due(self) -> bool:
         """Whether the background task should start a round: unsynced data, or a durable
-        position the checkpoint lags behind for :data:`CHECKPOINT_INTERVAL`."""
+        position the checkpoint lags behind for `CHECKPOINT_INTERVAL`."""
         stale = self.durable != self.checkpoint_offset and (
             time.monotonic() - self._cp_time >= CHECKPOINT_INTERVAL
         )
@@ -202,7 +202,7 @@ class Flusher:
         due.
 
         Raises:
-            OSError: the fsync failed; :attr:`failure` is set.
+            OSError: the fsync failed; `failure` is set.
         """
         # Everything below runs synchronously on the loop until the await, so ``target`` and
         # the dirty set describe the same instant: every entry before ``target`` is in them.

@@ -1,14 +1,14 @@
 """Held pulls (``PullRequestHoldService``, docs/protocol.md §6.4), woken by arrival, not polling.
 
 A pull that found nothing new parks a future under (topic, queue). The send path calls
-:meth:`PullWaiters.notify` synchronously right after each store, so a matching waiter's
+`PullWaiters.notify` synchronously right after each store, so a matching waiter's
 future is resolved in the same loop iteration and its pull re-executes within a few ms. A
 Java broker checks expiry every 5 s; here each waiter has its own timer, so a pull is held
 exactly its suspend time. A waiter disappears when its pull task is cancelled (the client's
-connection closed), through the ``finally`` of :meth:`PullWaiters.wait`.
+connection closed), through the ``finally`` of `PullWaiters.wait`.
 
 Other waiters (held POP and NOTIFICATION requests, ``pop_polling.py``) hear of every stored
-message through :meth:`PullWaiters.add_listener`.
+message through `PullWaiters.add_listener`.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class PullWaiters:
                     del self._waiters[key]
 
     def add_listener(self, listener: ArrivalListener) -> None:
-        """Tell ``listener`` of every message :meth:`notify` hears of."""
+        """Tell ``listener`` of every message `notify` hears of."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener: ArrivalListener) -> None:

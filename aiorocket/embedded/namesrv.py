@@ -47,7 +47,7 @@ _NO_ROUTE = (
 
 
 class NameServer(Processor):
-    """Answers the name-server codes (:data:`NAMESRV_CODES`): GET_ROUTEINFO_BY_TOPIC (105),
+    """Answers the name-server codes (`NAMESRV_CODES`): GET_ROUTEINFO_BY_TOPIC (105),
     GET_BROKER_CLUSTER_INFO (106) and GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) from the
     broker's topic table, and the admin requests from the KV table.
 
@@ -154,7 +154,7 @@ class NameServer(Processor):
 
     @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
     async def kv_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_KVLIST_BY_NAMESPACE: a :class:`KVTable`, or QUERY_NOT_FOUND (22).
+        """GET_KVLIST_BY_NAMESPACE: a `KVTable`, or QUERY_NOT_FOUND (22).
 
         Raises:
             MissingHeaderFieldError: no ``namespace``.

@@ -22,9 +22,9 @@ log = logging.getLogger("aiorocket.embedded")
 class ConsumerOffsets(PersistedTable):
     """The committed offsets of every consumer group, persisted to ``path``.
 
-    ``commit`` only updates memory and marks the table dirty; :meth:`flush` writes it (the
+    ``commit`` only updates memory and marks the table dirty; `flush` writes it (the
     broker calls it periodically, at shutdown, and before acknowledging an offset update when
-    it runs with sync flush). Flushes are serialised and a waiter of :meth:`flush` is sure the
+    it runs with sync flush). Flushes are serialised and a waiter of `flush` is sure the
     table as it was when it called is on disk.
 
     Args:

@@ -17,7 +17,7 @@ loses nothing; with sync flush the caller also waits for the fsync.
 
 Restart: the *revive offset* is the smallest log position of a checkpoint still in flight
 (the log's end when none is); it is stored in the consumer-offset table under
-``CID_RMQ_SYS_REVIVE_GROUP`` whenever that table is written. :meth:`ReviveLog.replay` reads
+``CID_RMQ_SYS_REVIVE_GROUP`` whenever that table is written. `ReviveLog.replay` reads
 the log from it and rebuilds the in-flight table: every checkpoint record after it, minus
 what later ack records took away. The revive offset can only grow (new checkpoints land at
 the log's end), so a stale one only means a longer replay, never a lost checkpoint. The
@@ -150,10 +150,10 @@ class ReviveLog:
         return result
 
     def append_checkpoint(self, ck: Checkpoint) -> PutResult:
-        """Append ``ck``'s record and set its :attr:`~Checkpoint.log_offset`.
+        """Append ``ck``'s record and set its `log_offset`.
 
         Raises:
-            the errors of :meth:`MessageStore.put` (nothing was appended).
+            the errors of `MessageStore.put` (nothing was appended).
         """
         result = self._append(CK_TAG, _checkpoint_body(ck, self._broker_name))
         ck.log_offset = result.queue_offset
@@ -164,7 +164,7 @@ class ReviveLog:
         several).
 
         Raises:
-            the errors of :meth:`MessageStore.put` (nothing was appended).
+            the errors of `MessageStore.put` (nothing was appended).
         """
         body: dict[str, Any] = {
             "bn": self._broker_name,

@@ -1,7 +1,7 @@
 """Ordered (FIFO) POP: one batch in flight per queue and group (Java
 ``ConsumerOrderInfoManager``, docs/protocol.md §12.3).
 
-An ordered POP of a queue records the batch it handed out (:class:`OrderInfo`). While one of
+An ordered POP of a queue records the batch it handed out (`OrderInfo`). While one of
 its messages is neither acked nor past its invisible time the queue is *blocked* for the group
 (``checkBlock``): further ordered POPs get nothing from it. The group's offset of the queue
 does not move at pop; acks (``commitAndNext``) move it to the first message not acked yet.
@@ -97,7 +97,7 @@ class OrderInfo:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> OrderInfo:
-        """Read an entry written by :meth:`to_dict` (or by Apache).
+        """Read an entry written by `to_dict` (or by Apache).
 
         Raises:
             ValueError, KeyError, TypeError: malformed.
@@ -245,7 +245,7 @@ class ConsumerOrderInfo(PersistedTable):
         return {"table": table}
 
     async def flush(self, now_ms: int) -> None:
-        """Write the table if it changed (shielded, like :meth:`ConsumerOffsets.flush`).
+        """Write the table if it changed (shielded, like `ConsumerOffsets.flush`).
 
         Raises:
             OSError: the file cannot be written.

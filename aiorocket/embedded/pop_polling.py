@@ -3,7 +3,7 @@ write path as held pulls are (``long_polling.py``).
 
 A request that found nothing waits under keys (topic, group, queue id), queue -1 meaning any
 queue of the topic; a POP also waits under its POP retry topics, since it reads them too. The
-write path reports every stored message through :meth:`PopWaiters.on_arrival`: for each group
+write path reports every stored message through `PopWaiters.on_arrival`: for each group
 waiting on the topic, the oldest request of the message's queue and the oldest of queue -1
 are woken (Apache wakes one per key too; the woken one re-reads and, if another consumer got
 the message first, waits again). A tag filter is checked against the message's tag code

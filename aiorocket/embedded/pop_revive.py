@@ -1,7 +1,7 @@
 """Revive (Java ``PopReviveService``): a POP checkpoint whose visible-at time passed gets its
 unacked messages re-put into the group's POP retry topic, and is then done.
 
-One task, owned by a :class:`~aiorocket._concurrency.Service` the broker starts and closes.
+One task, owned by a `Service` the broker starts and closes.
 It sleeps until the earliest checkpoint is due (``InflightTable.next_due``), at most
 ``pop_revive_interval``, and is woken early when a checkpoint due sooner is added.
 
@@ -109,7 +109,7 @@ class ReviveService:
         await self._service.start()
 
     async def stop(self) -> None:
-        """Stop the revive task (idempotent; a no-op before :meth:`start`)."""
+        """Stop the revive task (idempotent; a no-op before `start`)."""
         await self._service.close()
 
     async def _startup(self) -> None:

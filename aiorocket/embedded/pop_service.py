@@ -2,12 +2,12 @@
 the checkpoints in flight and their revive log, the ordered-POP table, the held POP and
 NOTIFICATION requests, and the revive service.
 
-:meth:`PopService.load` replays the revive log (``pop_log.py``) before the broker serves and
-restores the POP offsets a crash kept from being written; :meth:`PopService.start` starts the
-revive task and hooks the held requests to the write path; :meth:`PopService.flush` records
+`PopService.load` replays the revive log (``pop_log.py``) before the broker serves and
+restores the POP offsets a crash kept from being written; `PopService.start` starts the
+revive task and hooks the held requests to the write path; `PopService.flush` records
 the revive offset in the offset table and writes the ordered-POP table (the broker calls it
-before writing offsets); :meth:`PopService.stop` stops the revive task. The request
-processors (``pop.py``, ``pop_ack.py``) share a :class:`PopContext`.
+before writing offsets); `PopService.stop` stops the revive task. The request
+processors (``pop.py``, ``pop_ack.py``) share a `PopContext`.
 """
 
 from __future__ import annotations

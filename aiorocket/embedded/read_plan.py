@@ -1,8 +1,8 @@
 """The read planner of a pull: which index entries a ``MessageStore.get`` returns, and
 reading their records from the commit log with as few reads as possible.
 
-:func:`collect_py` is the reference; ``_store_speedups.collect`` (optional, compiled like the
-codec) is its twin with the same results and faults, chosen by :func:`use_compiled`.
+`collect_py` is the reference; ``_store_speedups.collect`` (optional, compiled like the
+codec) is its twin with the same results and faults, chosen by `use_compiled`.
 """
 
 from __future__ import annotations
@@ -136,12 +136,12 @@ def collect_py(
     return scanned, PLANNED
 
 
-#: the active implementation (:func:`use_compiled` picks it)
+#: the active implementation (`use_compiled` picks it)
 collect = collect_py
 
 
 def use_compiled(compiled: bool) -> None:
-    """Read pulls with the compiled ``_store_speedups.collect`` or with :func:`collect_py`.
+    """Read pulls with the compiled ``_store_speedups.collect`` or with `collect_py`.
 
     For tests and benchmarks that compare the two; the choice made at import follows the
     codec's (``AIOROCKET_NO_EXTENSIONS``).

@@ -38,7 +38,7 @@ _Key = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
-    """What :func:`recover` did."""
+    """What `recover` did."""
 
     truncated_bytes: int
     reindexed: int

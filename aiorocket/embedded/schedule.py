@@ -39,12 +39,12 @@ _BATCH = 64
 
 class DueDelivery(PersistedTable):
     """What the delay-level and timer services share: parked messages re-stored in their real
-    topics when due, by tasks of one :class:`Service`, and a progress table persisted only
+    topics when due, by tasks of one `Service`, and a progress table persisted only
     once the re-stores it covers are durable (Java's ``ScheduleMessageService`` and
     ``TimerMessageStore`` both persist their progress after their puts).
 
-    Subclasses give :meth:`_startup` (the tasks), :meth:`_progress` (the table to write, or
-    ``None`` when it did not move) and :meth:`_progress_written`.
+    Subclasses give `_startup` (the tasks), `_progress` (the table to write, or
+    ``None`` when it did not move) and `_progress_written`.
 
     Args:
         writer: stores the due messages in their real topics.
@@ -97,14 +97,14 @@ class DueDelivery(PersistedTable):
         await self._service.start()
 
     async def stop(self) -> None:
-        """Stop the delivery tasks (progress is kept; call :meth:`flush` afterwards).
-        Idempotent, and a no-op before :meth:`start`."""
+        """Stop the delivery tasks (progress is kept; call `flush` afterwards).
+        Idempotent, and a no-op before `start`."""
         await self._service.close()
 
     async def flush(self) -> None:
         """Persist the progress if it moved, after the re-stores it covers are durable.
 
-        Shielded like :meth:`ConsumerOffsets.flush`: a cancelled caller never leaves a
+        Shielded like `ConsumerOffsets.flush`: a cancelled caller never leaves a
         half-finished write behind.
 
         Raises:
@@ -131,7 +131,7 @@ class ScheduleService(DueDelivery):
 
     Args:
         levels: the delay of each level in seconds; level ``n`` uses queue ``n - 1``.
-        (the others: :class:`DueDelivery`; ``path`` is ``delayOffset.json``)
+        (the others: `DueDelivery`; ``path`` is ``delayOffset.json``)
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """The send path: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
 CONSUMER_SEND_MSG_BACK (36) — Java's ``SendMessageProcessor`` (docs/protocol.md §6.2, §4.6, §6.6).
 
-Messages are stored through the broker's :class:`~aiorocket.embedded.writer.MessageWriter`
+Messages are stored through the broker's `MessageWriter`
 (plain, parked when delayed, or as a half message when transactional).
 
 Every check that can refuse a request runs before anything touches the disk: names, system

@@ -7,7 +7,7 @@ Counters only go up; rates come from samples of the counters, as Java computes t
 rates over the last 10 s, 1 min and 10 min (empty while there are not enough samples yet); a
 group's consume TPS (``tpsGroupGetNums``) from one sample every 10 s, the rate between the
 oldest and the newest of the last seven (``StatsItem.computeStatsData``). The broker takes the
-samples from a one-second timer (:meth:`BrokerStats.tick`).
+samples from a one-second timer (`BrokerStats.tick`).
 Daily totals (``msgPutTotalTodayMorning`` …) are the counters at the last local midnight, and at
 the one before.
 
@@ -120,7 +120,7 @@ class BrokerStats:
     ) -> None:
         """A pull of ``group`` served ``count`` messages of ``topic``.
 
-        ``now`` and ``now_ms`` are not needed (the counters are sampled by :meth:`tick`);
+        ``now`` and ``now_ms`` are not needed (the counters are sampled by `tick`);
         they are accepted for callers that pass them.
         """
         self.gets += count

@@ -1,15 +1,17 @@
 """The embedded broker's durable message store (RocketMQ's ``DefaultMessageStore``).
 
-Layout under ``data_dir``::
+Layout under ``data_dir``:
 
-    lock                                   held (flock) while a store has the directory open
-    checkpoint                             JSON: a durable commit-log position + queue maxima
-    commitlog/<20-digit base offset>       record + CRC-32 trailer, back to back
-    consumequeue/<topic>/<queue id>/<20-digit first queue offset>   28-byte entries
+```text
+lock                                   held (flock) while a store has the directory open
+checkpoint                             JSON: a durable commit-log position + queue maxima
+commitlog/<20-digit base offset>       record + CRC-32 trailer, back to back
+consumequeue/<topic>/<queue id>/<20-digit first queue offset>   28-byte entries
+```
 
 Rules that make crash recovery simple:
 
-* :meth:`MessageStore.put` is synchronous: it assigns the offsets, writes the record to the log
+* `MessageStore.put` is synchronous: it assigns the offsets, writes the record to the log
   and its index entry, with no await in between, so entries appear in log order.
 * The checkpoint only ever names a position up to which the log *and* every index entry for
   it have been fsynced. Recovery trusts everything before it and re-validates everything after.
@@ -59,7 +61,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: ``maxTransferBytesOnMessageInMemory``: the default byte budget of one :meth:`get`.
+#: ``maxTransferBytesOnMessageInMemory``: the default byte budget of one `get`.
 DEFAULT_MAX_BYTES: Final = 256 * 1024
 
 # DefaultMessageStore.getMessage scans at most max(16000 bytes of 20-byte units, maxMsgNums)
@@ -83,7 +85,7 @@ def default_tags_code(record: MessageRecord) -> int:
 
 
 class GetStatus(enum.Enum):
-    """The outcome of :meth:`MessageStore.get`: Java's ``GetMessageStatus``.
+    """The outcome of `MessageStore.get`: Java's ``GetMessageStatus``.
 
     The value is the Java name, which a broker sends as the pull response's remark.
     docs/protocol.md §3.3 maps each one to a wire code.
@@ -102,10 +104,10 @@ class GetStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PutResult:
-    """Where :meth:`MessageStore.put` stored a record.
+    """Where `MessageStore.put` stored a record.
 
     ``commit_log_end`` is the log position just after the record's entry: pass it to
-    :meth:`MessageStore.wait_durable`.
+    `MessageStore.wait_durable`.
     """
 
     queue_offset: int
@@ -117,7 +119,7 @@ class PutResult:
 
 @dataclass(frozen=True, slots=True)
 class GetResult:
-    """The answer of :meth:`MessageStore.get` (Java's ``GetMessageResult``).
+    """The answer of `MessageStore.get` (Java's ``GetMessageResult``).
 
     ``messages`` are raw stored records (docs/protocol.md §4.1), ready to be concatenated into a
     pull response body; ``tags_codes`` and ``queue_offsets`` run parallel to them.
@@ -135,16 +137,16 @@ class GetResult:
 
     @property
     def total_bytes(self) -> int:
-        """The summed size of :attr:`messages`."""
+        """The summed size of `messages`."""
         return sum(len(m) for m in self.messages)
 
 
 @dataclass(frozen=True, slots=True)
 class StoreStatistics:
-    """A snapshot of a :class:`MessageStore`.
+    """A snapshot of a `MessageStore`.
 
     Counters ending in ``_put`` and ``flushes`` (fsync rounds) count since
-    :meth:`MessageStore.open`; ``recovered_*`` describe what the last recovery did.
+    `MessageStore.open`; ``recovered_*`` describe what the last recovery did.
     """
 
     messages_put: int
@@ -179,7 +181,7 @@ class MessageStore(AsyncResource):
         data_dir: the store's directory; created if missing.
         flush: ``"async"``: a background task fsyncs every ``flush_interval`` seconds, so a
             power loss may lose that window (a killed process loses nothing). ``"sync"``: the
-            broker awaits :meth:`wait_durable` before acknowledging; the background task then
+            broker awaits `wait_durable` before acknowledging; the background task then
             only writes checkpoints.
         flush_interval: seconds between background flushes, in (0, 0.5].
         segment_size: the commit-log segment size in bytes; a record larger than that (minus
@@ -189,7 +191,7 @@ class MessageStore(AsyncResource):
         retention_bytes: if set, the oldest segments are deleted while the log is larger.
         clock: the store-time source, in ms since the epoch.
         tags_code_of: how recovery computes a tags code when it re-indexes a record;
-            :func:`default_tags_code` unless the broker computes codes differently.
+            `default_tags_code` unless the broker computes codes differently.
         max_open_files: bound on the descriptors held for index and old log files.
 
     Raises:
@@ -266,16 +268,16 @@ class MessageStore(AsyncResource):
 
     @property
     def flush_mode(self) -> Literal["async", "sync"]:
-        """``"sync"`` if acknowledgements must wait for :meth:`wait_durable`."""
+        """``"sync"`` if acknowledgements must wait for `wait_durable`."""
         return self._flush_mode
 
     @property
     def is_open(self) -> bool:
-        """Whether :meth:`open` completed and :meth:`close` was not called."""
+        """Whether `open` completed and `close` was not called."""
         return self._state is _State.OPEN
 
     async def start(self) -> None:
-        """Same as :meth:`open`."""
+        """Same as `open`."""
         await self.open()
 
     async def open(self) -> None:
@@ -375,7 +377,7 @@ class MessageStore(AsyncResource):
         ``store_timestamp`` (from the clock), ``store_size`` and ``body_crc`` in ``record``,
         appends it to the log and indexes it with ``tags_code``. The record is in the page
         cache when this returns: a killed process loses nothing, a power loss may lose what
-        :meth:`wait_durable` has not covered.
+        `wait_durable` has not covered.
 
         Raises:
             ClientClosedError: the store is not open.

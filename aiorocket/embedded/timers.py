@@ -9,7 +9,7 @@ and ``TIMER_DEQUEUE_MS`` added, as ``TimerMessageStore.convertMessage`` does (th
 properties, ``REAL_TOPIC`` and ``TIMER_OUT_MS`` included, stay as Java renders them).
 
 Durability: once a parked message is handled its index entry's tags code is rewritten to
-:data:`TIMER_DONE`, right after its delivered copy is stored and with no await in between, so a
+`TIMER_DONE`, right after its delivered copy is stored and with no await in between, so a
 killed broker neither loses a pending timer nor delivers one twice (a crash between those two
 writes, microseconds apart, would deliver it again, never lose it). At start the pending set is
 rebuilt from the index: every entry from the persisted low-water offset (``timerProgress.json``,
@@ -67,7 +67,7 @@ _RATE_WINDOW: Final = 10
 
 
 class _Rate:
-    """Events per second over the last :data:`_RATE_WINDOW` whole seconds."""
+    """Events per second over the last `_RATE_WINDOW` whole seconds."""
 
     def __init__(self) -> None:
         self._seconds: deque[list[int]] = deque()
@@ -92,7 +92,7 @@ class TimerService(DueDelivery):
 
     Args:
         config: ``timer_roll_window``.
-        (the others: :class:`~aiorocket.embedded.schedule.DueDelivery`; ``path`` is
+        (the others: `DueDelivery`; ``path`` is
         ``timerProgress.json``, the low-water offset)
     """
 
@@ -138,8 +138,8 @@ class TimerService(DueDelivery):
         return len(self._pending)
 
     def rebuild(self) -> int:
-        """Collect the pending messages from the index (after :meth:`load`, before the broker
-        serves: parks from then on come through :meth:`parked`); returns how many.
+        """Collect the pending messages from the index (after `load`, before the broker
+        serves: parks from then on come through `parked`); returns how many.
 
         Raises:
             ClientClosedError: the store is not open.
@@ -160,7 +160,7 @@ class TimerService(DueDelivery):
         return len(self._pending)
 
     def parked(self, queue_offset: int, due_ms: int, stored_ms: int) -> None:
-        """The write path parked a timer message (:data:`~aiorocket.embedded.writer.TimerParked`).
+        """The write path parked a timer message (`TimerParked`).
         Never raises."""
         self._add(queue_offset, due_ms, stored_ms)
         self._enqueued.add()

@@ -27,6 +27,7 @@ from aiorocket._protocol.attributes import MESSAGE_TYPE_ATTRIBUTE, parse_attribu
 from aiorocket._protocol.codes import Perm
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.files import PersistedTable, write_json_atomically
+from aiorocket.settings import closest_name
 
 __all__ = [
     "CHECK_MAX_TOPIC",
@@ -88,6 +89,12 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
 )
 
 log = logging.getLogger("aiorocket.embedded")
+
+
+def _internal(name: str) -> bool:
+    """A group's retry or dead-letter topic: created by the broker's own rules, not a typo."""
+    return name.startswith((RETRY_PREFIX, DLQ_PREFIX))
+
 
 _RW = int(Perm.READ | Perm.WRITE)
 
@@ -298,7 +305,7 @@ class TopicTable(PersistedTable):
         """Every topic, sorted by name."""
         return [self._topics[n] for n in sorted(self._topics)]
 
-    def put(self, cfg: TopicConfig) -> TopicConfig:
+    def put(self, cfg: TopicConfig, *, auto: str | None = None) -> TopicConfig:
         """Create or replace a topic and persist it before returning.
 
         Raises:
@@ -323,8 +330,26 @@ class TopicTable(PersistedTable):
             else:
                 self._topics[cfg.name] = old
             raise
-        log.info("created topic %s with %d queues", cfg.name, cfg.queue_count)
+        if auto is None:
+            log.info("created topic %s with %d queues", cfg.name, cfg.queue_count)
+        else:
+            self._log_auto_created(cfg, auto)
         return cfg
+
+    def _log_auto_created(self, cfg: TopicConfig, how: str) -> None:
+        # A Java broker logs an auto-creation only in its own store log; a typo'd topic then
+        # takes messages its consumers never see. One line per topic (it is created once),
+        # a warning when an existing topic has a close name.
+        others = [n for n in self._topics if n not in self._system and not _internal(n)]
+        hint = closest_name(cfg.name, others, n=3)
+        log.log(
+            logging.WARNING if hint else logging.INFO,
+            "auto-created topic %s with %d queues on %s (auto_create_topics)%s",
+            cfg.name,
+            cfg.queue_count,
+            how,
+            hint,
+        )
 
     def delete(self, name: str) -> bool:
         """Remove a topic created at run time and persist the table (``deleteTopicConfig``);
@@ -396,7 +421,8 @@ class TopicTable(PersistedTable):
                     write_queue_nums=n,
                     perm=template.perm & ~int(Perm.INHERIT),
                     topic_filter_type=template.topic_filter_type,
-                )
+                ),
+                auto=None if _internal(name) else "its first send",
             )
         if name.startswith(RETRY_PREFIX):
             return self.ensure(name, self._config.retry_queue_nums)
@@ -427,7 +453,10 @@ class TopicTable(PersistedTable):
             n = self._config.retry_queue_nums if name.startswith(RETRY_PREFIX) else 1
             return self.ensure(name, n)
         n = self._config.default_queues
-        return self.put(TopicConfig(name=name, read_queue_nums=n, write_queue_nums=n))
+        return self.put(
+            TopicConfig(name=name, read_queue_nums=n, write_queue_nums=n),
+            auto="a route lookup (create_topics_on_lookup)",
+        )
 
     def with_perm(self, name: str, perm: int) -> TopicConfig:
         """Change a topic's permission bits (admin ``wipeWritePerm``-style changes, tests).

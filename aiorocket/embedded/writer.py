@@ -1,6 +1,6 @@
 """The write path: the one place messages enter the store.
 
-:class:`MessageWriter` stores a message as is, parks a delayed one in ``SCHEDULE_TOPIC_XXXX``
+`MessageWriter` stores a message as is, parks a delayed one in ``SCHEDULE_TOPIC_XXXX``
 (queue = level - 1, with ``REAL_TOPIC``/``REAL_QID``, its tags code the delivery time), parks a
 timer message in ``rmq_sys_wheel_timer`` (queue 0, likewise, plus ``TIMER_OUT_MS``), or stores
 a transactional one as a half message in ``RMQ_SYS_TRANS_HALF_TOPIC``; then it wakes the held
@@ -48,7 +48,7 @@ TimerParked = Callable[[int, int, int], None]
 
 
 class TimerRefused(Exception):
-    """A timer message the broker does not take (:class:`~aiorocket.embedded.delays.TimerRefusal`
+    """A timer message the broker does not take (`TimerRefusal`
     says with which code and remark to answer); nothing was stored."""
 
     def __init__(self, refusal: TimerRefusal) -> None:
@@ -153,7 +153,7 @@ class MessageWriter:
         config: the delay table and flush mode.
         schedule_wake: called with the ``SCHEDULE_TOPIC_XXXX`` queue id a delayed message
             was parked in.
-        timer_parked: told of each timer message parked (:data:`TimerParked`).
+        timer_parked: told of each timer message parked (`TimerParked`).
     """
 
     def __init__(
@@ -191,7 +191,7 @@ class MessageWriter:
         """Store ``rec`` as is (tags code from its ``TAGS``) and wake held pulls; synchronous.
 
         Raises:
-            the errors of :meth:`MessageStore.put`.
+            the errors of `MessageStore.put`.
         """
         code = tags_code(rec.properties.get(mp.TAGS))
         result = self._store.put(rec, tags_code=code)
@@ -199,11 +199,11 @@ class MessageWriter:
         return result
 
     def store_half(self, rec: MessageRecord) -> PutResult:
-        """Store a received transactional message as its half message (:func:`to_half`),
+        """Store a received transactional message as its half message (`to_half`),
         never parked (``TransactionalMessageBridge.putHalfMessage``); synchronous.
 
         Raises:
-            the errors of :meth:`MessageStore.put`.
+            the errors of `MessageStore.put`.
         """
         to_half(rec)
         return self.store_message(rec)
@@ -219,7 +219,7 @@ class MessageWriter:
 
         Raises:
             TimerRefused: a timer message the broker refuses (nothing stored).
-            the errors of :meth:`MessageStore.put`.
+            the errors of `MessageStore.put`.
         """
         props = rec.properties
         level = self.delay_level(props)
@@ -270,7 +270,7 @@ class MessageWriter:
         tell the timer service; synchronous.
 
         Raises:
-            the errors of :meth:`MessageStore.put`.
+            the errors of `MessageStore.put`.
         """
         result = self._store.put(rec, tags_code=due)
         if self._timer_parked is not None:

@@ -1,21 +1,26 @@
 """FastAPI integration: lifespan, a producer dependency, health routes and the app's AsyncAPI
 document.
 
-::
+```python
+from fastapi import Depends, FastAPI
+from aiorocket import App, Producer
+from aiorocket.integrations.fastapi import (
+    asyncapi_router,
+    health_router,
+    metrics_router,
+    producer_dependency,
+)
 
-    from fastapi import Depends, FastAPI
-    from aiorocket import App, Producer
-    from aiorocket.integrations.fastapi import health_router, metrics_router, producer_dependency
+rocket = App(namesrv="127.0.0.1:9876")
+api = FastAPI(lifespan=rocket.lifespan)
+api.include_router(health_router(rocket))
+api.include_router(metrics_router(rocket))   # GET /metrics (aiorocketmq[prometheus])
+api.include_router(asyncapi_router(rocket))  # GET /asyncapi.json, /asyncapi.yaml
 
-    rocket = App(namesrv="127.0.0.1:9876")
-    api = FastAPI(lifespan=rocket.lifespan)
-    api.include_router(health_router(rocket))
-    api.include_router(metrics_router(rocket))   # GET /metrics (aiorocketmq[prometheus])
-    api.include_router(asyncapi_router(rocket))  # GET /asyncapi.json, /asyncapi.yaml
-
-    @api.post("/orders")
-    async def create(order: Order, producer: Producer = Depends(producer_dependency(rocket))):
-        await producer.send(...)
+@api.post("/orders")
+async def create(order: Order, producer: Producer = Depends(producer_dependency(rocket))):
+    await producer.send(...)
+```
 """
 
 from __future__ import annotations
@@ -41,8 +46,8 @@ __all__ = ["asyncapi_router", "health_router", "metrics_router", "producer_depen
 def producer_dependency(app: App) -> Callable[[], Producer]:
     """A FastAPI dependency that hands an endpoint the app's shared producer.
 
-    The dependency raises :class:`~aiorocket.errors.ClientClosedError` if the app is not
-    running (the lifespan was not installed).
+    The dependency raises [`ClientClosedError`][aiorocket.errors.ClientClosedError] if the app is
+    not running (the lifespan was not installed).
     """
 
     def get_producer() -> Producer:
@@ -62,9 +67,9 @@ def health_router(
     consumer are started (connected, first rebalance done), the name server and the brokers
     answer, no group's pulls keep failing, and no queue is stuck; else 503. The body names
     what fails (``problems``: the name server, a broker, a group's pulls, failing for
-    ``failing_after`` seconds; :meth:`~aiorocket.App.problems`), the stuck queues and why (a
-    handler call running past ``stuck_after``, or cached messages with nothing consumed that
-    long), and lists every queue's health (:meth:`~aiorocket.App.health`).
+    ``failing_after`` seconds; [`problems`][aiorocket.app.App.problems]), the stuck queues and why
+    (a handler call running past ``stuck_after``, or cached messages with nothing consumed that
+    long), and lists every queue's health ([`health`][aiorocket.app.App.health]).
     """
     router = APIRouter()
 
@@ -82,7 +87,8 @@ def health_router(
 
 def metrics_router(app: App, *, path: str = "/metrics") -> APIRouter:
     """A ``GET /metrics`` route with the app's Prometheus metrics
-    (:mod:`aiorocket.integrations.prometheus`; needs ``aiorocketmq[prometheus]``).
+    ([`aiorocket.integrations.prometheus`][aiorocket.integrations.prometheus]; needs
+    ``aiorocketmq[prometheus]``).
 
     Raises:
         ImportError: prometheus-client is not installed.
@@ -108,7 +114,7 @@ def asyncapi_router(
     version: str = "1.0.0",
 ) -> APIRouter:
     """``GET {path}.json`` and ``GET {path}.yaml``: the app's AsyncAPI 3.0 document
-    ([App.asyncapi][aiorocket.App.asyncapi]), built once, on the first request."""
+    ([App.asyncapi][aiorocket.app.App.asyncapi]), built once, on the first request."""
     router = APIRouter()
     cache: dict[str, Any] = {}
 

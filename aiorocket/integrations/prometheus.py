@@ -1,4 +1,4 @@
-"""Prometheus metrics of a running :class:`~aiorocket.App` (``pip install
+"""Prometheus metrics of a running [`App`][aiorocket.app.App] (``pip install
 "aiorocketmq[prometheus]"``).
 
 Nothing is recorded on the hot path: a collector reads the consumers' statistics and the
@@ -6,7 +6,7 @@ subscribers' counters when Prometheus scrapes, on the event loop (the worker's m
 and the FastAPI route both run there). Each app gets its own registry, so tests and several
 apps in one process never collide.
 
-The metrics are :data:`aiorocket.app.metrics.METRICS` (counters get Prometheus' ``_total``
+The metrics are `aiorocket.app.metrics.METRICS` (counters get Prometheus' ``_total``
 suffix): per queue ``aiorocket_consumer_lag_messages``, ``cached_messages``, ``cached_bytes``,
 ``in_flight_handlers``, ``oldest_in_flight_seconds``, ``queue_stuck``; per topic
 ``pull_rt_milliseconds``, ``pull_tps``, ``consume_rt_milliseconds``, ``consume_ok_tps``,
@@ -41,12 +41,12 @@ __all__ = ["CONTENT_TYPE", "AppCollector", "registry_for", "render", "serve"]
 
 log = logging.getLogger("aiorocket.metrics")
 
-#: the exposition format's content type
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The exposition format's content type."""
 
 
 class AppCollector(Collector):
-    """Reads an app's metrics (:func:`aiorocket.app.metrics.collect`) at each scrape.
+    """Reads an app's metrics (`aiorocket.app.metrics.collect`) at each scrape.
 
     Args:
         app: the app; while it is not running, only the subscriber counters are reported.

@@ -4,19 +4,21 @@ Fixtures (function scope, on the test's event loop; they need pytest-asyncio, in
 auto mode):
 
 ``embedded_broker_config``
-    The :class:`~aiorocket.embedded.BrokerConfig` of ``embedded_broker``: defaults, except that
+    The [`BrokerConfig`][aiorocket.embedded.BrokerConfig] of ``embedded_broker``: defaults, except
+        that
     every delay level is 100 ms, so retried messages come back at once. Override the fixture in
     a ``conftest.py`` to change it. As a Java name server, the broker does not create a topic
     when a client looks it up: a consumer started before its topic exists finds it about a
     second after the first send (``missing_route_retry``). Create the topic first
     (``Admin.create_topic``), or set ``create_topics_on_lookup=True`` here, to skip that wait.
 ``embedded_broker``
-    A running :class:`~aiorocket.embedded.EmbeddedBroker` (name server and broker on one free
-    port of 127.0.0.1, data in the test's ``tmp_path``); clients use ``embedded_broker.address``
-    as their name server. Its fault hooks (``redeliver``, ``notify_rebalance``,
-    ``drop_below``, ``fail_next``) drive the situations a test wants to see handled.
+    A running [`EmbeddedBroker`][aiorocket.embedded.EmbeddedBroker] (name server and broker on one
+    free port of 127.0.0.1, data in the test's ``tmp_path``); clients use
+    ``embedded_broker.address`` as their name server. Its fault hooks (``redeliver``,
+    ``notify_rebalance``, ``drop_below``, ``fail_next``) drive the situations a test wants to see
+    handled.
 ``chaos_proxy``
-    A running :class:`~aiorocket.testing.ChaosProxy`. When the test also uses
+    A running [`ChaosProxy`][aiorocket.testing.ChaosProxy]. When the test also uses
     ``embedded_broker``, the broker is started behind it (it advertises the proxy's port and
     ``embedded_broker.address`` is the proxy's address), so every client connection passes
     through the proxy. Alone, it has no upstream until the test sets ``chaos_proxy.upstream``.

@@ -3,20 +3,23 @@
 Every accepted connection is paired with a fresh connection to the upstream address and bytes
 are copied both ways by a reader and a writer task per direction. The faults act on the copy:
 
-* :meth:`ChaosProxy.stall` stops copying without closing anything (a black hole: a partition,
-  a frozen peer). Nothing is dropped: what is in flight waits in the proxy and in the kernel's
-  socket buffers, and flows again after :meth:`~ChaosProxy.heal`, as TCP delivers it once a
-  partition heals; peers that give up meanwhile time out, as they would on a real network;
-* :meth:`ChaosProxy.reset` aborts every connection with a TCP RST on both sides;
-* :meth:`ChaosProxy.truncate` lets half of the next frame through, then closes the connection
-  (RocketMQ frames are length-prefixed: the proxy follows their boundaries, nothing else of the
-  protocol);
-* :meth:`ChaosProxy.delay` adds latency to every chunk, :meth:`ChaosProxy.bandwidth` caps the
-  rate of each direction of each connection;
-* :meth:`ChaosProxy.heal` removes every fault.
+* [`ChaosProxy.stall`][aiorocket.testing.ChaosProxy.stall] stops copying without closing anything (a
+  black hole: a partition, a frozen peer). Nothing is dropped: what is in flight waits in the proxy
+      and in the kernel's
+  socket buffers, and flows again after [`heal`][aiorocket.testing.ChaosProxy.heal], as TCP delivers
+  it once a partition heals; peers that give up meanwhile time out, as they would on a real network;
+* [`ChaosProxy.reset`][aiorocket.testing.ChaosProxy.reset] aborts every connection with a TCP RST on
+  both sides;
+* [`ChaosProxy.truncate`][aiorocket.testing.ChaosProxy.truncate] lets half of the next frame
+  through, then closes the connection (RocketMQ frames are length-prefixed: the proxy follows their
+  boundaries, nothing else of the protocol);
+* [`ChaosProxy.delay`][aiorocket.testing.ChaosProxy.delay] adds latency to every chunk,
+  [`ChaosProxy.bandwidth`][aiorocket.testing.ChaosProxy.bandwidth] caps the rate of each direction
+  of each connection;
+* [`ChaosProxy.heal`][aiorocket.testing.ChaosProxy.heal] removes every fault.
 
 Clients must send *all* their traffic through the proxy, so the broker's routes must advertise
-the proxy's address: :class:`~aiorocket.embedded.EmbeddedBroker` takes
+the proxy's address: [`EmbeddedBroker`][aiorocket.embedded.EmbeddedBroker] takes
 ``BrokerConfig(advertised_port=proxy.port)`` (the ``embedded_broker`` fixture of the pytest
 plugin does it when a test also uses ``chaos_proxy``). A Java broker advertises
 ``brokerIP1:listenPort``: give the proxy the broker's port on another loopback address
@@ -40,8 +43,8 @@ __all__ = ["ChaosProxy", "Direction"]
 
 log = logging.getLogger("aiorocket.testing")
 
-#: which way a fault applies: client → upstream, upstream → client, or both
 Direction = Literal["upstream", "downstream", "both"]
+"""Which way a fault applies: client → upstream, upstream → client, or both."""
 
 _CHUNK = 64 * 1024
 _CONNECT_TIMEOUT = 5.0
@@ -229,19 +232,21 @@ class _Link:
 class ChaosProxy(AsyncResource):
     """A TCP proxy in front of ``upstream`` that injects network faults on demand.
 
-    ::
-
-        async with ChaosProxy("127.0.0.1:10911") as proxy:
-            ...                 # clients connect to proxy.address
-            proxy.stall()       # a black hole: nothing flows, nothing closes
-            await asyncio.sleep(30)
-            proxy.heal()
+    ```python
+    async with ChaosProxy("127.0.0.1:10911") as proxy:
+        ...                 # clients connect to proxy.address
+        proxy.stall()       # a black hole: nothing flows, nothing closes
+        await asyncio.sleep(30)
+        proxy.heal()
+    ```
 
     Args:
-        upstream: ``"host:port"`` to forward to; may be set later through :attr:`upstream`
-            (connections accepted without one are closed at once).
+        upstream: ``"host:port"`` to forward to; may be set later through
+            [`upstream`][aiorocket.testing.ChaosProxy.upstream] (connections accepted without one
+            are closed at once).
         host: the address to listen on.
-        port: the port to listen on; 0 picks a free one (see :attr:`port`).
+        port: the port to listen on; 0 picks a free one (see
+            [`port`][aiorocket.testing.ChaosProxy.port]).
 
     Fault methods are synchronous and take effect at once; each connection's faults are
     applied by its own tasks, so they also hold for connections accepted later (a stalled
@@ -261,9 +266,9 @@ class ChaosProxy(AsyncResource):
         self._flowing.set()
         self._delay = 0.0
         self._bandwidth: float | None = None
-        #: frames cut by :meth:`truncate` so far
+        #: frames cut by [`truncate`][aiorocket.testing.ChaosProxy.truncate] so far
         self.truncated = 0
-        #: connections aborted by :meth:`reset` so far
+        #: connections aborted by [`reset`][aiorocket.testing.ChaosProxy.reset] so far
         self.resets = 0
         #: connections accepted so far
         self.accepted = 0
@@ -303,7 +308,8 @@ class ChaosProxy(AsyncResource):
 
     @property
     def port(self) -> int:
-        """The port the proxy listens on (0 before :meth:`start`)."""
+        """The port the proxy listens on (0 before
+        [`start`][aiorocket.testing.ChaosProxy.start])."""
         return self._port
 
     @property
@@ -329,14 +335,14 @@ class ChaosProxy(AsyncResource):
 
     @property
     def stalled(self) -> bool:
-        """Whether :meth:`stall` is in effect."""
+        """Whether [`stall`][aiorocket.testing.ChaosProxy.stall] is in effect."""
         return not self._flowing.is_set()
 
     # -- faults ------------------------------------------------------------------------------
 
     def stall(self) -> None:
         """Stop copying bytes in both directions, closing nothing (a black hole) until
-        :meth:`heal`. Held bytes are delivered after the heal."""
+        [`heal`][aiorocket.testing.ChaosProxy.heal]. Held bytes are delivered after the heal."""
         self._flowing.clear()
         log.info("chaos proxy %s: stalled", self.address)
 
@@ -353,7 +359,7 @@ class ChaosProxy(AsyncResource):
     def truncate(self, direction: Direction = "downstream") -> int:
         """Cut the next frame sent in ``direction`` on every open connection in half, then
         close that connection (a frame half-written already is cut where it stands). Returns
-        how many connections are armed; :attr:`truncated` counts the cuts made."""
+        how many connections are armed; `truncated` counts the cuts made."""
         links = list(self._links)
         for link in links:
             for flow in link.flows(direction):

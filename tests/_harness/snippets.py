@@ -5,8 +5,9 @@ What happens to each fence (the rules docs/contributing.md states for authors):
 * ``python``: a complete program. It is written to a file and run with the given interpreter
   in a subprocess, with every ``"127.0.0.1:9876"`` replaced by the test broker's address; it
   passes when it exits 0 within the timeout. A block importing an optional extra (FastAPI,
-  Spark, OpenTelemetry, Prometheus, httpx or pytest) is skipped when that interpreter lacks
-  the extra, and a Spark block also without a Java runtime: the skip names what is missing.
+  Spark, OpenTelemetry, Prometheus, httpx or pytest) that interpreter lacks is skipped, naming
+  what is missing, or, with ``strict`` (the interpreter of a virtualenv holding what the page
+  tells its reader to install), fails; a Spark block without a Java runtime is skipped.
 * ``console``, ``bash``, ``sh``, ``shell``: each command line is checked, not executed (most
   start servers that run until stopped): ``aiorocket ...`` must parse with the command line's
   own parser, ``make T`` must name a target of the Makefile, ``pip install`` of
@@ -147,13 +148,24 @@ def collect(path: Path) -> list[Snippet]:
     return snippets
 
 
-def run(snippet: Snippet, *, python: str, namesrv: str, cwd: Path, timeout: float) -> Outcome:
+def run(
+    snippet: Snippet,
+    *,
+    python: str,
+    namesrv: str,
+    cwd: Path,
+    timeout: float,
+    strict: bool = False,
+) -> Outcome:
     """Check ``snippet`` as its fence's rule says (see the module docstring).
 
     ``python`` is the interpreter that runs programs and parses ``aiorocket`` command lines
-    (a freshly installed wheel's, or ``sys.executable``); ``namesrv`` replaces
-    ``"127.0.0.1:9876"``; ``cwd`` is the working directory of programs (they may write
-    files there); ``timeout`` bounds one program, in seconds.
+    (a freshly installed wheel's, a page's virtualenv, or ``sys.executable``); ``namesrv``
+    replaces ``"127.0.0.1:9876"``; ``cwd`` is the working directory of programs (they may
+    write files there); ``timeout`` bounds one program, in seconds. With ``strict`` (an
+    interpreter holding what the page tells its reader to install) a program importing an
+    extra that interpreter lacks fails instead of being skipped; one needing Java without it
+    is still skipped.
     """
     start = time.monotonic()
     if snippet.kind == "exempt":
@@ -161,9 +173,14 @@ def run(snippet: Snippet, *, python: str, namesrv: str, cwd: Path, timeout: floa
     if snippet.kind == "commands":
         problems = _check_commands(snippet, python)
         return Outcome(not problems, None, "\n".join(problems), time.monotonic() - start)
-    missing = _missing_requirements(snippet.code, python)
+    missing = _missing_extras(snippet.code, python)
     if missing is not None:
+        if strict:
+            return Outcome(False, None, f"the page does not say to install it: {missing}")
         return Outcome(ok=True, skipped=missing)
+    no_java = _missing_java(snippet.code)
+    if no_java is not None:
+        return Outcome(ok=True, skipped=no_java)
     program = cwd / f"snippet_{snippet.line}.py"
     program.write_text(snippet.code.replace(NAMESRV, namesrv), encoding="utf-8")
     # Nothing is added to the environment (PYSPARK_PYTHON included): a snippet must set up
@@ -207,9 +224,9 @@ def _imported_modules(code: str) -> set[str]:
     return modules
 
 
-def _missing_requirements(code: str, python: str) -> str | None:
-    """Why the program cannot run with ``python`` (an extra it imports is not installed, or
-    Spark has no Java), or ``None``."""
+def _missing_extras(code: str, python: str) -> str | None:
+    """Why the program cannot run with ``python`` (an extra it imports is not installed), or
+    ``None``."""
     needed: dict[str, str] = {}
     imported = _imported_modules(code)
     for module in imported:
@@ -237,6 +254,12 @@ def _missing_requirements(code: str, python: str) -> str | None:
         if absent:
             installs = sorted({needed[m] for m in absent})
             return f"needs {', '.join(absent)}: pip install {' '.join(installs)}"
+    return None
+
+
+def _missing_java(code: str) -> str | None:
+    """Why a Spark program cannot run here (no Java runtime), or ``None``."""
+    imported = _imported_modules(code)
     if any(m == s or m.startswith(s + ".") for m in imported for s in _SPARK_MODULES):
         java_home = os.environ.get("JAVA_HOME")
         if shutil.which("java") is None and not (

@@ -32,3 +32,8 @@ def test_demo_runs_end_to_end_with_no_order_violation() -> None:
     assert summary["order"].startswith("violations   0")
     assert summary["dead-lettered"].startswith("1 ")
     assert summary["result"].strip() == "OK"
+    # the poison order is the demo's expected failure: one line, no traceback
+    assert "Traceback" not in out.stderr, out.stderr
+    poison = [line for line in out.stderr.splitlines() if "order 13" in line]
+    assert len(poison) == 1, out.stderr
+    assert "sent to %DLQ%billing" in poison[0]

@@ -127,4 +127,7 @@ def test_unreachable_name_server_exits_non_zero_with_one_line(tmp_path: Path) ->
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
-    assert lines[0].startswith("aiorocket worker could not start: cannot connect to 127.0.0.1")
+    assert lines[0].startswith(
+        "aiorocket worker could not start: no name server reachable within 3 s: cannot connect "
+        "to 127.0.0.1:"
+    ), lines[0]

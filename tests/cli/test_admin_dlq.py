@@ -120,7 +120,7 @@ async def test_resent_copy_is_a_fresh_message_of_the_original_topic(
     # bookkeeping and keeps the producer's properties
     async with rmq.Producer(namesrv=broker.address, group="dlqP2") as p:
         await p.send(
-            rmq.Message(
+            rmq.Message.with_properties(  # (DLQ_ORIGIN_* are 5.x system properties)
                 "%DLQ%appG",
                 b"bad",
                 keys=["kx"],

@@ -13,6 +13,7 @@ import pytest
 
 from aiorocket import Producer
 from aiorocket._concurrency import Service
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ClientClosedError
 
 
@@ -96,13 +97,14 @@ async def test_a_start_up_failure_is_raised_to_the_caller_unwrapped() -> None:
 
 
 async def test_a_producer_crashing_in_the_background_leaves_its_starter_running(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, broker: EmbeddedBroker
 ) -> None:
     async def broken_heartbeat(self: Producer) -> None:
         raise Bug("heartbeat bug")
 
     monkeypatch.setattr(Producer, "_send_heartbeats", broken_heartbeat)
-    producer = Producer(namesrv="127.0.0.1:1", group="svc", heartbeat_interval=0.05)
+    # (a live name server: a producer's start connects to one)
+    producer = Producer(namesrv=broker.address, group="svc", heartbeat_interval=0.05)
     finished: list[bool] = []
 
     async def use() -> None:

@@ -195,7 +195,7 @@ async def test_the_producer_records_the_sharding_key(broker: EmbeddedBroker) -> 
         await producer.send(Message("Shard", b"5"))
         await producer.send(Message("Shard", b"6", properties={"x": "y"}), sharding_key="")
         await producer.send(
-            Message("Shard", b"7", properties={SHARDING_KEY: "mine"}), queue=r1.queue
+            Message.with_properties("Shard", b"7", {SHARDING_KEY: "mine"}), queue=r1.queue
         )
         with pytest.raises(ConfigurationError, match="sharding_key"):
             await producer.send(Message("Shard", b"bad"), sharding_key="a\x01b")

@@ -1,11 +1,12 @@
 """The distribution as a user gets it, and what ``make`` installs.
 
-The sdist and wheel are built once per session as ``make dist`` builds them (``python -m
-build``: the sdist, then the wheel from it) and checked as PyPI renders them; the wheel is
-installed into a fresh virtualenv with ``CC=false`` (any compile fails, so it proves the wheel
-carries the compiled modules and nothing needs a compiler), and that interpreter imports
-aiorocket, runs ``aiorocket --help`` and the README's snippets against a test broker. The
-Makefile tests read ``make -n`` (a dry run) against an empty or stamped virtualenv directory.
+The sdist and both wheels are built once per session as ``make dist`` builds them
+(tests/packaging/wheels.py: ``python -m build``, ``auditwheel repair`` for the manylinux
+wheel, ``AIOROCKET_PURE_PYTHON=1`` for the pure one) and checked as PyPI renders them; each
+wheel is installed into a fresh virtualenv with ``CC=false`` (any compile fails, so it proves
+nothing needs a compiler), and that interpreter imports aiorocket, runs ``aiorocket --help``
+and the README's snippets against a test broker. The Makefile tests read ``make -n`` (a dry
+run) against an empty or stamped virtualenv directory.
 """
 
 from __future__ import annotations
@@ -21,27 +22,33 @@ import sys
 import tarfile
 import tomllib
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from tests._harness.broker import FAST_DELAYS
-from tests._harness.snippets import Snippet, collect, run
+from tests._harness.snippets import Snippet, run
+from tests.packaging.wheels import (
+    Dist,
+    Installed,
+    build,
+    checked,
+    install,
+    readme_snippets,
+    user_env,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: seconds one README program may take
 SNIPPET_TIMEOUT = 90.0
-#: seconds building or installing may take (the isolated build envs come from PyPI)
-BUILD_TIMEOUT = 600.0
 #: the compiled modules setup.py builds, as dotted names
 COMPILED = (
     "aiorocket._protocol._speedups",
     "aiorocket.embedded._store_speedups",
     "aiorocket.integrations.spark._columns",
 )
-README_SNIPPETS = [s for s in collect(ROOT / "README.md") if s.kind != "exempt"]
+README_SNIPPETS = readme_snippets()
 
 
 def _project() -> dict[str, object]:
@@ -50,69 +57,25 @@ def _project() -> dict[str, object]:
     return project
 
 
-def _user_env(**extra: str) -> dict[str, str]:
-    """The environment of a user's shell: no PYTHONPATH pointing into this checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(extra)
-    return env
-
-
-def _check(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False
-    )
-    assert done.returncode == 0, f"{cmd} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-@dataclass(frozen=True)
-class Dist:
-    """What ``python -m build`` produced."""
-
-    sdist: Path
-    wheel: Path
-
-
-@dataclass(frozen=True)
-class Installed:
-    """A fresh virtualenv with the wheel installed; ``cwd`` is a directory outside the
-    checkout, so that ``import aiorocket`` finds the installed package."""
-
-    python: Path
-    scripts: Path
-    cwd: Path
-
-    def run(self, *args: str) -> str:
-        """Run the venv's interpreter with ``args``; its stdout (it must exit 0)."""
-        return _check([str(self.python), *args], cwd=self.cwd, env=_user_env())
-
-
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
-    """The sdist and the wheel, built as ``make dist`` builds them."""
-    if importlib.util.find_spec("build") is None:
-        pytest.skip('needs the build package: pip install "aiorocketmq[release]"')
-    out = tmp_path_factory.mktemp("dist")
-    _check([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=ROOT)
-    (sdist,) = out.glob("*.tar.gz")
-    (wheel,) = out.glob("*.whl")
-    return Dist(sdist, wheel)
+    """The sdist and both wheels, built as ``make dist`` builds them."""
+    for module, extra in (("build", "release"), ("auditwheel", "release")):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f'needs {module}: pip install "aiorocketmq[{extra}]"')
+    return build(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="session")
 def installed(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """The wheel in a fresh virtualenv, installed with ``CC=false``."""
-    root = tmp_path_factory.mktemp("wheelenv")
-    venv = root / "venv"
-    _check([sys.executable, "-m", "venv", str(venv)], cwd=root)
-    scripts = venv / ("Scripts" if os.name == "nt" else "bin")
-    python = scripts / "python"
-    # CC/CXX=false: a dependency or the wheel itself needing a compiler fails the install.
-    env = _user_env(CC="false", CXX="false", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    _check([str(python), "-m", "pip", "install", "--quiet", str(dist.wheel)], cwd=root, env=env)
-    cwd = root / "work"
-    cwd.mkdir()
-    return Installed(python, scripts, cwd)
+    """The manylinux wheel in a fresh virtualenv, installed with ``CC=false``."""
+    return install(dist.wheel, tmp_path_factory.mktemp("wheelenv"))
+
+
+@pytest.fixture(scope="session")
+def installed_pure(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The pure-Python wheel in a fresh virtualenv, installed with ``CC=false``."""
+    return install(dist.pure, tmp_path_factory.mktemp("pureenv"))
 
 
 # -- the artefacts -----------------------------------------------------------------------------
@@ -122,11 +85,20 @@ def installed(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Installed
 def test_twine_check_passes_strict(dist: Dist) -> None:
     if importlib.util.find_spec("twine") is None:
         pytest.skip('needs twine: pip install "aiorocketmq[release]"')
-    out = _check(
-        [sys.executable, "-m", "twine", "check", "--strict", str(dist.sdist), str(dist.wheel)],
+    out = checked(
+        [
+            sys.executable,
+            "-m",
+            "twine",
+            "check",
+            "--strict",
+            str(dist.sdist),
+            str(dist.wheel),
+            str(dist.pure),
+        ],
         cwd=ROOT,
     )
-    assert out.count("PASSED") == 2, out
+    assert out.count("PASSED") == 3, out
 
 
 @pytest.mark.slow
@@ -139,6 +111,24 @@ def test_wheel_carries_the_compiled_modules_for_this_platform(dist: Dist) -> Non
             f"{module} missing from {dist.wheel.name}"
         )
     assert not [n for n in names if n.endswith(".c")]
+    assert "aiorocket/py.typed" in names
+
+
+@pytest.mark.slow
+def test_the_compiled_wheel_is_tagged_manylinux(dist: Dist) -> None:
+    # A package index refuses a linux_x86_64 wheel; auditwheel checked its symbols and libraries
+    tags = dist.wheel.name.removesuffix(".whl").split("-")[-1].split(".")
+    assert all(t.startswith("manylinux") for t in tags), dist.wheel.name
+    assert not list(dist.wheel.parent.glob("*-linux_*.whl"))
+
+
+@pytest.mark.slow
+def test_the_pure_wheel_is_for_any_platform(dist: Dist) -> None:
+    assert dist.pure.name.endswith("-py3-none-any.whl"), dist.pure.name
+    names = zipfile.ZipFile(dist.pure).namelist()
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    assert not [n for n in names if n.endswith(suffixes) or n.endswith(".c")]
+    assert "aiorocket/_protocol/frame.py" in names
     assert "aiorocket/py.typed" in names
 
 
@@ -185,11 +175,17 @@ def test_installed_wheel_uses_the_compiled_codec(installed: Installed) -> None:
 
 
 @pytest.mark.slow
+def test_installed_pure_wheel_uses_the_pure_codec(installed_pure: Installed) -> None:
+    out = installed_pure.run("-c", "from aiorocket._protocol import accel; print(accel.describe())")
+    assert out.startswith("aiorocket: pure-Python codec"), out
+
+
+@pytest.mark.slow
 def test_installed_command_line_runs(installed: Installed) -> None:
     done = subprocess.run(
         [str(installed.scripts / "aiorocket"), "--help"],
         cwd=installed.cwd,
-        env=_user_env(),
+        env=user_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -208,15 +204,23 @@ def broker_config() -> BrokerConfig:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("wheel", ["manylinux", "pure"])
 @pytest.mark.parametrize("snippet", README_SNIPPETS, ids=lambda s: s.id)
 async def test_readme_snippet_with_the_installed_wheel(
-    snippet: Snippet, installed: Installed, broker: EmbeddedBroker, tmp_path: Path
+    snippet: Snippet,
+    wheel: str,
+    request: pytest.FixtureRequest,
+    broker: EmbeddedBroker,
+    tmp_path: Path,
 ) -> None:
+    env: Installed = request.getfixturevalue(
+        "installed" if wheel == "manylinux" else "installed_pure"
+    )
     # The broker serves on this test's event loop: the blocking run goes to a thread.
     outcome = await asyncio.to_thread(
         run,
         snippet,
-        python=str(installed.python),
+        python=str(env.python),
         namesrv=broker.address,
         cwd=tmp_path,
         timeout=SNIPPET_TIMEOUT,
@@ -246,7 +250,7 @@ def _dry_run(make: str, target: str, venv: Path) -> str:
     # Run as a top-level make even under `make test`: a sub-make inherits MAKEFLAGS/MAKELEVEL
     # and prints "Entering directory" lines around its output.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    return _check([make, "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env)
+    return checked([make, "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env)
 
 
 def _stamps(dry_run: str) -> list[str]:

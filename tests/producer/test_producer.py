@@ -91,9 +91,9 @@ async def test_a_preset_uniq_key_is_kept(broker: EmbeddedBroker) -> None:
     # that may resend, e.g. the Spark sink); others get a fresh one.
     preset = "0A0000010000000000000000000000AB"
     async with Producer(namesrv=broker.address, group="pg") as producer:
-        one = await producer.send(Message("ids", b"a", properties={"UNIQ_KEY": preset}))
+        one = await producer.send(Message.with_properties("ids", b"a", {"UNIQ_KEY": preset}))
         batch = await producer.send_batch(
-            [Message("ids", b"b", properties={"UNIQ_KEY": preset + "C"}), Message("ids", b"c")]
+            [Message.with_properties("ids", b"b", {"UNIQ_KEY": preset + "C"}), Message("ids", b"c")]
         )
     assert one.msg_id == preset
     ids = batch[0].msg_id.split(",") if len(batch) == 1 else [r.msg_id for r in batch]
@@ -198,11 +198,11 @@ async def test_unknown_name_server_is_a_connect_error() -> None:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    async with Producer(
-        namesrv=f"127.0.0.1:{port}", group="pg", connect_timeout=1, send_timeout=1
-    ) as producer:
-        with pytest.raises(ConnectError):
-            await producer.send(Message("t", b"x"))
+    producer = Producer(namesrv=f"127.0.0.1:{port}", group="pg", connect_timeout=1, send_timeout=1)
+    # the start fails, naming the address; before, the first send did
+    with pytest.raises(ConnectError, match=f"127.0.0.1:{port}"):
+        await producer.start()
+    await producer.close()
 
 
 @pytest.mark.slow

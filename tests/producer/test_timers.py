@@ -111,7 +111,7 @@ async def test_timer_arguments_are_validated_before_sending(broker: EmbeddedBrok
             (Message("V", b"x", delay_level=3), {"deliver_after": 1.0}),
             (Message("V", b"x"), {"deliver_after": 1.0, "sharding_key": "k"}),
             (Message("V", b"x", message_group="g"), {"deliver_after": 1.0}),
-            (Message("V", b"x", properties={mp.TIMER_DELAY_SEC: "5"}), {"deliver_after": 1.0}),
+            (Message.with_properties("V", b"x", {mp.TIMER_DELAY_SEC: "5"}), {"deliver_after": 1.0}),
         ]
         for msg, kwargs in bad:
             with pytest.raises(ConfigurationError):
@@ -121,7 +121,9 @@ async def test_timer_arguments_are_validated_before_sending(broker: EmbeddedBrok
         # an explicit delay_level=0 overrides the message's level: no conflict
         await producer.send(Message("V", b"ok", delay_level=3), delay_level=0, deliver_after=5.0)
         with pytest.raises(ConfigurationError):
-            await producer.send_batch([Message("V", b"x", properties={mp.TIMER_DELAY_MS: "9"})])
+            await producer.send_batch(
+                [Message.with_properties("V", b"x", {mp.TIMER_DELAY_MS: "9"})]
+            )
         # beyond timerMaxDelaySec (3 days): the broker refuses it, as 5.3.3 does
         with pytest.raises(MessageIllegalError, match="max delay 259200000ms"):
             await producer.send(Message("V", b"x"), deliver_after=3 * 86400 + 60)
@@ -147,7 +149,7 @@ async def test_a_4x_broker_is_refused_a_timer_message(tmp_path: Path) -> None:
             await producer.send_oneway(Message("Old", b"x"), deliver_after=60.0)
         # timer properties set by hand are timer messages too
         with pytest.raises(UnsupportedFeatureError):
-            await producer.send(Message("Old", b"x", properties={mp.TIMER_DELAY_SEC: "60"}))
+            await producer.send(Message.with_properties("Old", b"x", {mp.TIMER_DELAY_SEC: "60"}))
         # a broker that never answered us yet is asked with a heartbeat first
         producer._client._versions.clear()
         with pytest.raises(UnsupportedFeatureError):
@@ -178,7 +180,7 @@ async def test_transactional_messages_refuse_timers_and_groups(broker: EmbeddedB
     ) as producer:
         for msg in (
             Message("Tx", b"x", message_group="g"),
-            Message("Tx", b"x", properties={mp.TIMER_DELIVER_MS: str(now_ms() + 5000)}),
+            Message.with_properties("Tx", b"x", {mp.TIMER_DELIVER_MS: str(now_ms() + 5000)}),
         ):
             with pytest.raises(ConfigurationError):
                 await producer.send_in_transaction(msg)

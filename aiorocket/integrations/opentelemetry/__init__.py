@@ -1,25 +1,25 @@
 """OpenTelemetry for aiorocket (``pip install "aiorocketmq[opentelemetry]"``): metrics of an
-:class:`~aiorocket.App` and traces of sends and handler calls.
+[`App`][aiorocket.app.App] and traces of sends and handler calls.
 
-::
+```python
+from aiorocket.integrations.opentelemetry import instrument, instrument_tracing
 
-    from aiorocket.integrations.opentelemetry import instrument, instrument_tracing
+instrument_tracing(app)                    # spans; the global TracerProvider, or
+                                           # tracer_provider=…; also a Producer or consumer
+instrumentation = instrument(app)          # metrics; the global MeterProvider, or
+                                           # meter_provider=…
+async with app:
+    ...                                    # your exporters send spans and metrics
+```
 
-    instrument_tracing(app)                    # spans; the global TracerProvider, or
-                                               # tracer_provider=…; also a Producer or consumer
-    instrumentation = instrument(app)          # metrics; the global MeterProvider, or
-                                               # meter_provider=…
-    async with app:
-        ...                                    # your exporters send spans and metrics
+Tracing ([`instrument_tracing`][aiorocket.integrations.opentelemetry.instrument_tracing]) follows
+the OpenTelemetry messaging conventions and carries the W3C trace context in each message's
+properties (``traceparent``, ``tracestate``), as the OpenTelemetry Java agent's RocketMQ
+instrumentation does, so a trace runs from a Java producer to a Python handler and back. Nothing is
+recorded, and this module is not even imported, by clients that were not instrumented.
 
-Tracing (:func:`instrument_tracing`) follows the OpenTelemetry messaging conventions and
-carries the W3C trace context in each message's properties (``traceparent``,
-``tracestate``), as the OpenTelemetry Java agent's RocketMQ instrumentation does, so a
-trace runs from a Java producer to a Python handler and back. Nothing is recorded, and this
-module is not even imported, by clients that were not instrumented.
-
-Metrics (:func:`instrument`): every metric of :data:`aiorocket.app.metrics.METRICS` becomes
-an observable instrument with the same attributes.
+Metrics ([`instrument`][aiorocket.integrations.opentelemetry.instrument]): every metric of
+`aiorocket.app.metrics.METRICS` becomes an observable instrument with the same attributes.
 """
 
 from __future__ import annotations

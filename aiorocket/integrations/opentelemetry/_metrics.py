@@ -1,6 +1,6 @@
-"""OpenTelemetry metrics of a running :class:`~aiorocket.App`.
+"""OpenTelemetry metrics of a running [`App`][aiorocket.app.App].
 
-Every metric of :data:`aiorocket.app.metrics.METRICS` becomes an observable instrument
+Every metric of `aiorocket.app.metrics.METRICS` becomes an observable instrument
 (gauges as observable gauges, counters as observable counters) with the same attributes.
 Readers usually collect from their own thread, while the consumers' statistics live on the
 event loop: a task on the loop takes a snapshot every ``interval`` seconds and the callbacks
@@ -27,8 +27,11 @@ log = logging.getLogger("aiorocket.opentelemetry")
 
 
 class AppInstrumentation:
-    """The instruments of one app; :meth:`start` the snapshot task on the app's loop (done by
-    :func:`instrument` when called on a running loop) and :meth:`stop` it when done.
+    """The instruments of one app;
+    [`start`][aiorocket.integrations.opentelemetry.AppInstrumentation.start] the snapshot task on
+    the app's loop (done by [`instrument`][aiorocket.integrations.opentelemetry.instrument] when
+    called on a running loop) and
+    [`stop`][aiorocket.integrations.opentelemetry.AppInstrumentation.stop] it when done.
 
     Args:
         app: the app.

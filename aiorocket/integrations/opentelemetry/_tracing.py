@@ -2,19 +2,19 @@
 
 Spans, all with ``messaging.system = "rocketmq"``:
 
-* ``send <topic>`` (PRODUCER) per :meth:`~aiorocket.Producer.send` / ``send_oneway`` call,
+* ``send <topic>`` (PRODUCER) per [`send`][aiorocket.Producer.send] / ``send_oneway`` call,
   from the arguments' check to the broker's answer, retries included. Its context is the
   message's creation context, injected into the message's properties before they are encoded.
 * ``send_batch``: one ``create <topic>`` span (PRODUCER) per message, whose context goes into
   that message, and one ``send <topic>`` span (CLIENT, ``messaging.batch.message_count``)
   linking them: the conventions' batch shape, so each consumer span finds its own message.
 * ``process <topic>`` (CONSUMER) per handler call of a push consumer (every consume mode,
-  hence every :class:`~aiorocket.App` subscriber): for one message its parent is the
+  hence every [`App`][aiorocket.app.App] subscriber): for one message its parent is the
   message's creation context, for a batch it links every message's one; the handler runs with
   the span current, so what it calls joins the trace. A failed call (raised, returned a
   failure, timed out) ends it with ERROR status, ``error.type`` and the recorded exception.
-* ``receive <topic>`` (CONSUMER) per :meth:`~aiorocket.PullConsumer.poll` /
-  :meth:`~aiorocket.SimpleConsumer.receive` returning messages, from the call to its return,
+* ``receive <topic>`` (CONSUMER) per [`poll`][aiorocket.PullConsumer.poll] /
+  [`receive`][aiorocket.SimpleConsumer.receive] returning messages, from the call to its return,
   linking every message's creation context.
 
 A message that already carries a trace context (a copy of a consumed message, or one the
@@ -64,7 +64,7 @@ def instrument_tracing(
     tracer_provider: TracerProvider | None = None,
 ) -> None:
     """Trace ``target``'s sends and handler calls (see the module docs); call it before the
-    target starts. An :class:`~aiorocket.App` gets both: its producer and every subscriber's
+    target starts. An [`App`][aiorocket.app.App] gets both: its producer and every subscriber's
     consumer.
 
     Args:

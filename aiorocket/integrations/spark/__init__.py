@@ -1,16 +1,16 @@
 """Spark integration: the ``rocketmq`` data source and a consumer-to-Spark forwarder.
 
-::
+```python
+from aiorocket.integrations.spark import register
 
-    from aiorocket.integrations.spark import register
-
-    register(spark)
-    df = (
-        spark.readStream.format("rocketmq")
-        .option("namesrv", "127.0.0.1:9876")
-        .option("topic", "orders")
-        .load()
-    )
+register(spark)
+df = (
+    spark.readStream.format("rocketmq")
+    .option("namesrv", "127.0.0.1:9876")
+    .option("topic", "orders")
+    .load()
+)
+```
 
 Needs pyspark >= 4.0 (Python Data Source API) and pyarrow: ``pip install "aiorocketmq[spark]"``.
 """

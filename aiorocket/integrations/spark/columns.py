@@ -1,6 +1,6 @@
 """Pull bodies straight into Arrow record batches (the executors' Arrow path).
 
-The compiled :class:`~aiorocket.integrations.spark._columns.ColumnBuilder` walks the stored
+The compiled `ColumnBuilder` walks the stored
 records of each pull body and appends their fields to Arrow buffers (offsets, data,
 validity), which become arrays with ``pa.Array.from_buffers``: no Python object per row.
 Without the extension (no C compiler at install time, or ``AIOROCKET_NO_EXTENSIONS`` set)
@@ -72,7 +72,7 @@ def new_builder() -> Any:
 def record_batch(
     cols: dict[str, Any], topic: str, broker: str, queue_id: int, schema: pa.Schema
 ) -> pa.RecordBatch:
-    """The record batch of a builder's :meth:`take` (one queue: constant topic, broker and
+    """The record batch of a builder's `take` (one queue: constant topic, broker and
     queue id columns) with ``schema`` (the source's ``ARROW_SCHEMA``)."""
     n = cols["rows"]
     buf = pa.py_buffer
@@ -119,7 +119,7 @@ def record_batch(
 def arrow_batches(
     chunks: Iterable[RawChunk], topic: str, broker: str, queue_id: int, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``chunks`` (one queue) as record batches of about :data:`BATCH_ROWS`.
+    """The rows of ``chunks`` (one queue) as record batches of about `BATCH_ROWS`.
 
     Raises:
         RemoteProtocolError: a malformed pull body.

@@ -1,4 +1,4 @@
-"""Hand consumer batches to Spark: :class:`SparkForwarder`.
+"""Hand consumer batches to Spark: [`SparkForwarder`][aiorocket.integrations.spark.SparkForwarder].
 
 A push-consumer listener that gathers the messages of many handler calls into one batch (up
 to ``max_rows`` rows or ``max_interval`` seconds), turns the batch into a Spark DataFrame with
@@ -8,15 +8,15 @@ returns, so the group's offsets move only past batches ``fn`` finished: after a 
 most the batch in progress (and what was acknowledged but not yet persisted, within the
 consumer's ``offset_persist_interval``) is delivered again. At-least-once.
 
-::
-
-    forwarder = SparkForwarder(spark, write_batch, max_rows=5000, max_interval=2.0)
-    consumer = PushConsumer(group="ingest", namesrv="127.0.0.1:9876",
-                            consume_batch_size=64, concurrency=256)
-    consumer.subscribe("orders")
-    consumer.register_listener(forwarder.listener)
-    async with forwarder, consumer:
-        await consumer.wait_closed()
+```python
+forwarder = SparkForwarder(spark, write_batch, max_rows=5000, max_interval=2.0)
+consumer = PushConsumer(group="ingest", namesrv="127.0.0.1:9876",
+                        consume_batch_size=64, concurrency=256)
+consumer.subscribe("orders")
+consumer.register_listener(forwarder.listener)
+async with forwarder, consumer:
+    await consumer.wait_closed()
+```
 
 Backpressure: while ``fn`` runs, the next batch fills; once it is full too, handler calls
 wait, the consumer's workers stay busy, its caches fill and pulling pauses (flow control).
@@ -58,7 +58,7 @@ BatchFunction = Callable[[Any, int], object]
 
 @dataclass(frozen=True, slots=True)
 class ForwarderStatistics:
-    """Counters of a :class:`SparkForwarder`.
+    """Counters of a [`SparkForwarder`][aiorocket.integrations.spark.SparkForwarder].
 
     Attributes:
         batches: batches ``fn`` finished.
@@ -96,8 +96,9 @@ class SparkForwarder(AsyncResource):
         max_interval: ... or this many seconds after its first row.
         first_batch_id: the id of the first batch.
 
-    Register :meth:`listener` on a :class:`~aiorocket.PushConsumer`; close the forwarder
-    after the consumer (``async with forwarder, consumer:``), so the last batches finish.
+    Register [`listener`][aiorocket.integrations.spark.SparkForwarder.listener] on a
+    [`PushConsumer`][aiorocket.PushConsumer]; close the forwarder after the consumer (``async with
+    forwarder, consumer:``), so the last batches finish.
 
     Raises:
         ConfigurationError: ``max_rows`` < 1 or ``max_interval`` <= 0.
@@ -251,11 +252,12 @@ class SparkForwarder(AsyncResource):
 
     async def start(self) -> None:
         """Start the forwarder's task service (``async with`` does it; the first
-        :meth:`listener` call too)."""
+        [`listener`][aiorocket.integrations.spark.SparkForwarder.listener] call too)."""
         await self._lifecycle.start()
 
     async def close(self) -> None:
-        """Process what was gathered (:meth:`flush`), then refuse new messages."""
+        """Process what was gathered ([`flush`][aiorocket.integrations.spark.SparkForwarder.flush]),
+        then refuse new messages."""
         if self._closed:
             return
         await self.flush()

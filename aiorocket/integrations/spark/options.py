@@ -1,5 +1,5 @@
 """The options of the ``rocketmq`` Spark source and sink, checked on the driver (the lists
-are in :mod:`~aiorocket.integrations.spark.source` and :mod:`~aiorocket.integrations.spark.sink`,
+are in `source` and `sink`,
 and in ``docs/how-to/spark.md``)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiorocket import SyncQueueReader
+from aiorocket._names import validate_group
 from aiorocket._reader import InlineReader
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import validate_name
@@ -118,7 +119,7 @@ class SourceOptions:
         client = client_settings(opts)
         group = opts.get("group", "").strip() or None
         if group is not None:
-            validate_name(group, "consumer group")
+            validate_group(group, "consumer group")
         parsed = cls(
             namesrv=namesrv,
             topics=topics,

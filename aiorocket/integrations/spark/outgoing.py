@@ -1,6 +1,6 @@
 """The sink's rows: the columns a DataFrame written to ``rocketmq`` may have, checked on the
-driver (:class:`Layout`), and its rows turned into messages on the executors
-(:func:`messages`), every row checked before a task sends anything.
+driver (`Layout`), and its rows turned into messages on the executors
+(`messages`), every row checked before a task sends anything.
 
 Columns (the Kafka sink's shape; other columns are ignored):
 
@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from aiorocket import Message
-from aiorocket._names import validate_name
+from aiorocket._names import SYSTEM_PROPERTIES, validate_name
 from aiorocket._protocol import properties as props_
 from aiorocket.errors import ConfigurationError, InvalidNameError
 from aiorocket.models import MAX_DELAY_LEVEL
@@ -56,49 +56,13 @@ COLUMNS: Final[Mapping[str, tuple[type[DataType], ...]]] = {
     "deliver_at": (TimestampType,),
 }
 
-#: Properties the client or the broker set (Java ``MessageConst.STRING_HASH_SET``, which 5.x's
-#: ``putUserProperty`` refuses): a user value would be overwritten or misread, and rows read
-#: by the source carry them all.
-_SYSTEM_PROPERTIES: Final = frozenset(
-    {
-        props_.KEYS,
-        props_.TAGS,
-        props_.WAIT,
-        props_.DELAY,
-        props_.RETRY_TOPIC,
-        props_.REAL_TOPIC,
-        props_.REAL_QID,
-        props_.TRAN_MSG,
-        props_.PGROUP,
-        props_.MIN_OFFSET,
-        props_.MAX_OFFSET,
-        props_.BUYER_ID,
-        props_.ORIGIN_MESSAGE_ID,
-        props_.RECONSUME_TIME,
-        props_.MAX_RECONSUME_TIMES,
-        props_.MSG_REGION,
-        props_.TRACE_ON,
-        props_.UNIQ_KEY,
-        props_.CONSUME_START_TIME,
-        props_.TRAN_PREPARED_QUEUE_OFFSET,
-        props_.TRANSACTION_CHECK_TIMES,
-        props_.CHECK_IMMUNITY_TIME_IN_SECONDS,
-        props_.INSTANCE_ID,
-        props_.CLUSTER,
-        props_.SHARDING_KEY,
-        props_.START_DELIVER_TIME,
-        props_.POP_CK,
-        props_.FIRST_POP_TIME,
-        props_.TIMER_DELIVER_MS,
-        props_.TIMER_DELAY_SEC,
-        props_.TIMER_DELAY_MS,
-        props_.TIMER_OUT_MS,
-        props_.TIMER_ENQUEUE_MS,
-        props_.TIMER_DEQUEUE_MS,
-        props_.TIMER_ROLL_TIMES,
-        props_.TIMER_DEL_UNIQKEY,
-    }
-)
+#: Properties a row's ``properties`` may carry but the sink drops: the system properties
+#: ``Message`` refuses (rows read by the source carry them all; a user value would be
+#: overwritten or misread) and the transaction bookkeeping a broker adds.
+_SYSTEM_PROPERTIES: Final = SYSTEM_PROPERTIES | {
+    props_.TRANSACTION_CHECK_TIMES,
+    props_.CHECK_IMMUNITY_TIME_IN_SECONDS,
+}
 _SEPARATORS: Final = (props_.NAME_VALUE_SEPARATOR, props_.PROPERTY_SEPARATOR)
 
 
@@ -108,7 +72,8 @@ class SinkInputError(ConfigurationError):
 
 
 class Outgoing(NamedTuple):
-    """One message to send, with what :meth:`Producer.send` takes besides it."""
+    """One message to send, with what [`Producer.send`][aiorocket.Producer.send] takes besides
+    it."""
 
     message: Message
     deliver_at: datetime.datetime | None
@@ -118,14 +83,14 @@ class Outgoing(NamedTuple):
 
 @dataclass(frozen=True)
 class Layout:
-    """Which of :data:`COLUMNS` a written DataFrame has (checked on the driver)."""
+    """Which of `COLUMNS` a written DataFrame has (checked on the driver)."""
 
     columns: frozenset[str]
     default_topic: str | None
 
     @classmethod
     def of(cls, schema: StructType, default_topic: str | None) -> Layout:
-        """Check the DataFrame's schema against :data:`COLUMNS`.
+        """Check the DataFrame's schema against `COLUMNS`.
 
         Raises:
             ConfigurationError: no ``body`` column, a column of the wrong type, or neither a
@@ -221,7 +186,7 @@ def messages(
 ) -> list[Outgoing]:
     """Every row of a partition (Arrow record batches or Rows) as a message, all checked
     before the caller sends any. With ``scope`` (``idempotentKeys``) each message carries
-    :func:`message_id` as its ``UNIQ_KEY`` and as one more key.
+    `message_id` as its ``UNIQ_KEY`` and as one more key.
 
     Raises:
         SinkInputError: a row that cannot be sent (the message names partition, row and
@@ -323,12 +288,12 @@ def messages(
                 keys = [*keys, uid]
             out.append(
                 Outgoing(
-                    Message(
+                    Message.with_properties(
                         topic,
                         body,
+                        user,
                         tags=tags,
                         keys=keys,
-                        properties=user,
                         delay_level=level or None,
                         message_group=group,
                     ),

@@ -49,7 +49,7 @@ def to_json(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, int]]:
 
 
 def from_json(data: Mapping[str, Any]) -> Offsets:
-    """The offsets of :func:`to_json`'s form."""
+    """The offsets of `to_json`'s form."""
     out: Offsets = {}
     for topic, queues in data.items():
         for key, offset in queues.items():

@@ -1,5 +1,5 @@
-"""The source's rows: :data:`SCHEMA`, and messages as Arrow record batches or as row
-tuples (the executors' output, and the forwarder's batches)."""
+"""The source's rows: [`SCHEMA`][aiorocket.integrations.spark.SCHEMA], and messages as Arrow record
+batches or as row tuples (the executors' output, and the forwarder's batches)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from aiorocket.integrations.spark.planning import QueueRange
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA", "arrow_batches", "arrow_table", "record_batch", "rows"]
 
-#: The rows of the source (and of :mod:`~aiorocket.integrations.spark.forwarder` batches).
 SCHEMA: Final = StructType(
     [
         StructField("topic", StringType(), False),
@@ -44,6 +43,7 @@ SCHEMA: Final = StructType(
         StructField("properties", MapType(StringType(), StringType(), False), False),
     ]
 )
+"""The rows of the source (and of `forwarder` batches)."""
 
 
 def _arrow_schema() -> pa.Schema:
@@ -57,8 +57,8 @@ def _arrow_schema() -> pa.Schema:
         return to_arrow_schema(SCHEMA)
 
 
-#: :data:`SCHEMA` as Arrow (timestamps in µs, UTC).
 ARROW_SCHEMA: Final = _arrow_schema()
+"""[`SCHEMA`][aiorocket.integrations.spark.SCHEMA] as Arrow (timestamps in µs, UTC)."""
 
 _TS_MS: Final = pa.timestamp("ms", tz="UTC")
 _TS_TYPE: Final = ARROW_SCHEMA.field("born_timestamp").type
@@ -70,8 +70,8 @@ _ARROW_ROWS: Final = 4096
 
 
 def arrow_table(msgs: list[ReceivedMessage]) -> pa.Table:
-    """``msgs`` as an Arrow table with :data:`ARROW_SCHEMA` (what the forwarder hands to
-    ``spark.createDataFrame``)."""
+    """``msgs`` as an Arrow table with `ARROW_SCHEMA`
+    (what the forwarder hands to ``spark.createDataFrame``)."""
     return pa.Table.from_batches([record_batch(msgs, None)], schema=ARROW_SCHEMA)
 
 
@@ -80,7 +80,8 @@ def _offsets_of(lengths: Iterable[int]) -> pa.Array:
 
 
 def _keys_column(raw: list[str | None]) -> pa.Array:
-    """``KEYS`` split as :attr:`ReceivedMessage.keys` splits it (``str.split()``)."""
+    """``KEYS`` split as [`ReceivedMessage.keys`][aiorocket.ReceivedMessage.keys] splits it
+    (``str.split()``)."""
     arr = pa.array(raw, pa.string())
     # Arrow splits in C++; its whitespace differs from Python's only for empty pieces
     # (leading, trailing or repeated blanks) and the separators \x1c-\x1f, rare in keys:
@@ -164,7 +165,8 @@ def _ms_to_datetime(ms: int) -> datetime:
 
 
 def rows(lists: Iterable[list[ReceivedMessage]], part: QueueRange) -> Iterator[tuple[Any, ...]]:
-    """The messages of ``part`` as row tuples in :data:`SCHEMA` order (the slower path)."""
+    """The messages of ``part`` as row tuples in [`SCHEMA`][aiorocket.integrations.spark.SCHEMA]
+    order (the slower path)."""
     topic, broker, qid = part.topic, part.broker, part.queue_id
     for msgs in lists:
         for m in msgs:

@@ -2,7 +2,7 @@
 ``df.writeStream.format("rocketmq")`` (PySpark Python Data Source API, pyspark >= 4.0).
 
 Each task turns its partition's rows into messages (the columns are in
-:mod:`~aiorocket.integrations.spark.outgoing`), checking every row before it sends any, then
+`outgoing`), checking every row before it sends any, then
 sends them with pipelined asynchronous sends (``maxInFlight`` at a time; messages of one
 sharding key one after another, so their order holds) through one producer per Python worker
 process, kept across the tasks that process runs (PySpark reuses its workers). The task returns
@@ -321,7 +321,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         """Send one partition.
 
         Raises:
-            SinkInputError, SinkSendError: as :func:`write_partition`.
+            SinkInputError, SinkSendError: as `write_partition`.
         """
         scope = f"write:{self._write_id}" if self._opts.idempotent_keys else None
         return write_partition(self._opts, self._layout, iterator, scope)
@@ -352,7 +352,7 @@ class RocketMQStreamWriter(_StreamBase):
         """Send one partition of a micro-batch.
 
         Raises:
-            SinkInputError, SinkSendError: as :func:`write_partition`.
+            SinkInputError, SinkSendError: as `write_partition`.
             RuntimeError: ``idempotentKeys`` outside a streaming query's task.
         """
         scope = None

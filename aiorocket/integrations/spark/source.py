@@ -1,12 +1,13 @@
 """The ``rocketmq`` Spark data source (PySpark Python Data Source API, pyspark >= 4.0);
-:mod:`aiorocket.integrations.spark` shows how a session registers and reads it.
+[`aiorocket.integrations.spark`][aiorocket.integrations.spark] shows how a session registers and
+reads it.
 
 Offsets are JSON dicts ``{topic: {"<broker>:<queue id>": offset}}`` (the offset is the next
 one to read), kept by Spark in its checkpoint. A micro-batch is the offset range between two
-such dicts; :meth:`partitions` turns it into one partition per queue (or several with
+such dicts; `partitions` turns it into one partition per queue (or several with
 ``maxOffsetsPerPartition``), and executors read each range straight from its broker (a queue
 reader whose event loop runs in the executor's thread), decoding pull bodies into Arrow
-buffers with the compiled builder of :mod:`~aiorocket.integrations.spark.columns` when it is
+buffers with the compiled builder of `columns` when it is
 built. A range is read by offset, so reading it again (a retried task, a batch replayed after
 a restart) gives the same rows.
 
@@ -231,11 +232,13 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
 class RocketMQDataSource(DataSource):
     """``format("rocketmq")``: batch and streaming reads of RocketMQ topics (see the module
     documentation for the options), and writes to them (the sink's options and columns are
-    in :mod:`~aiorocket.integrations.spark.sink`).
+    in `sink`).
 
     Raises:
-        ConfigurationError: (from :meth:`reader` / :meth:`streamReader`) missing or invalid
-            options, or a schema other than :data:`SCHEMA`.
+        ConfigurationError: (from [`reader`][aiorocket.integrations.spark.RocketMQDataSource.reader]
+            / [`streamReader`][aiorocket.integrations.spark.RocketMQDataSource.streamReader])
+            missing or invalid options, or a schema other than
+            `SCHEMA`.
     """
 
     @classmethod
@@ -244,7 +247,7 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
-        """The fixed :data:`SCHEMA`."""
+        """The fixed `SCHEMA`."""
         return SCHEMA
 
     def _options(self, schema: StructType) -> SourceOptions:
@@ -271,7 +274,7 @@ class RocketMQDataSource(DataSource):
         return RocketMQStreamReader(self._options(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
-        """A batch writer (the sink: :mod:`~aiorocket.integrations.spark.sink`).
+        """A batch writer (the sink: `sink`).
 
         Raises:
             ConfigurationError: invalid options or columns, or ``mode("overwrite")`` (a topic
@@ -287,7 +290,7 @@ class RocketMQDataSource(DataSource):
     def streamWriter(  # noqa: N802
         self, schema: StructType, overwrite: bool
     ) -> RocketMQStreamWriter:
-        """A streaming writer (the sink: :mod:`~aiorocket.integrations.spark.sink`).
+        """A streaming writer (the sink: `sink`).
 
         Raises:
             ConfigurationError: invalid options or columns.
@@ -367,7 +370,7 @@ class RocketMQStreamReader(DataSourceStreamReader, _AvailableNow):  # type: igno
         return self._queues
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802
-        """``{}``: no queue pinned yet; the first :meth:`latestOffset` resolves
+        """``{}``: no queue pinned yet; the first `latestOffset` resolves
         ``startingOffsets`` (and that first batch reads nothing)."""
         return {}
 
@@ -453,7 +456,7 @@ class RocketMQStreamReader(DataSourceStreamReader, _AvailableNow):  # type: igno
         return _ReadMaxRows(n) if n is not None else _ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
-        """The queues' ends seen by the last :meth:`latestOffset` (for progress reports)."""
+        """The queues' ends seen by the last `latestOffset` (for progress reports)."""
         return to_json(self._latest) if self._latest else None
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802

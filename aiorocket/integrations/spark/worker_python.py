@@ -4,7 +4,7 @@ The newcomer's pitfall: a job started with a virtualenv's ``python`` that was no
 runs the driver in the virtualenv, but Spark starts its Python workers with ``python3`` from
 ``PATH`` (PySpark's default when neither ``spark.pyspark.python`` nor ``PYSPARK_PYTHON`` is
 set), which cannot import pyarrow or aiorocket: the job then fails with an ImportError deep in
-a stage. :func:`check_worker_python` finds that out at ``register(spark)`` and says how to fix
+a stage. `check_worker_python` finds that out at ``register(spark)`` and says how to fix
 it. Only local masters are checked (the workers of a cluster run elsewhere).
 """
 
