@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from aiorocket._names import now_ms, reply_topic
+from aiorocket._names import now_ms, reply_topic, validate_user_property
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import MessageSysFlag, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -82,13 +82,14 @@ def create_reply_message(
             f"message {request.msg_id} of {request.topic} is no request: it has no "
             f"{', '.join(missing)} property"
         )
-    fields = dict(properties or {})
+    fields = {validate_user_property(k): v for k, v in (properties or {}).items()}
     fields[mp.MSG_TYPE] = mp.REPLY_MESSAGE_FLAG
     fields[mp.CORRELATION_ID] = props[mp.CORRELATION_ID]
     fields[mp.REPLY_TO_CLIENT] = props[mp.REPLY_TO_CLIENT]
     if mp.TTL in props:
         fields[mp.TTL] = props[mp.TTL]
-    return Message(reply_topic(cluster), body, tags=tags, keys=list(keys), properties=fields)
+    # the reply properties are system ones (MessageUtil.createReplyMessage sets them directly)
+    return Message.with_properties(reply_topic(cluster), body, fields, tags=tags, keys=list(keys))
 
 
 def _host(text: str) -> tuple[str, int]:

@@ -109,8 +109,9 @@ async def test_a_priority_on_a_delayed_message_is_dropped(broker: EmbeddedBroker
     topic = unique_name("PrioDelay")
     await create(broker, topic, 4, None)
     async with rmq.Producer(namesrv=broker.address) as producer:
+        # what a client that does not check the kinds would send (Java's MessageAccessor)
         props = {"_SYS_MSG_PRIORITY_": "3", "DELAY": "1"}
-        await producer.send(rmq.Message(topic, b"d", properties=props), queue=None)
+        await producer.send(rmq.Message.with_properties(topic, b"d", props))
 
     async def stored() -> bool:
         return bool(await pull_all(broker.address, topic))
