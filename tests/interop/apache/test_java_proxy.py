@@ -136,7 +136,7 @@ async def test_an_orderly_group_over_8_keys_keeps_order_through_the_proxy(
     topic = await typed_topic(java_cluster, "ProxyFifo", "FIFO")
     per_key = 250
     seen: dict[str, list[int]] = defaultdict(list)
-    consumer = push(java_cluster, topic)
+    consumer = push(java_cluster, topic, orderly=True)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
