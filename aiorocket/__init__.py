@@ -19,6 +19,7 @@ from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext
 from aiorocket._producer.hooks import SendCallContext, SendCallHook, SendHook, SendHookContext
 from aiorocket._producer.producer import Producer
 from aiorocket._producer.transaction import (
+    PreparedMessage,
     TransactionProducer,
     TransactionSendResult,
     TransactionState,
@@ -55,6 +56,7 @@ __all__ = [
     "OrderlyContext",
     "OrderlyStatus",
     "PoppedMessage",
+    "PreparedMessage",
     "Producer",
     "PullConsumer",
     "PushConsumer",
