@@ -39,6 +39,7 @@ from aiorocket import Message
 from aiorocket._names import validate_name
 from aiorocket._protocol import properties as props_
 from aiorocket.errors import ConfigurationError, InvalidNameError
+from aiorocket.integrations.spark.txlog import TAG_PROPERTY
 from aiorocket.models import MAX_DELAY_LEVEL
 
 __all__ = ["COLUMNS", "Layout", "Outgoing", "SinkInputError", "message_id", "messages"]
@@ -97,8 +98,15 @@ _SYSTEM_PROPERTIES: Final = frozenset(
         props_.TIMER_DEQUEUE_MS,
         props_.TIMER_ROLL_TIMES,
         props_.TIMER_DEL_UNIQKEY,
+        # (not RocketMQ's: the exactly-once sink's own tag of the half message it came from)
+        TAG_PROPERTY,
     }
 )
+#: The columns rocketmq-spark's sink reads (``RocketMQWriter``).
+_COMPAT_COLUMNS: Final = frozenset({"body", "topic", "tags"})
+#: Columns a transactional message cannot have (RocketMQ 5 refuses FIFO and timer
+#: transactional messages; Java clears a transactional message's delay level).
+_NOT_TRANSACTIONAL: Final = ("sharding_key", "message_group", "delay_level", "deliver_at")
 _SEPARATORS: Final = (props_.NAME_VALUE_SEPARATOR, props_.PROPERTY_SEPARATOR)
 
 
@@ -122,20 +130,31 @@ class Layout:
 
     columns: frozenset[str]
     default_topic: str | None
+    #: the ``topic`` option wins over the ``topic`` column (rocketmq-spark's rule)
+    topic_option_wins: bool = False
 
     @classmethod
-    def of(cls, schema: StructType, default_topic: str | None) -> Layout:
-        """Check the DataFrame's schema against :data:`COLUMNS`.
+    def of(
+        cls,
+        schema: StructType,
+        default_topic: str | None,
+        *,
+        compat: bool = False,
+        transactional: bool = False,
+    ) -> Layout:
+        """Check the DataFrame's schema against :data:`COLUMNS` (only ``body``, ``topic``
+        and ``tags`` with ``compat``: rocketmq-spark's sink ignores the others).
 
         Raises:
-            ConfigurationError: no ``body`` column, a column of the wrong type, or neither a
-                ``topic`` column nor a ``topic`` option.
+            ConfigurationError: no ``body`` column, a column of the wrong type, neither a
+                ``topic`` column nor a ``topic`` option, or (``transactional``) a column a
+                transactional message cannot have.
         """
         present: set[str] = set()
         for f in schema.fields:
             name = f.name.lower()
             allowed = COLUMNS.get(name)
-            if allowed is None:
+            if allowed is None or (compat and name not in _COMPAT_COLUMNS):
                 continue  # other columns are ignored (as the Kafka sink does)
             dt = f.dataType
             ok = isinstance(dt, allowed)
@@ -155,7 +174,15 @@ class Layout:
             )
         if "topic" not in present and default_topic is None:
             raise ConfigurationError('rocketmq sink: give option("topic", name) or a topic column')
-        return cls(frozenset(present), default_topic)
+        if transactional:
+            bad = [c for c in _NOT_TRANSACTIONAL if c in present]
+            if bad:
+                raise ConfigurationError(
+                    f"rocketmq sink: exactlyOnce sends transactional messages, which cannot "
+                    f"have {', '.join(bad)} (RocketMQ has no ordered, delayed or timed "
+                    "transactional messages); drop the column(s)"
+                )
+        return cls(frozenset(present), default_topic, compat and default_topic is not None)
 
 
 def _type_name(t: type[DataType]) -> str:
@@ -218,10 +245,12 @@ def messages(
     partition: int,
     max_size: int,
     scope: str | None,
+    extra: Mapping[str, str] | None = None,
 ) -> list[Outgoing]:
     """Every row of a partition (Arrow record batches or Rows) as a message, all checked
     before the caller sends any. With ``scope`` (``idempotentKeys``) each message carries
-    :func:`message_id` as its ``UNIQ_KEY`` and as one more key.
+    :func:`message_id` as its ``UNIQ_KEY`` and as one more key; ``extra`` properties are set
+    on every message.
 
     Raises:
         SinkInputError: a row that cannot be sent (the message names partition, row and
@@ -262,7 +291,11 @@ def messages(
                     "body",
                     f"{len(body)} bytes, over max_message_size ({max_size} bytes)",
                 )
-            topic = topics[i] or layout.default_topic
+            topic = (
+                layout.default_topic
+                if layout.topic_option_wins
+                else topics[i] or layout.default_topic
+            )
             if topic is None:
                 raise bad("topic", 'null, and there is no option("topic", ...)')
             if topic not in checked_topics:
@@ -317,6 +350,8 @@ def messages(
                             "without \\x01 or \\x02",
                         )
                     user[k] = v
+            if extra:
+                user.update(extra)
             if scope is not None:
                 uid = message_id(scope, partition, row)
                 user[props_.UNIQ_KEY] = uid
