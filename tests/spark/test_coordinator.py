@@ -63,7 +63,6 @@ def config(broker: EmbeddedBroker, record: TxRecord, **changes: Any) -> Coordina
         "record": str(record.path),
         "namesrv": broker.address,
         "group": "G",
-        "transaction_timeout": 10.0,
         "idle_timeout": 3600.0,
         "grace": 0.5,
         "sweep_interval": 0.2,
@@ -164,8 +163,8 @@ async def test_undecided_write_expires_then_its_commit_fails(
     """Half messages of a write nobody decides are rolled back once older than
     transactionTimeout (the driver died between the tasks and the commit); a commit that
     comes after that fails, and nothing was delivered."""
-    halves = await prepare(broker, record, Tag("w.2", "r", 0, 1), rows("x", 5))
-    async with coordinator(config(broker, record, transaction_timeout=1.0)):
+    halves = await prepare(broker, record, Tag("w.2", "r", 0, 1, timeout=1), rows("x", 5))
+    async with coordinator(config(broker, record)):
         await wait_for(lambda: record.is_expired("w.2", "r"), timeout=20, what="expiry")
         await wait_for(lambda: halves_resolved(broker), timeout=20, what="rolled back")
     with pytest.raises(ExpiredWriteError):
@@ -252,7 +251,7 @@ def test_half_sets_and_tags_round_trip() -> None:
     assert list(HalfSet.from_json(hs.to_json())) == p
     assert len(HalfSet.of("G", [])) == 0
     assert list(HalfSet.of("G", [])) == []
-    tag = Tag("q-1.5", "abc", 3, 12)
+    tag = Tag("q-1.5", "abc", 3, 12, 30)
     assert Tag.parse(tag.render()) == tag
     assert Tag.parse("a|b|c") is None
     assert Tag.parse(None) is None

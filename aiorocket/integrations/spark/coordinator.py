@@ -6,8 +6,9 @@ END_TRANSACTION per half message to commit (as requests, so it learns each outco
 the only member of the record's transaction group, so every CHECK_TRANSACTION_STATE about
 the sink's half messages comes to it. It answers from the record and from what it did itself
 (``txstate.py``): COMMIT for a row of a decision it has not committed yet, ROLLBACK for the
-copies of committed rows and for every half message no decision chose (an expired run once it
-is older than ``transactionTimeout``), UNKNOWN while an outcome is in flight.
+copies of committed rows and for every half message no decision chose (an undecided run
+expires once older than its ``transactionTimeout``, which its tag carries), UNKNOWN while an
+outcome is in flight.
 
 Spark's commit runs in a short-lived Python worker, so the coordinator is a process of its
 own: started by the first writer of a record (:func:`ensure_coordinator`, detached from the
@@ -82,8 +83,6 @@ class CoordinatorConfig:
         group: the sink's producer group; the transaction group is named from it and the
             record's id.
         client: client settings (namespace, credentials, TLS, request timeout).
-        transaction_timeout: seconds a write has from its first half message to its
-            decision; older half messages of an undecided write are rolled back.
         in_flight: END_TRANSACTIONs in flight at once.
         idle_timeout: seconds without decisions or checks after which it leaves (when it
             has nothing left to commit).
@@ -101,7 +100,6 @@ class CoordinatorConfig:
     namesrv: str
     group: str
     client: dict[str, Any] = field(default_factory=dict)
-    transaction_timeout: float = 120.0
     in_flight: int = 256
     idle_timeout: float = 600.0
     grace: float | None = None
@@ -431,16 +429,16 @@ class _Coordinator:
             if await asyncio.to_thread(record.is_expired, tag.key, tag.run):
                 self._ledger.expired.add((tag.key, tag.run))
                 return TransactionState.ROLLBACK
-            if time.time() * 1000 - born_ms < self._config.transaction_timeout * 1000:
+            if time.time() * 1000 - born_ms < tag.timeout * 1000:
                 return TransactionState.UNKNOWN
             d = await asyncio.to_thread(record.expire, tag.key, tag.run)
             if d is None:
                 self._ledger.expired.add((tag.key, tag.run))
                 log.warning(
-                    "%s (run %s) undecided after transactionTimeout (%.0f s): rolled back",
+                    "%s (run %s) undecided after transactionTimeout (%d s): rolled back",
                     tag.key,
                     tag.run,
-                    self._config.transaction_timeout,
+                    tag.timeout,
                 )
                 return TransactionState.ROLLBACK
         self._take(d)

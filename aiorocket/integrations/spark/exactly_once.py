@@ -92,7 +92,6 @@ class TxTarget:
             namesrv=opts.namesrv,
             group=opts.group,
             client=opts.client,
-            transaction_timeout=opts.transaction_timeout,
             in_flight=opts.max_in_flight,
             idle_timeout=opts.coordinator_idle,
             topics=(opts.topic,) if opts.topic else (),
@@ -155,7 +154,7 @@ def write_partition_tx(
     tc = TaskContext.get()
     partition = tc.partitionId() if tc is not None else 0
     attempt = tc.taskAttemptId() if tc is not None else 0
-    tag = Tag(key, run_id, partition, attempt).render()
+    tag = Tag(key, run_id, partition, attempt, round(opts.transaction_timeout)).render()
     out = messages(
         items,
         layout,

@@ -278,8 +278,8 @@ class SinkOptions:
             exactly_once=flag(opts.get("exactlyonce"), "exactlyOnce", False),
             transaction_log=opts.get("transactionlog", "").strip() or None,
             checkpoint=opts.get("checkpointlocation", "").strip() or None,
-            transaction_timeout=seconds(
-                opts.get("transactiontimeout"), "transactionTimeout", 120.0
+            transaction_timeout=float(
+                round(seconds(opts.get("transactiontimeout"), "transactionTimeout", 120.0)) or 1
             ),
             commit_timeout=seconds(opts.get("committimeout"), "commitTimeout", 300.0),
             coordinator_idle=seconds(

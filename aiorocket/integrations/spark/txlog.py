@@ -59,16 +59,19 @@ class ExpiredWriteError(RocketError):
 
 @dataclass(frozen=True)
 class Tag:
-    """What a half message says about where it comes from (its ``SPARK_TXN`` property)."""
+    """What a half message says about where it comes from (its ``SPARK_TXN`` property):
+    the write, the run (writer instance) and task attempt that sent it, and the seconds its
+    write has to be decided (``transactionTimeout``) before it is rolled back."""
 
     key: str
     run: str
     partition: int
     attempt: int
+    timeout: int = 120
 
     def render(self) -> str:
         """The property's value."""
-        return f"{self.key}|{self.run}|{self.partition}|{self.attempt}"
+        return f"{self.key}|{self.run}|{self.partition}|{self.attempt}|{self.timeout}"
 
     @classmethod
     def parse(cls, text: str | None) -> Tag | None:
@@ -76,9 +79,9 @@ class Tag:
         if not text:
             return None
         parts = text.split("|")
-        if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[2:]):
             return None
-        return cls(parts[0], parts[1], int(parts[2]), int(parts[3]))
+        return cls(parts[0], parts[1], int(parts[2]), int(parts[3]), int(parts[4]))
 
 
 def check_key(key: str) -> str:
