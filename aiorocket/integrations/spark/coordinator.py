@@ -13,10 +13,10 @@ outcome is in flight.
 Spark's commit runs in a short-lived Python worker, so the coordinator is a process of its
 own: started by the first writer of a record (:func:`ensure_coordinator`, detached from the
 worker), holding ``coordinator.lock`` while it lives, and leaving once it was idle for
-``idle_timeout`` with nothing left to commit. Killed, it is started again by the next writer
-or commit of the record; it then treats every row of an unfinished decision as unsure, waits
-``grace`` past the last heartbeat of its predecessor, and reads the rows' target queues to
-learn which were committed before it commits the rest.
+``idle_timeout`` (no decision, no check, no progress). Killed, it is started again by the
+next writer or commit of the record; it then treats every row of an unfinished decision as
+unsure, waits ``grace`` past the last heartbeat of its predecessor, and reads the rows' target
+queues to learn which were committed before it commits the rest.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ class CoordinatorConfig:
             record's id.
         client: client settings (namespace, credentials, TLS, request timeout).
         in_flight: END_TRANSACTIONs in flight at once.
-        idle_timeout: seconds without decisions or checks after which it leaves (when it
-            has nothing left to commit).
+        idle_timeout: seconds without decisions, checks or progress after which it leaves
+            (what it did not finish stays in the record for the next one).
         grace: seconds after which an END whose answer never came has surely landed or never
             will (default: twice the request timeout plus 5).
         poll_interval: seconds between looks at the record for new decisions.
@@ -228,7 +228,7 @@ class _Coordinator:
                     self._spawn(self._sweep())
                     next_sweep = now + self._config.sweep_interval
                 if self._idle(now):
-                    log.info("idle for %.0f s with nothing to commit: leaving", now - self._active)
+                    log.info("idle for %.0f s: leaving", now - self._active)
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self._config.poll_interval)
@@ -237,9 +237,14 @@ class _Coordinator:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _idle(self, now: float) -> bool:
-        if now - self._active < self._config.idle_timeout or self._passing or self._aborting:
-            return False
-        return next(self._ledger.pending(), None) is None and not self._record.aborts()
+        # Rows still pending do not keep it: if nothing happened for so long (no check, no
+        # progress) the broker is gone or done with them, and they are in the record for
+        # the next coordinator, which starts by finding out about them.
+        return (
+            now - self._active >= self._config.idle_timeout
+            and not self._passing
+            and not self._aborting
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -358,6 +363,7 @@ class _Coordinator:
         except RocketError as exc:
             log.warning("cannot read the target queues yet: %s", exc)
             return
+        self._active = time.monotonic()
         for r in rows:
             # (a check may have answered COMMIT for it meanwhile: then it is unsure anew)
             if r.state is RowState.UNSURE and r.since == since[id(r)]:
@@ -379,6 +385,7 @@ class _Coordinator:
                 row.state, row.since = RowState.UNSURE, time.time()
             else:
                 row.state = RowState.APPLIED
+                self._active = time.monotonic()
 
         await _bounded(self._config.in_flight, [one(r) for r in rows])
         if errors:
