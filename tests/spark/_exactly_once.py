@@ -163,11 +163,13 @@ def run_scenario(
     n: int,
     per_trigger: int,
     tx_timeout: float,
-    settle: Callable[[], None],
+    settle: Callable[[float], None],
     prefix: str = "Eo",
 ) -> Outcome:
-    """Run the scenario (topics ``<prefix>In`` / ``<prefix>Out``); ``settle`` waits, after
-    the restarted query ended, until the broker's checks can change nothing any more.
+    """Run the scenario (topics ``<prefix>In`` / ``<prefix>Out``, created beforehand where
+    the broker does not create topics on a first send); ``settle`` waits, after the restarted
+    query ended, until the broker's checks can change nothing any more (its argument:
+    ``time.monotonic()`` when the first driver was killed).
 
     Raises:
         AssertionError: a phase did not happen (the stream ended before a kill, a driver
@@ -207,7 +209,8 @@ def run_scenario(
         assert at_driver < n, "the stream ended before the driver was killed"
         _kill_group(first)
         _kill_coordinator(record)
-        timings["to_driver_kill"] = time.monotonic() - t
+        killed_at = time.monotonic()
+        timings["to_driver_kill"] = killed_at - t
     finally:
         if first.poll() is None:
             _kill_group(first)
@@ -220,7 +223,7 @@ def run_scenario(
             _kill_group(second)
     timings["restarted_run"] = time.monotonic() - t
     t = time.monotonic()
-    settle()
+    settle(killed_at)
     timings["settle"] = time.monotonic() - t
     t = time.monotonic()
     received = consume(namesrv, dst, n, quiet=5.0, timeout=300)

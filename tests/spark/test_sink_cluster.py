@@ -175,28 +175,14 @@ def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread
     bt.close()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A master and two one-core workers; drivers run elsewhere (in processes of their own)."""
-    reason = spark_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    work = tmp_path / "cluster"
-    work.mkdir()
-    with standalone_cluster(work, workers=2, cores=1) as c:
-        yield c
-    for pgid in c.pgids:
-        assert group_alive(pgid) == [], f"processes of group {pgid} still run"
-
-
 @pytest.mark.timeout(3600)
 def test_exactly_once_survives_executor_and_driver_kills(
-    cluster: Cluster, tx_broker: BrokerThread, tmp_path: Path
+    spark_cluster: Cluster, tx_broker: BrokerThread, tmp_path: Path
 ) -> None:
     async def unresolved() -> int:
         return tx_broker.broker.transactions.unresolved()
 
-    def settle() -> None:
+    def settle(_killed_at: float) -> None:
         # every half message of the killed runs was committed or rolled back
         wait_for_blocking(
             lambda: tx_broker.run(unresolved()) == 0, timeout=600, what="no half message left"
@@ -205,7 +191,7 @@ def test_exactly_once_survives_executor_and_driver_kills(
     n = N_EXACTLY_ONCE
     outcome = run_scenario(
         namesrv=tx_broker.address,
-        cluster=cluster,
+        cluster=spark_cluster,
         work=tmp_path,
         n=n,
         per_trigger=max(500, n // 12),

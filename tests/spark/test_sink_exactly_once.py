@@ -119,8 +119,8 @@ def test_batch_write_killed_before_its_commit_leaves_nothing_and_runs_again_once
 ) -> None:
     """The tasks of a write stored their rows; the driver died before its commit, and the
     coordinator with it (SIGKILL). Once the broker checks those half messages (older than
-    their write's transactionTimeout, 20 s), the coordinator the rerun starts rolls them back: nothing of the
-    first run is ever visible, and the rerun delivers every row once."""
+    their write's transactionTimeout, 20 s), the coordinator the rerun starts rolls them
+    back: nothing of the first run is ever visible, and the rerun delivers every row once."""
     addr = broker_thread.address
     topic = "EoKilled"
     rows = [(f"k-{i}",) for i in range(400)]

@@ -9,11 +9,11 @@ JSON, its row schema.
   ``failOnDataLoss`` have the same names already.
 * Offsets JSON ``{"topicA": {"broker1": {"0": 23, "1": -1}}}`` (queue ids per broker) is read
   as aiorocket's ``{"topicA": {"broker1:0": 23, "broker1:1": -1}}``.
-* ``schema=rocketmq-spark``: the source's rows are rocketmq-spark's (:data:`COMPAT_SCHEMA`:
-  ``topic``, ``flag``, ``body``, ``properties`` as a JSON string of every property,
-  ``brokerName``, ``queueId``, ``queueOffset``, ``bornTimestamp``, ``storeTimestamp``), and the
-  sink reads only the columns rocketmq-spark's does (``body``, ``topic``, ``tags``), the
-  ``topic`` option winning over a ``topic`` column as it does there.
+* ``schema=rocketmq-spark``: the source's rows are rocketmq-spark's
+  (:data:`ROCKETMQ_SPARK_SCHEMA`: ``topic``, ``flag``, ``body``, ``properties`` as a JSON
+  string of every property, ``brokerName``, ``queueId``, ``queueOffset``, ``bornTimestamp``,
+  ``storeTimestamp``), and the sink reads only the columns rocketmq-spark's does (``body``,
+  ``topic``, ``tags``), the ``topic`` option winning over a ``topic`` column as it does there.
 
 A job written for rocketmq-spark names the server ``nameServer``: that spelling without a
 ``schema`` option means ``schema=rocketmq-spark``, so such a job runs with only its format
@@ -43,7 +43,7 @@ from aiorocket.errors import ConfigurationError
 from aiorocket.integrations.spark.planning import QueueRange
 
 __all__ = [
-    "COMPAT_SCHEMA",
+    "ROCKETMQ_SPARK_SCHEMA",
     "NATIVE",
     "ROCKETMQ_SPARK",
     "compat_batches",
@@ -59,8 +59,9 @@ ROCKETMQ_SPARK: Final = "rocketmq-spark"
 #: rocketmq-spark's option names (lower case, as Spark hands options over) and ours
 _ALIASES: Final = {"nameserver": "namesrv", "subexpression": "tags"}
 
-#: rocketmq-spark's source rows (``RocketMQSource.schema``; every column nullable)
-COMPAT_SCHEMA: Final = StructType(
+#: rocketmq-spark's source rows (its ``RocketMQSource.schema``; every column nullable): what
+#: ``schema=rocketmq-spark`` reads
+ROCKETMQ_SPARK_SCHEMA: Final = StructType(
     [
         StructField("topic", StringType()),
         StructField("flag", IntegerType()),
@@ -79,9 +80,9 @@ def _arrow_schema() -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     try:
-        return to_arrow_schema(COMPAT_SCHEMA, timezone="UTC")
+        return to_arrow_schema(ROCKETMQ_SPARK_SCHEMA, timezone="UTC")
     except TypeError:  # pragma: no cover - pyspark < 4.1 has no timezone argument
-        return to_arrow_schema(COMPAT_SCHEMA)
+        return to_arrow_schema(ROCKETMQ_SPARK_SCHEMA)
 
 
 _ARROW: Final = _arrow_schema()
@@ -174,7 +175,7 @@ def _ts(ms: int) -> datetime:
 def compat_rows(
     lists: Iterable[list[ReceivedMessage]], part: QueueRange
 ) -> Iterator[tuple[Any, ...]]:
-    """The messages of ``part`` as :data:`COMPAT_SCHEMA` row tuples."""
+    """The messages of ``part`` as :data:`ROCKETMQ_SPARK_SCHEMA` row tuples."""
     for msgs in lists:
         for m in msgs:
             yield (
@@ -193,7 +194,7 @@ def compat_rows(
 def compat_batches(
     lists: Iterable[list[ReceivedMessage]], part: QueueRange, rows: int = 4096
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``part`` as :data:`COMPAT_SCHEMA` Arrow record batches of about
+    """The messages of ``part`` as :data:`ROCKETMQ_SPARK_SCHEMA` Arrow record batches of about
     ``rows`` rows."""
     pending: list[ReceivedMessage] = []
     for msgs in lists:

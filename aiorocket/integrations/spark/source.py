@@ -96,8 +96,8 @@ from aiorocket.errors import (
 )
 from aiorocket.integrations.spark import columns
 from aiorocket.integrations.spark.compat import (
-    COMPAT_SCHEMA,
     ROCKETMQ_SPARK,
+    ROCKETMQ_SPARK_SCHEMA,
     compat_batches,
     compat_rows,
     normalize,
@@ -266,7 +266,7 @@ class RocketMQDataSource(DataSource):
             ConfigurationError: an unknown ``schema`` option.
         """
         if normalize(dict(self.options))["schema"] == ROCKETMQ_SPARK:
-            return COMPAT_SCHEMA
+            return ROCKETMQ_SPARK_SCHEMA
         return SCHEMA
 
     def _options(self, schema: StructType) -> SourceOptions:
