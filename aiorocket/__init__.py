@@ -20,6 +20,7 @@ from aiorocket._producer.hooks import SendCallContext, SendCallHook, SendHook, S
 from aiorocket._producer.producer import Producer
 from aiorocket._producer.request import create_reply_message
 from aiorocket._producer.transaction import (
+    PreparedMessage,
     TransactionProducer,
     TransactionSendResult,
     TransactionState,
@@ -57,6 +58,7 @@ __all__ = [
     "OrderlyContext",
     "OrderlyStatus",
     "PoppedMessage",
+    "PreparedMessage",
     "Producer",
     "PullConsumer",
     "PushConsumer",

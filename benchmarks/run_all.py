@@ -825,6 +825,46 @@ def baseline_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
     return rows
 
 
+def spark_sink_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
+    """P12: the exactly-once sink against the at-least-once sink, rows/s per executor core;
+    the sink against the pipelined producer for context."""
+    once = _get(doc, "spark_exactly_once", "rows_per_s", "median")
+    least = _get(doc, "spark", "rows_per_s", "median")
+    if once is None or least is None:
+        return [_missing("P12", "Spark sink exactly once, per executor core", ">= 0.5x", why)]
+    ratio = _ratio(once, least)
+    return [
+        Row(
+            "P12",
+            "Spark sink exactly once, per executor core",
+            once,
+            "rows/s",
+            _get(doc, "spark_exactly_once", "rows_per_s", "spread_pct"),
+            "at-least-once sink",
+            least,
+            ratio,
+            ">= 0.5x",
+            None if ratio is None else ratio >= 0.5,
+            "df.write in local[1]; half messages, the driver's decision, the coordinator's "
+            "commits; the write ends when they are committed",
+        ),
+        Row(
+            "-",
+            "Spark sink at least once, per executor core",
+            least,
+            "rows/s",
+            _get(doc, "spark", "rows_per_s", "spread_pct"),
+            "pipelined producer",
+            _get(doc, "producer", "rows_per_s", "median"),
+            _get(doc, "ratio_spark_vs_producer"),
+            ">= 0.7x",
+            None
+            if _get(doc, "ratio_spark_vs_producer") is None
+            else doc is not None and doc["ratio_spark_vs_producer"] >= 0.7,
+        ),
+    ]
+
+
 #: goal ratios against the Java DefaultMQPushConsumer on the embedded broker
 JAVA_GOALS: dict[str, float] = {"aiorocket_per_message": 2.0, "aiorocket_batch": 2.5}
 
@@ -888,8 +928,8 @@ def java_rows(doc: dict[str, Any] | None, why: str) -> list[Row]:
     return rows
 
 
-#: in the order of the goals they report (P1, P2, P5 | P3 | P4 | P6 | P7 | P8 | P9); context rows
-#: ("-") follow the goal rows they explain
+#: in the order of the goals they report (P1, P2, P5 | P3 | P4 | P6 | P7 | P8 | P12 | P9);
+#: context rows ("-") follow the goal rows they explain
 ROW_BUILDERS: dict[str, Callable[[dict[str, Any] | None, str], list[Row]]] = {
     "consumer": consumer_rows,
     "orderly_keys": orderly_keys_rows,
@@ -899,6 +939,7 @@ ROW_BUILDERS: dict[str, Callable[[dict[str, Any] | None, str], list[Row]]] = {
     "backlog": backlog_rows,
     "broker": broker_rows,
     "spark": spark_rows,
+    "spark_sink": spark_sink_rows,
     "codec": codec_rows,
     "java": java_rows,
     "baseline": baseline_rows,

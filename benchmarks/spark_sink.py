@@ -1,5 +1,6 @@
 """Spark sink benchmark: rows/s written by the ``rocketmq`` sink per executor core, beside
-aiorocket's pipelined producer in a plain process, in the same run (goal: >= 0.7).
+aiorocket's pipelined producer in a plain process, in the same run (goal: >= 0.7), and the
+exactly-once sink beside the at-least-once one (P12: >= 0.5).
 
 Runs the embedded broker in a child process (4 queues) and measures, alternating, each
 ``--repeat`` times, with the same message (128 B body, a tag, two keys, one user property)
@@ -10,7 +11,10 @@ and the same sends in flight (``--in-flight``, 256 by default):
 * **sink, in process**: the sink's own work on Arrow record batches already in memory
   (``write_partition``: checking rows, building messages, pipelined sends), no Spark;
 * **spark**: ``df.write.format("rocketmq")`` of a cached DataFrame in a ``local[1]`` session:
-  one executor core (its Python worker does the sends; the JVM feeds it Arrow batches).
+  one executor core (its Python worker does the sends; the JVM feeds it Arrow batches);
+* **spark, exactly once**: the same write with ``exactlyOnce=true``: the task stores half
+  messages, the driver records its decision and the sink's coordinator (a process of its own
+  on the driver's host) commits them; the write ends when they are committed.
 
 Prints the figures and the ratios and writes ``benchmarks/results/spark_sink-<stamp>.json``.
 
@@ -25,8 +29,10 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -150,8 +156,9 @@ def _session() -> Any:
     return spark
 
 
-def spark_write(spark: Any, addr: str, n: int, in_flight: int) -> float:
-    """A cached DataFrame of ``n`` rows written by the sink in one task: rows/s."""
+def spark_write(spark: Any, addr: str, n: int, in_flight: int, txlog: Path | None = None) -> float:
+    """A cached DataFrame of ``n`` rows written by the sink in one task (exactly once with a
+    ``txlog`` directory): rows/s."""
     from pyspark.sql import functions as F  # noqa: N812
 
     df = (
@@ -167,14 +174,16 @@ def spark_write(spark: Any, addr: str, n: int, in_flight: int) -> float:
     df.count()
 
     def write() -> None:
-        (
+        w = (
             df.write.format("rocketmq")
             .mode("append")
             .option("namesrv", addr)
             .option("topic", "BenchSinkSpark")
             .option("maxInFlight", str(in_flight))
-            .save()
         )
+        if txlog is not None:
+            w = w.option("exactlyOnce", "true").option("transactionLog", str(txlog))
+        w.save()
 
     t0 = time.perf_counter()
     write()
@@ -197,12 +206,19 @@ def main() -> int:
     if args.quick:
         args.rows, args.repeat = 20_000, 1
     n, k = args.rows, args.in_flight
-    runs: dict[str, list[float]] = {"producer": [], "sink_in_process": [], "spark": []}
+    runs: dict[str, list[float]] = {
+        "producer": [],
+        "sink_in_process": [],
+        "spark": [],
+        "spark_exactly_once": [],
+    }
     cpu: dict[str, list[float]] = {"producer": [], "sink_in_process": []}
+    txlog = Path(tempfile.mkdtemp(prefix="bench-sink-txlog-"))
     with broker_process() as addr:
         spark = _session()
         try:
             spark_write(spark, addr, 2_000, k)  # warm up: the JVM, the Python worker, routes
+            spark_write(spark, addr, 2_000, k, txlog)  # and the coordinator
             for _ in range(args.repeat):
                 rate, us = producer_run(addr, n, k)
                 runs["producer"].append(rate)
@@ -211,9 +227,14 @@ def main() -> int:
                 runs["sink_in_process"].append(rate)
                 cpu["sink_in_process"].append(us)
                 runs["spark"].append(spark_write(spark, addr, n, k))
+                runs["spark_exactly_once"].append(spark_write(spark, addr, n, k, txlog))
                 print({key: round(v[-1]) for key, v in runs.items()}, flush=True)
         finally:
             spark.stop()
+            from aiorocket.integrations.spark.coordinator import stop
+
+            stop(txlog)
+            shutil.rmtree(txlog, ignore_errors=True)
     results: dict[str, Any] = {
         "benchmark": "spark_sink",
         "rows": n,
@@ -227,6 +248,10 @@ def main() -> int:
     results["ratio_spark_vs_producer"] = results["spark"]["rows_per_s"]["median"] / prod
     results["ratio_in_process_vs_producer"] = (
         results["sink_in_process"]["rows_per_s"]["median"] / prod
+    )
+    results["ratio_exactly_once_vs_spark"] = (
+        results["spark_exactly_once"]["rows_per_s"]["median"]
+        / results["spark"]["rows_per_s"]["median"]
     )
     import pyarrow
     import pyspark
@@ -247,6 +272,7 @@ def main() -> int:
         ("producer", "pipelined producer (plain process)"),
         ("sink_in_process", "sink, in process (no Spark)"),
         ("spark", "sink, Spark local[1] (1 core)"),
+        ("spark_exactly_once", "sink exactly once, local[1] (1 core)"),
     ):
         r = results[key]
         cpu_text = f"{r['cpu_us_per_row']:.1f}" if "cpu_us_per_row" in r else "-"
@@ -257,6 +283,10 @@ def main() -> int:
     print(
         f"sink per executor core / pipelined producer: {results['ratio_spark_vs_producer']:.2f} "
         f"(goal >= 0.7); in process: {results['ratio_in_process_vs_producer']:.2f}"
+    )
+    print(
+        f"exactly once / at least once, per executor core: "
+        f"{results['ratio_exactly_once_vs_spark']:.2f} (P12: goal >= 0.5)"
     )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"spark_sink-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -5,6 +5,11 @@ A transactional send stores a *half message* (``TRAN_MSG=true``, ``PGROUP``; pre
 that consumers cannot see, runs the local transaction, then tells the broker that stored it to
 commit or roll back (END_TRANSACTION, oneway). When that answer is lost or "unknown", the
 broker later asks a producer of the group (CHECK_TRANSACTION_STATE), whose ``check`` decides.
+
+The same steps apart (``prepare`` now, ``end`` later, maybe from another process) make a
+two-phase commit: what identifies a half message (`PreparedMessage`) travels to whoever
+decides, and END_TRANSACTION is then sent as a request, so its sender learns whether the broker
+applied it.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiorocket._names import without_namespace
-from aiorocket._protocol.codes import MessageSysFlag, RequestCode
+from aiorocket._names import now_ms, without_namespace, wrap_namespace
+from aiorocket._protocol.codes import MessageSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.headers import (
     CheckTransactionStateRequestHeader,
@@ -25,17 +30,35 @@ from aiorocket._protocol.headers import (
 )
 from aiorocket._protocol.message import MessageRecord, decode_message
 from aiorocket._protocol.msgid import parse_offset_msg_id
-from aiorocket._protocol.properties import KEYS, MSG_REGION, PGROUP, TRAN_MSG, UNIQ_KEY
+from aiorocket._protocol.properties import (
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    KEYS,
+    MSG_REGION,
+    PGROUP,
+    TRAN_MSG,
+    UNIQ_KEY,
+)
 from aiorocket._remoting import Connection, RequestHandler
-from aiorocket.errors import ConfigurationError, RemoteProtocolError, RocketError
-from aiorocket.models import Message, ReceivedMessage, SendResult, SendStatus
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    RemoteProtocolError,
+    RocketError,
+    broker_error,
+)
+from aiorocket.models import Message, ReceivedMessage, SendResult, SendStatus, validate_name
 from aiorocket.settings import TransactionProducerSettings
 
 from .checks import has_timer
 from .producer import Producer
 from .trace_hook import trace_end_transaction
 
-__all__ = ["TransactionProducer", "TransactionSendResult", "TransactionState"]
+__all__ = [
+    "PreparedMessage",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
+]
 
 log = logging.getLogger("aiorocket.producer")
 
@@ -78,6 +101,37 @@ class TransactionSendResult(SendResult):
     transaction_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedMessage:
+    """A stored half message: what [TransactionProducer.end][aiorocket.TransactionProducer.end]
+    needs to commit or roll it back, from this process or any other (plain values: it pickles
+    and travels as JSON). Made by
+    [TransactionProducer.prepare][aiorocket.TransactionProducer.prepare].
+
+    Attributes:
+        group: the transaction's producer group as the broker knows it (``PGROUP``, with the
+            namespace): END_TRANSACTION must name it, and the broker's checks go to a live
+            producer of it.
+        broker_name: the broker that stored the half message.
+        queue_offset: its offset in the broker's half queue (Java's ``tranStateTableOffset``).
+        commit_log_offset: its commit-log offset.
+        msg_id: its ``UNIQ_KEY``, which the committed message keeps (also the transaction id).
+        topic: the topic it is delivered to once committed (without the namespace).
+        queue_id: the queue of ``topic`` it is delivered to.
+        born_ms: when the producer sent it (ms since the epoch): the broker checks it back
+            once it is older than the broker's transaction timeout or its ``check_after``.
+    """
+
+    group: str
+    broker_name: str
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+    topic: str
+    queue_id: int
+    born_ms: int
+
+
 class TransactionProducer(Producer):
     """Sends transactional messages; also sends ordinary ones like [`Producer`][aiorocket.Producer].
 
@@ -100,6 +154,11 @@ class TransactionProducer(Producer):
     of a group must
     be able to answer ``check`` for any message of the group: the broker asks any live one.
 
+    A producer that only [prepares][aiorocket.TransactionProducer.prepare] and
+    [ends][aiorocket.TransactionProducer.end] transactions needs no ``execute_local``; one
+    whose group gets no checks (its halves name another group) needs no ``check`` (a check
+    that reaches it anyway is logged and left unanswered: the broker asks again later).
+
     Raises:
         ConfigurationError: invalid settings (at construction).
     """
@@ -111,8 +170,8 @@ class TransactionProducer(Producer):
         *,
         namesrv: str | Sequence[str],
         group: str,
-        execute_local: ExecuteLocal,
-        check: CheckLocal,
+        execute_local: ExecuteLocal | None = None,
+        check: CheckLocal | None = None,
         **settings: Any,
     ) -> None:
         self._execute_local = execute_local
@@ -150,36 +209,21 @@ class TransactionProducer(Producer):
         logged, not raised — the check-back settles the transaction then.
 
         Raises:
-            ConfigurationError: the message has a ``message_group`` or timer properties:
-                RocketMQ 5.x refuses a transactional message that is also a FIFO or a timer
-                one ("Transactional message should not set messageGroup or
-                deliveryTimestamp").
-            RocketError: as [`Producer.send`][aiorocket.Producer.send] for the half message; nothing
-                has been stored then and ``execute_local`` has not run.
+            ConfigurationError: no ``execute_local`` was given, or the message has a
+                ``message_group`` or timer properties: RocketMQ 5.x refuses a transactional
+                message that is also a FIFO or a timer one ("Transactional message should not
+                set messageGroup or deliveryTimestamp").
+            RocketError: as [`Producer.send`][aiorocket.Producer.send] for the half message;
+                nothing has been stored then and ``execute_local`` has not run.
         """
-        if msg.message_group is not None or has_timer(msg.properties):
-            # PublishingMessageImpl (rocketmq-clients): the three message types exclude each
-            # other; over remoting a 5.x broker would deliver the commit at the timer's time.
-            raise ConfigurationError(
-                "a transactional message cannot have a message_group or a delivery time"
-            )
-        group = self._wire_group()
-        result = await self._send_one(
-            msg,
-            None,
-            None,
-            None,
-            0,
-            timeout,
-            oneway=False,
-            extra={TRAN_MSG: "true", PGROUP: group},
-            sys_flag=int(MessageSysFlag.TRANSACTION_PREPARED),
-        )
-        assert result is not None
+        execute_local = self._execute_local
+        if execute_local is None:
+            raise ConfigurationError("send_in_transaction needs the producer's execute_local")
+        result = await self._send_half(msg, self._wire_group(), None, timeout)
         error: BaseException | None = None
         if result.status is SendStatus.SEND_OK:
             try:
-                state = await self._execute_local(msg, arg)
+                state = await execute_local(msg, arg)
                 if not isinstance(state, TransactionState):
                     raise TypeError(f"execute_local returned {state!r}, not a TransactionState")
             except Exception as exc:
@@ -210,6 +254,147 @@ class TransactionProducer(Producer):
             state=state,
             transaction_id=result.msg_id,
         )
+
+    async def _send_half(
+        self, msg: Message, group: str, check_after: int | None, timeout: float | None
+    ) -> SendResult:
+        if msg.message_group is not None or has_timer(msg.properties):
+            # PublishingMessageImpl (rocketmq-clients): the three message types exclude each
+            # other; over remoting a 5.x broker would deliver the commit at the timer's time.
+            raise ConfigurationError(
+                "a transactional message cannot have a message_group or a delivery time"
+            )
+        extra = {TRAN_MSG: "true", PGROUP: group}
+        if check_after is not None:
+            extra[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(check_after)
+        result = await self._send_one(
+            msg,
+            None,
+            None,
+            None,
+            0,
+            timeout,
+            oneway=False,
+            extra=extra,
+            sys_flag=int(MessageSysFlag.TRANSACTION_PREPARED),
+        )
+        assert result is not None
+        return result
+
+    async def prepare(
+        self,
+        msg: Message,
+        *,
+        group: str | None = None,
+        check_after: int | None = None,
+        timeout: float | None = None,
+    ) -> PreparedMessage:
+        """Store ``msg`` as a half message and return what identifies it; nothing more is sent
+        (no local transaction runs). Commit or roll it back later with
+        [end][aiorocket.TransactionProducer.end], from this producer or from any other
+        process; until then consumers do not see it, and once it is older than the broker's
+        transaction timeout the broker asks a live producer of ``group`` about it.
+
+        Args:
+            msg: the message (a delay level is ignored, as for a transactional send).
+            group: the transaction's producer group (default: this producer's), which the
+                broker's checks go to. A group that only answers checks (one process
+                deciding for many senders) need not be the sender's.
+            check_after: seconds before the broker may check it back at all (the
+                ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property; brokers use their transaction
+                timeout when it is shorter). A RocketMQ 5 broker also refuses, past this age,
+                an END_TRANSACTION that is not the answer to a check.
+            timeout: as for [send][aiorocket.Producer.send].
+
+        Raises:
+            ConfigurationError: a ``message_group`` or timer properties (as
+                [send_in_transaction][aiorocket.TransactionProducer.send_in_transaction]),
+                or an invalid ``group`` or ``check_after``.
+            RocketError: as [send][aiorocket.Producer.send]; nothing was stored then.
+        """
+        if check_after is not None and check_after < 0:
+            raise ConfigurationError("check_after must be >= 0 seconds")
+        wire = self._wire_group()
+        if group is not None:
+            validate_name(group, "producer group")
+            wire = wrap_namespace(self.settings.namespace, group)
+        born = now_ms()  # the header's born timestamp is taken a moment later
+        result = await self._send_half(msg, wire, check_after, timeout)
+        try:
+            commit_log_offset = parse_offset_msg_id(result.offset_msg_id)[2]
+        except ValueError:
+            raise RemoteProtocolError(
+                f"half message {result.msg_id}: unreadable offset id {result.offset_msg_id!r}"
+            ) from None
+        return PreparedMessage(
+            group=wire,
+            broker_name=result.queue.broker_name,
+            queue_offset=result.queue_offset,
+            commit_log_offset=commit_log_offset,
+            msg_id=result.msg_id,
+            topic=result.queue.topic,
+            queue_id=result.queue.queue_id,
+            born_ms=born,
+        )
+
+    async def end(
+        self, prepared: PreparedMessage, state: TransactionState, *, timeout: float | None = None
+    ) -> None:
+        """Commit or roll back a [prepared][aiorocket.TransactionProducer.prepare] half
+        message, and wait until its broker says it did (END_TRANSACTION sent as a request,
+        where a transactional send's own end is oneway).
+
+        A half message must be committed at most once: a RocketMQ 4.9 broker delivers it again
+        for every COMMIT it receives, including the answer to a later check of the same
+        message. Whoever ends prepared messages must therefore answer their checks too (see
+        the Spark sink's exactly-once mode for one way to arrange it).
+
+        Raises:
+            ConfigurationError: ``state`` is ``UNKNOWN``.
+            BrokerError: the broker did not apply it: it no longer has the half message, the
+                group or offsets do not match, or (RocketMQ 5, code 604) the half message is
+                older than its ``check_after`` and only a check's answer may end it now.
+            TransportError: no answer (the broker may or may not have applied it).
+            ClientClosedError: the producer is closed or was never started.
+        """
+        if state is TransactionState.UNKNOWN:
+            raise ConfigurationError("end() takes COMMIT or ROLLBACK, not UNKNOWN")
+        if self._closed or not self._started:
+            raise ClientClosedError("the producer is closed or not started")
+        addr = await self._client.find_broker(
+            prepared.broker_name,
+            wrap_namespace(self.settings.namespace, prepared.topic),
+            master=True,
+        )
+        header = EndTransactionRequestHeader(
+            producer_group=prepared.group,
+            tran_state_table_offset=prepared.queue_offset,
+            commit_log_offset=prepared.commit_log_offset,
+            commit_or_rollback=_END_TYPE[state],
+            from_transaction_check=False,
+            msg_id=prepared.msg_id,
+            transaction_id=prepared.msg_id,
+        )
+        resp = await self._client.invoke(
+            addr,
+            RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext()),
+            timeout=timeout,
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise broker_error(resp.code, resp.remark)
+
+    async def checks_from(self, *topics: str) -> None:
+        """Heartbeat the brokers of ``topics`` from now on, so that their transaction checks
+        reach this producer before it has sent anything there (a producer heartbeats the
+        brokers of the topics it knows; one that only answers checks knows none).
+
+        Raises:
+            TopicNotExistError: a topic has no route.
+            RocketError: the name server could not be asked.
+        """
+        for topic in topics:
+            await self._publish_info(self._wire_topic(topic))
+        self._heartbeat.wake()
 
     async def _end(
         self, result: SendResult, state: TransactionState, error: BaseException | None
@@ -293,6 +478,9 @@ class TransactionProducer(Producer):
         if group != self._wire_group():
             log.debug("check of group %s is not for this producer (%s)", group, conn.peer)
             return None
+        if self._check is None:
+            log.warning("check of %s reached a producer without check(); not answered", rec)
+            return None
         if self._checks_pending >= self._check_backlog:
             log.warning("check backlog full (%d); check of %s dropped", self._check_backlog, rec)
             return None
@@ -314,6 +502,7 @@ class TransactionProducer(Producer):
         topic = without_namespace(self.settings.namespace, rec.topic)
         msg = ReceivedMessage(rec, topic=topic, broker_name="")
         error: BaseException | None = None
+        assert self._check is not None
         try:
             state = await self._check(msg)
             if not isinstance(state, TransactionState):

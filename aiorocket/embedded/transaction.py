@@ -278,6 +278,27 @@ class TransactionService(Processor):
         offsets.commit(SYSTEM_GROUP, OP_TOPIC, 0, _op_progress(op_start, done))
         return sent
 
+    def unresolved(self) -> int:
+        """How many half messages (put-back copies included) wait for an end: stored at or
+        after the check's progress and without an op message (for inspection and tests).
+
+        Raises:
+            OSError: a store read failed.
+        """
+        store = self._writer.store
+        half_start = max(
+            self._offsets.query(SYSTEM_GROUP, HALF_TOPIC, 0) or 0, store.min_offset(HALF_TOPIC, 0)
+        )
+        op_start = max(
+            self._offsets.query(SYSTEM_GROUP, OP_TOPIC, 0) or 0, store.min_offset(OP_TOPIC, 0)
+        )
+        ended = {
+            op.body.decode()
+            for _, op in self._read(OP_TOPIC, op_start, store.max_offset(OP_TOPIC, 0))
+        }
+        half_max = store.max_offset(HALF_TOPIC, 0)
+        return sum(str(qo) not in ended for qo, _ in self._read(HALF_TOPIC, half_start, half_max))
+
     def _read(self, topic: str, start: int, end: int) -> Iterator[tuple[int, MessageRecord]]:
         store = self._writer.store
         offset = start

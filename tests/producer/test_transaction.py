@@ -4,6 +4,8 @@ END_TRANSACTION, the broker's check-back, discards, restarts and a killed produc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import pickle
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from aiorocket._protocol.msgid import parse_offset_msg_id
 from aiorocket._remoting import ConnectionPool
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.embedded.topics import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from aiorocket.errors import BrokerError, ConfigurationError
 from tests._harness.wait import wait_for
 from tests.producer.test_producer import pull_all
 from tests.producer.tx_proc import crash_in_transaction
@@ -345,3 +348,56 @@ async def test_two_answered_check_backs_commit_once(quiet_broker: EmbeddedBroker
         await stored(broker, OP_TOPIC, 0, 2)
         assert broker.transactions.check() == 0
     assert await delivered(broker, "tx_twice") == [b"once"]
+
+
+async def test_prepared_message_is_ended_by_another_process_once(
+    quiet_broker: EmbeddedBroker,
+) -> None:
+    """prepare() stores an invisible half message; a producer that never saw it commits it
+    from its PreparedMessage (pickled, as it travels between processes) and learns the
+    broker applied it; a second prepared message is rolled back the same way."""
+    broker = quiet_broker
+    async with rmq.TransactionProducer(namesrv=broker.address, group="tx-prep") as sender:
+        keep = await sender.prepare(rmq.Message("tx_prep", b"keep"))
+        drop = await sender.prepare(rmq.Message("tx_prep", b"drop"))
+    assert (keep.topic, keep.group) == ("tx_prep", "tx-prep")
+    assert keep.msg_id != drop.msg_id
+    assert await delivered(broker, "tx_prep") == []
+    async with rmq.TransactionProducer(namesrv=broker.address, group="tx-other") as decider:
+        await decider.end(pickle.loads(pickle.dumps(keep)), S.COMMIT)
+        await decider.end(drop, S.ROLLBACK)
+        with pytest.raises(ConfigurationError):
+            await decider.end(keep, S.UNKNOWN)
+        moved = dataclasses.replace(keep, queue_offset=keep.queue_offset + 7)
+        with pytest.raises(BrokerError, match="state table offset wrong"):
+            await decider.end(moved, S.COMMIT)
+    got = await pull_all(broker.address, "tx_prep")
+    assert [m.body for m in got] == [b"keep"]
+    assert got[0].properties["UNIQ_KEY"] == keep.msg_id
+    assert broker.transactions.check() == 0  # both resolved: nothing left to check
+
+
+async def test_checks_of_prepared_messages_go_to_their_group(broker: EmbeddedBroker) -> None:
+    """Halves prepared for another group are checked by a producer of that group (which
+    knows their brokers through checks_from before sending anything), never by the sender;
+    check_after keeps one of them from being checked at all meanwhile."""
+    checks = Checks(S.COMMIT)
+    async with (
+        rmq.TransactionProducer(
+            namesrv=broker.address, group="tx-decides", check=checks
+        ) as decider,
+        rmq.TransactionProducer(namesrv=broker.address, group="tx-sends") as sender,
+    ):
+        await sender.send(rmq.Message("tx_group", b"route"))  # the topic exists
+        await decider.checks_from("tx_group")
+        await sender.prepare(rmq.Message("tx_group", b"checked"), group="tx-decides")
+        await sender.prepare(
+            rmq.Message("tx_group", b"immune"), group="tx-decides", check_after=3600
+        )
+        await checks.wait(1)
+        await wait_for(
+            lambda: broker.store.max_offset(OP_TOPIC, 0) == 1, timeout=5.0, what="the op"
+        )
+    assert [m.body for m in checks.seen] == [b"checked"]
+    assert checks.seen[0].properties["PGROUP"] == "tx-decides"
+    assert sorted(await delivered(broker, "tx_group")) == [b"checked", b"route"]

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests._harness.wait import wait_for_blocking
 
-__all__ = ["Cluster", "executor_pids", "group_alive", "standalone_cluster"]
+__all__ = ["Cluster", "executor_pids", "group_alive", "standalone_cluster", "two_workers"]
 
 
 def _free_port() -> int:
@@ -191,3 +193,19 @@ def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def two_workers(work: Path) -> Iterator[Cluster]:
+    """A master and two one-core workers (skipped without Spark) for drivers that run in
+    processes of their own; afterwards nothing of it is left (checked by process group)."""
+    from tests.spark._support import spark_missing
+
+    reason = spark_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    work.mkdir(parents=True, exist_ok=True)
+    with standalone_cluster(work, workers=2, cores=1) as c:
+        yield c
+    for pgid in c.pgids:
+        assert group_alive(pgid) == [], f"processes of group {pgid} still run"

@@ -78,6 +78,11 @@ class BrokerThread:
             raise self._error
         self.address = self._broker.address
 
+    @property
+    def broker(self) -> EmbeddedBroker:
+        """The broker (touch it only from coroutines given to :meth:`run`)."""
+        return self._broker
+
     def run(self, coro: Coroutine[Any, Any, _T], timeout: float = 60) -> _T:
         """Run ``coro`` on the broker's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

@@ -1,4 +1,5 @@
-"""Fixtures of the Spark tests: one broker thread and one SparkSession per module."""
+"""Fixtures of the Spark tests: one broker thread and one SparkSession per module, and a
+standalone cluster for tests whose drivers run in processes of their own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from aiorocket.embedded import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
+from tests.spark._cluster import Cluster, two_workers
 from tests.spark._support import (
     BrokerThread,
     spark,  # noqa: F401  (the fixture, shared with interop tests)
@@ -21,3 +23,10 @@ def broker_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerTh
     bt = BrokerThread(data, BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS))
     yield bt
     bt.close()
+
+
+@pytest.fixture
+def spark_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A standalone cluster: a master and two one-core workers on loopback."""
+    with two_workers(tmp_path / "cluster") as cluster:
+        yield cluster

@@ -1,7 +1,12 @@
 """The source and the sink on a Spark standalone cluster (a master and two one-core workers
 on loopback, started from the installed pyspark) with an executor killed mid-stream: a file
 sink holds every message exactly once; the rocketmq sink (``idempotentKeys``) holds every
-message at least once, each duplicate with its original's id and key."""
+message at least once, each duplicate with its original's id and key; with ``exactlyOnce``
+(driver in a process of its own, killed too and restarted from its checkpoint) a consumer
+receives every result exactly once.
+
+``AIOROCKET_EO_MESSAGES`` sets the exactly-once scenario's input (8,000 by default; the
+issue's full form is 50,000)."""
 
 from __future__ import annotations
 
@@ -16,13 +21,25 @@ from typing import Any
 import pytest
 
 from aiorocket import ReceivedMessage, SyncQueueReader
+from aiorocket.embedded import BrokerConfig
+from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for_blocking
-from tests.spark._cluster import executor_pids, group_alive, standalone_cluster
+from tests.spark._cluster import Cluster, executor_pids, group_alive, standalone_cluster
+from tests.spark._exactly_once import run_scenario
 from tests.spark._support import ROOT, BrokerThread, produce, spark_missing
 
 pytestmark = pytest.mark.slow
 
 N = 8_000
+N_EXACTLY_ONCE = int(os.environ.get("AIOROCKET_EO_MESSAGES", "8000"))
+#: checks every 3 s once a half message is 1 s old; 60 checks before a discard
+TX_BROKER = BrokerConfig(
+    default_queues=4,
+    delay_levels=FAST_DELAYS,
+    transaction_check_interval=3.0,
+    transaction_timeout=1.0,
+    transaction_check_max=60,
+)
 
 
 def _stored(addr: str, topic: str) -> int:
@@ -149,3 +166,43 @@ def test_executor_killed_mid_stream(
         assert len(ids) == 1, f"{body!r}: copies with different ids {ids}"
         (msg_id, key) = next(iter(ids))
         assert msg_id == key
+
+
+@pytest.fixture(scope="module")
+def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    bt = BrokerThread(tmp_path_factory.mktemp("tx-broker"), TX_BROKER)
+    yield bt
+    bt.close()
+
+
+@pytest.mark.timeout(3600)
+def test_exactly_once_survives_executor_and_driver_kills(
+    spark_cluster: Cluster, tx_broker: BrokerThread, tmp_path: Path
+) -> None:
+    async def unresolved() -> int:
+        return tx_broker.broker.transactions.unresolved()
+
+    def settle(_killed_at: float) -> None:
+        # every half message of the killed runs was committed or rolled back
+        wait_for_blocking(
+            lambda: tx_broker.run(unresolved()) == 0, timeout=600, what="no half message left"
+        )
+
+    n = N_EXACTLY_ONCE
+    outcome = run_scenario(
+        namesrv=tx_broker.address,
+        cluster=spark_cluster,
+        work=tmp_path,
+        n=n,
+        per_trigger=max(500, n // 12),
+        tx_timeout=60.0,
+        settle=settle,
+    )
+    print(
+        f"exactly once, {n} messages: timings {outcome.timings}, output stored at the "
+        f"executor kill {outcome.at_executor_kill}, at the driver kill {outcome.at_driver_kill}"
+    )
+    for counts in (outcome.received, outcome.stored):
+        assert outcome.missing(counts) == 0
+        assert outcome.duplicates(counts) == 0
+        assert set(counts) == outcome.expected

@@ -7,15 +7,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aiorocket import SyncQueueReader
 from aiorocket._names import validate_group
 from aiorocket._reader import InlineReader
 from aiorocket.errors import ConfigurationError
+from aiorocket.integrations.spark.compat import NATIVE, flat_offsets, normalize
 from aiorocket.models import validate_name
+from aiorocket.settings import ProducerSettings, build_settings
 
-__all__ = ["SourceOptions", "client_settings", "flag", "positive"]
+__all__ = ["SinkOptions", "SourceOptions", "client_settings", "flag", "positive", "seconds"]
+
+#: The producer group of sinks that name none.
+DEFAULT_GROUP: Final = "SPARK_ROCKETMQ_SINK"
+_DEFAULT_IN_FLIGHT: Final = 256
 
 
 def flag(raw: str | None, name: str, default: bool) -> bool:
@@ -45,6 +51,25 @@ def positive(raw: str | None, name: str) -> int | None:
     except ValueError:
         raise ConfigurationError(f"option {name} must be an integer, not {raw!r}") from None
     if value <= 0:
+        raise ConfigurationError(f"option {name} must be positive")
+    return value
+
+
+def seconds(raw: str | None, name: str, default: float) -> float:
+    """A positive number of seconds; ``default`` when unset.
+
+    Raises:
+        ConfigurationError: not a number, or not positive.
+    """
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"option {name} must be a number of seconds, not {raw!r}"
+        ) from None
+    if not value > 0:
         raise ConfigurationError(f"option {name} must be positive")
     return value
 
@@ -92,15 +117,18 @@ class SourceOptions:
     group: str | None
     use_arrow: bool
     client: dict[str, Any] = field(default_factory=dict)
+    #: the rows' columns: ``aiorocket`` or ``rocketmq-spark`` (``compat.py``)
+    schema: str = NATIVE
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """Validate the source options (keys are lower-case in Spark's option map).
+        """Validate the source options (names are case-insensitive; rocketmq-spark's names
+        are accepted too, see ``compat.py``).
 
         Raises:
             ConfigurationError: a missing or invalid option.
         """
-        opts = {k.lower(): v for k, v in options.items()}
+        opts = normalize(options)
         namesrv = opts.get("namesrv", "").strip()
         if not namesrv:
             raise ConfigurationError('the rocketmq source needs option("namesrv", "host:port")')
@@ -111,8 +139,9 @@ class SourceOptions:
             validate_name(topic)
         starting = opts.get("startingoffsets")
         if starting is not None:
+            starting = flat_offsets(starting)
             _check_spec(starting, "startingOffsets")
-        ending = opts.get("endingoffsets", "latest")
+        ending = flat_offsets(opts.get("endingoffsets", "latest"))
         _check_spec(ending, "endingOffsets")
         if ending.strip().lower() == "earliest":
             raise ConfigurationError("endingOffsets cannot be earliest")
@@ -134,6 +163,7 @@ class SourceOptions:
             group=group,
             use_arrow=flag(opts.get("usearrow"), "useArrow", True),
             client=client,
+            schema=opts["schema"],
         )
         # Settings and names are checked here, on the driver, before any task runs.
         SyncQueueReader(namesrv=namesrv, **client)
@@ -179,10 +209,105 @@ def _check_spec(spec: str, name: str) -> None:
         )
         if not ok:
             raise ConfigurationError(
-                f'{name} JSON must look like {{"topic": {{"broker-a:0": 42}}}} '
+                f'{name} JSON must look like {{"topic": {{"broker-a:0": 42}}}} or '
+                f'rocketmq-spark\'s {{"topic": {{"broker-a": {{"0": 42}}}}}} '
                 "(queue keys broker:id or id; offsets >= 0, -2 earliest, -1 latest)"
             )
         return
     raise ConfigurationError(
         f"{name} must be earliest, latest, a timestamp in ms or JSON, not {spec!r}"
     )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Validated sink options; plain values, so writers stay picklable (the list is in
+    `aiorocket.integrations.spark.sink`)."""
+
+    namesrv: str
+    topic: str | None
+    group: str
+    idempotent_keys: bool
+    max_in_flight: int
+    client: dict[str, Any] = field(default_factory=dict)
+    #: ``aiorocket`` or ``rocketmq-spark`` (which columns are read, whether the ``topic``
+    #: option wins over the ``topic`` column)
+    schema: str = NATIVE
+    exactly_once: bool = False
+    #: the decision record's directory (``transactionLog``), when given
+    transaction_log: str | None = None
+    #: the streaming query's ``checkpointLocation``, when Spark passed it
+    checkpoint: str | None = None
+    transaction_timeout: float = 120.0
+    commit_timeout: float = 300.0
+    coordinator_idle: float = 600.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        """Validate the sink options (case-insensitive names; rocketmq-spark's accepted).
+
+        Raises:
+            ConfigurationError: a missing or invalid option.
+        """
+        opts = normalize(options)
+        namesrv = opts.get("namesrv", "").strip()
+        if not namesrv:
+            raise ConfigurationError('the rocketmq sink needs option("namesrv", "host:port")')
+        topic = opts.get("topic", "").strip() or None
+        if topic is not None:
+            validate_name(topic)
+        group = opts.get("group", "").strip() or DEFAULT_GROUP
+        client = client_settings(opts)
+        if "sendtimeout" in opts:
+            client["send_timeout"] = seconds(opts["sendtimeout"], "sendTimeout", 3.0)
+        if "retries" in opts:
+            try:
+                client["retries"] = int(opts["retries"])
+            except ValueError:
+                raise ConfigurationError("option retries must be an integer") from None
+        size = positive(opts.get("maxmessagesize"), "maxMessageSize")
+        if size is not None:
+            client["max_message_size"] = size
+        parsed = cls(
+            namesrv=namesrv,
+            topic=topic,
+            group=group,
+            idempotent_keys=flag(opts.get("idempotentkeys"), "idempotentKeys", False),
+            max_in_flight=positive(opts.get("maxinflight"), "maxInFlight") or _DEFAULT_IN_FLIGHT,
+            client=client,
+            schema=opts["schema"],
+            exactly_once=flag(opts.get("exactlyonce"), "exactlyOnce", False),
+            transaction_log=opts.get("transactionlog", "").strip() or None,
+            checkpoint=opts.get("checkpointlocation", "").strip() or None,
+            transaction_timeout=float(
+                round(seconds(opts.get("transactiontimeout"), "transactionTimeout", 120.0)) or 1
+            ),
+            commit_timeout=seconds(opts.get("committimeout"), "commitTimeout", 300.0),
+            coordinator_idle=seconds(
+                opts.get("coordinatoridletimeout"), "coordinatorIdleTimeout", 600.0
+            ),
+        )
+        # Settings and names are checked here, on the driver, before any task runs.
+        parsed.settings()
+        return parsed
+
+    def settings(self) -> ProducerSettings:
+        """The producer's settings.
+
+        Raises:
+            ConfigurationError: invalid settings.
+        """
+        settings = build_settings(
+            ProducerSettings, {"namesrv": self.namesrv, "group": self.group, **self.client}
+        )
+        validate_name(self.group, "producer group")
+        return settings
+
+    def key(self) -> tuple[Any, ...]:
+        """What tells one producer's settings from another's (the per-process cache key)."""
+        return (
+            self.namesrv,
+            self.group,
+            self.exactly_once,
+            tuple(sorted(self.client.items())),
+        )

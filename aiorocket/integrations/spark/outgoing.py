@@ -39,6 +39,7 @@ from aiorocket import Message
 from aiorocket._names import SYSTEM_PROPERTIES, validate_name
 from aiorocket._protocol import properties as props_
 from aiorocket.errors import ConfigurationError, InvalidNameError
+from aiorocket.integrations.spark.txlog import TAG_PROPERTY
 from aiorocket.models import MAX_DELAY_LEVEL
 
 __all__ = ["COLUMNS", "Layout", "Outgoing", "SinkInputError", "message_id", "messages"]
@@ -58,11 +59,18 @@ COLUMNS: Final[Mapping[str, tuple[type[DataType], ...]]] = {
 
 #: Properties a row's ``properties`` may carry but the sink drops: the system properties
 #: ``Message`` refuses (rows read by the source carry them all; a user value would be
-#: overwritten or misread) and the transaction bookkeeping a broker adds.
+#: overwritten or misread), the transaction bookkeeping a broker adds, and the exactly-once
+#: sink's own tag of the half message a row came from (not RocketMQ's).
 _SYSTEM_PROPERTIES: Final = SYSTEM_PROPERTIES | {
     props_.TRANSACTION_CHECK_TIMES,
     props_.CHECK_IMMUNITY_TIME_IN_SECONDS,
+    TAG_PROPERTY,
 }
+#: The columns rocketmq-spark's sink reads (``RocketMQWriter``).
+_COMPAT_COLUMNS: Final = frozenset({"body", "topic", "tags"})
+#: Columns a transactional message cannot have (RocketMQ 5 refuses FIFO and timer
+#: transactional messages; Java clears a transactional message's delay level).
+_NOT_TRANSACTIONAL: Final = ("sharding_key", "message_group", "delay_level", "deliver_at")
 _SEPARATORS: Final = (props_.NAME_VALUE_SEPARATOR, props_.PROPERTY_SEPARATOR)
 
 
@@ -87,20 +95,31 @@ class Layout:
 
     columns: frozenset[str]
     default_topic: str | None
+    #: the ``topic`` option wins over the ``topic`` column (rocketmq-spark's rule)
+    topic_option_wins: bool = False
 
     @classmethod
-    def of(cls, schema: StructType, default_topic: str | None) -> Layout:
-        """Check the DataFrame's schema against `COLUMNS`.
+    def of(
+        cls,
+        schema: StructType,
+        default_topic: str | None,
+        *,
+        compat: bool = False,
+        transactional: bool = False,
+    ) -> Layout:
+        """Check the DataFrame's schema against `COLUMNS` (only ``body``, ``topic`` and
+        ``tags`` with ``compat``: rocketmq-spark's sink ignores the others).
 
         Raises:
-            ConfigurationError: no ``body`` column, a column of the wrong type, or neither a
-                ``topic`` column nor a ``topic`` option.
+            ConfigurationError: no ``body`` column, a column of the wrong type, neither a
+                ``topic`` column nor a ``topic`` option, or (``transactional``) a column a
+                transactional message cannot have.
         """
         present: set[str] = set()
         for f in schema.fields:
             name = f.name.lower()
             allowed = COLUMNS.get(name)
-            if allowed is None:
+            if allowed is None or (compat and name not in _COMPAT_COLUMNS):
                 continue  # other columns are ignored (as the Kafka sink does)
             dt = f.dataType
             ok = isinstance(dt, allowed)
@@ -120,7 +139,15 @@ class Layout:
             )
         if "topic" not in present and default_topic is None:
             raise ConfigurationError('rocketmq sink: give option("topic", name) or a topic column')
-        return cls(frozenset(present), default_topic)
+        if transactional:
+            bad = [c for c in _NOT_TRANSACTIONAL if c in present]
+            if bad:
+                raise ConfigurationError(
+                    f"rocketmq sink: exactlyOnce sends transactional messages, which cannot "
+                    f"have {', '.join(bad)} (RocketMQ has no ordered, delayed or timed "
+                    "transactional messages); drop the column(s)"
+                )
+        return cls(frozenset(present), default_topic, compat and default_topic is not None)
 
 
 def _type_name(t: type[DataType]) -> str:
@@ -183,10 +210,12 @@ def messages(
     partition: int,
     max_size: int,
     scope: str | None,
+    extra: Mapping[str, str] | None = None,
 ) -> list[Outgoing]:
     """Every row of a partition (Arrow record batches or Rows) as a message, all checked
     before the caller sends any. With ``scope`` (``idempotentKeys``) each message carries
-    `message_id` as its ``UNIQ_KEY`` and as one more key.
+    `message_id` as its ``UNIQ_KEY`` and as one more key; ``extra`` properties are set on
+    every message.
 
     Raises:
         SinkInputError: a row that cannot be sent (the message names partition, row and
@@ -227,7 +256,11 @@ def messages(
                     "body",
                     f"{len(body)} bytes, over max_message_size ({max_size} bytes)",
                 )
-            topic = topics[i] or layout.default_topic
+            topic = (
+                layout.default_topic
+                if layout.topic_option_wins
+                else topics[i] or layout.default_topic
+            )
             if topic is None:
                 raise bad("topic", 'null, and there is no option("topic", ...)')
             if topic not in checked_topics:
@@ -282,6 +315,8 @@ def messages(
                             "without \\x01 or \\x02",
                         )
                     user[k] = v
+            if extra:
+                user.update(extra)
             if scope is not None:
                 uid = message_id(scope, partition, row)
                 user[props_.UNIQ_KEY] = uid

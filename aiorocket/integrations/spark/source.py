@@ -61,6 +61,11 @@ Options (names are case-insensitive):
     (slower; kept to compare).
 ``namespace``, ``accessKey``, ``secretKey``, ``requestTimeout``
     client settings (namespace prefix, ACL credentials, RPC timeout in seconds).
+``schema``
+    ``aiorocket`` (default: `SCHEMA`) or ``rocketmq-spark`` (Apache rocketmq-spark's
+    rows, the default when the job names ``nameServer``). rocketmq-spark's option names
+    (``nameServer``, ``subExpression``, ``pullTimeoutMs``, ``pullBatchSize``) and offsets JSON
+    are accepted too: `aiorocket.integrations.spark.compat`.
 """
 
 from __future__ import annotations
@@ -91,6 +96,13 @@ from aiorocket.errors import (
     TransportError,
 )
 from aiorocket.integrations.spark import columns
+from aiorocket.integrations.spark.compat import (
+    ROCKETMQ_SPARK,
+    ROCKETMQ_SPARK_SCHEMA,
+    compat_batches,
+    compat_rows,
+    normalize,
+)
 from aiorocket.integrations.spark.options import SourceOptions
 from aiorocket.integrations.spark.planning import (
     EARLIEST,
@@ -218,6 +230,9 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
         # Spark substitutes a placeholder partition when there are none.
         return iter(())
     chunks = _chunks(opts, partition)
+    if opts.schema == ROCKETMQ_SPARK:
+        lists = _message_lists(chunks, partition)
+        return compat_batches(lists, partition) if opts.use_arrow else compat_rows(lists, partition)
     if opts.use_arrow and columns.compiled():
         return columns.arrow_batches(
             chunks, partition.topic, partition.broker, partition.queue_id, ARROW_SCHEMA
@@ -247,11 +262,18 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
-        """The fixed `SCHEMA`."""
+        """The fixed `SCHEMA`, or rocketmq-spark's rows with ``schema=rocketmq-spark``
+        (``compat.py``).
+
+        Raises:
+            ConfigurationError: an unknown ``schema`` option.
+        """
+        if normalize(dict(self.options))["schema"] == ROCKETMQ_SPARK:
+            return ROCKETMQ_SPARK_SCHEMA
         return SCHEMA
 
     def _options(self, schema: StructType) -> SourceOptions:
-        if schema != SCHEMA:
+        if schema != self.schema():
             raise ConfigurationError(
                 "the rocketmq source has a fixed schema; select or cast columns instead"
             )
