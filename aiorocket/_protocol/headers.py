@@ -516,6 +516,9 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str = wire("topicFilterType", required=True, default="SINGLE_TAG")
     topic_sys_flag: int | None = wire("topicSysFlag", _INT, default=None)
     order: bool = wire("order", required=True, default=False)
+    #: 5.x attribute changes, ``+message.type=LITE,+lite.topic.expiration=10``
+    #: (:mod:`aiorocket._protocol.attributes`)
+    attributes: str | None = wire("attributes", default=None)
 
 
 # --------------------------------------------------------------------------- admin tools (mqadmin)

@@ -19,8 +19,12 @@ __all__ = [
     "CONSUME_START_TIME",
     "DELAY",
     "FIRST_POP_TIME",
+    "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET",
     "INSTANCE_ID",
     "KEYS",
+    "LITE_TOPIC",
+    "LMQ_SEPARATOR",
     "MAX_OFFSET",
     "MAX_PROPERTIES_SIZE",
     "MAX_RECONSUME_TIMES",
@@ -111,6 +115,15 @@ INSTANCE_ID: Final[str] = "INSTANCE_ID"
 CLUSTER: Final[str] = "CLUSTER"
 #: Java 5.x SHARDING_KEY (Go's client spells it ``SHARDING_KEY``; §11.1 item 12).
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
+#: PROPERTY_LITE_TOPIC (5.5): the lite topic of a message sent to its parent (§12.5).
+LITE_TOPIC: Final[str] = "__LITE_TOPIC"
+#: PROPERTY_INNER_MULTI_DISPATCH: the light message queues (LMQ) a stored message is also
+#: indexed in, ``,``-separated (§12.5).
+INNER_MULTI_DISPATCH: Final[str] = "INNER_MULTI_DISPATCH"
+#: PROPERTY_INNER_MULTI_QUEUE_OFFSET: its offset in each of those queues, in the same order.
+INNER_MULTI_QUEUE_OFFSET: Final[str] = "INNER_MULTI_QUEUE_OFFSET"
+#: ``MixAll.LMQ_DISPATCH_SEPARATOR``: separates the entries of the two properties above.
+LMQ_SEPARATOR: Final[str] = ","
 #: Aliyun ONS timed delivery; the Java client hook only inspects it.
 START_DELIVER_TIME: Final[str] = "__STARTDELIVERTIME"
 
