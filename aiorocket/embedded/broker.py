@@ -50,6 +50,8 @@ from aiorocket.embedded.context import BrokerContext, install
 from aiorocket.embedded.delays import indexed_tags_code
 from aiorocket.embedded.faults import BrokerFaults, InjectedFailure
 from aiorocket.embedded.groups import ClientGroups
+from aiorocket.embedded.lite import LiteProcessor, LiteService
+from aiorocket.embedded.lite_expiry import run_lite_expiry, run_subscription_expiry
 from aiorocket.embedded.locks import QueueLocks
 from aiorocket.embedded.long_polling import PullWaiters
 from aiorocket.embedded.namesrv import NAMESRV_CODES, NameServer
@@ -155,6 +157,7 @@ class EmbeddedBroker(AsyncResource):
         self._schedule: ScheduleService | None = None
         self._timers: TimerService | None = None
         self._pop: PopService | None = None
+        self._lite: LiteService | None = None
         self._topics: TopicTable | None = None
         self._groups: ClientGroups | None = None
         self._locks: QueueLocks | None = None
@@ -429,6 +432,10 @@ class EmbeddedBroker(AsyncResource):
         # POP state (docs/protocol.md §12.3): the revive log is replayed before serving.
         self._pop = pop = PopService(ctx, conf_dir)
         pop.load()
+        # Lite topics (§12.5), served when the broker answers as 5.x, as POP is.
+        lite = LiteService(ctx) if config.timers_enabled else None
+        self._lite = lite
+        lite_processor = None if lite is None else LiteProcessor(ctx, lite)
         install(
             self._dispatcher,
             (
@@ -439,7 +446,8 @@ class EmbeddedBroker(AsyncResource):
                 AdminProcessors(ctx),
                 ConfigAdmin(ctx),
                 NameServer(ctx),
-                *pop_processors(ctx, pop.context),
+                *pop_processors(ctx, pop.context, lite_processor),
+                *(() if lite_processor is None else (lite_processor,)),
             ),
         )
 
@@ -472,6 +480,10 @@ class EmbeddedBroker(AsyncResource):
         await schedule.start()
         await timers.start()
         await pop.start()
+        if lite is not None:
+            lite.start()
+            self._spawn(run_lite_expiry(ctx, lite), "aiorocket-broker-lite-expiry")
+            self._spawn(run_subscription_expiry(ctx, lite), "aiorocket-broker-lite-subscribers")
         self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
         self._spawn(self._persist_loop(), "aiorocket-broker-persist")
         self._spawn(transactions.run(), "aiorocket-broker-transactions")
@@ -521,6 +533,8 @@ class EmbeddedBroker(AsyncResource):
             await self._timers.stop()
         if self._pop is not None:
             await self._pop.stop()
+        if self._lite is not None:
+            self._lite.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.__aexit__(None, None, None)

@@ -10,6 +10,7 @@ topics and subscription groups, created, listed and deleted.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from aiorocket._names import now_ms
 from aiorocket._protocol import fastjson
@@ -19,6 +20,13 @@ from aiorocket._protocol.admin_bodies import (
     SubscriptionGroupWrapper,
     TopicConfigBody,
     TopicConfigSerializeWrapper,
+)
+from aiorocket._protocol.attributes import (
+    GROUP_ATTRIBUTES,
+    TOPIC_ATTRIBUTES,
+    InvalidAttributesError,
+    alter_attributes,
+    parse_changes,
 )
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -68,6 +76,17 @@ class ConfigAdmin(Processor):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, remark="queue counts must be 1..1024"
             )
+        old = self._topics.get(h.topic)
+        try:
+            # TopicConfigManager.updateTopicConfig: the header's attribute changes (5.x)
+            attributes = alter_attributes(
+                {} if old is None else old.attributes,
+                parse_changes(h.attributes),
+                create=old is None,
+                allowed=TOPIC_ATTRIBUTES,
+            )
+        except InvalidAttributesError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         self._topics.put(
             TopicConfig(
                 name=h.topic,
@@ -77,6 +96,7 @@ class ConfigAdmin(Processor):
                 topic_filter_type=h.topic_filter_type,
                 topic_sys_flag=h.topic_sys_flag or 0,
                 order=h.order,
+                attributes=attributes,
             )
         )
         return cmd.make_response(ResponseCode.SUCCESS)
@@ -155,6 +175,19 @@ class ConfigAdmin(Processor):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, remark=f"the group[{cfg.group_name}] is illegal"
             )
+        old = self._ctx.subscriptions.get(cfg.group_name)
+        try:
+            # SubscriptionGroupManager.updateSubscriptionGroupConfig: the body's attribute
+            # changes applied to the group's current attributes (5.x)
+            attributes = alter_attributes(
+                {} if old is None else old.attributes or {},
+                cfg.attributes or {},
+                create=old is None,
+                allowed=GROUP_ATTRIBUTES,
+            )
+        except InvalidAttributesError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        cfg = replace(cfg, attributes=attributes or None)
         self._ctx.subscriptions.put(cfg, now_ms=now_ms())
         return cmd.make_response(ResponseCode.SUCCESS)
 
@@ -195,4 +228,5 @@ def _topic_body(t: TopicConfig) -> TopicConfigBody:
         topic_filter_type=t.topic_filter_type,
         topic_sys_flag=t.topic_sys_flag,
         order=t.order,
+        attributes=dict(t.attributes) or None,
     )

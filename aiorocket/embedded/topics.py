@@ -9,7 +9,7 @@ start (docs/protocol.md §6.1).
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -100,6 +100,8 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    #: 5.x attributes (``message.type``, ``lite.topic.expiration``, ...)
+    attributes: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def queue_count(self) -> int:
@@ -185,6 +187,7 @@ class TopicTable(PersistedTable):
                 topic_filter_type=str(raw.get("topic_filter_type", "SINGLE_TAG")),
                 topic_sys_flag=int(raw.get("topic_sys_flag", 0)),
                 order=bool(raw.get("order", False)),
+                attributes={str(k): str(v) for k, v in (raw.get("attributes") or {}).items()},
             )
             if name in self._system:
                 continue  # rebuilt from the configuration
