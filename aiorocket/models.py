@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Final, Protocol, cast
 
-from aiorocket._names import validate_name
+from aiorocket._names import is_valid_lite_topic, validate_name
 from aiorocket.errors import ConfigurationError
 
 __all__ = [
@@ -62,9 +62,14 @@ class Message:
             the message is sent as if ``sharding_key=message_group`` were passed to
             :meth:`Producer.send <aiorocket.Producer.send>`: it goes to the queue of that key
             and carries it as ``__SHARDINGKEY``, so messages of one group stay in order.
+        lite_topic: RocketMQ 5.5: the lite topic (1-64 characters from ``[a-zA-Z0-9_-]``) of
+            ``topic``, a topic of type LITE; [LiteConsumer][aiorocket.LiteConsumer]s that
+            subscribe it receive the message. Sent as ``__LITE_TOPIC``, one at a time (no
+            batch), to the queue the lite topic maps to; excludes a message group, a delay and
+            a delivery time.
 
     Raises:
-        ConfigurationError: a tag, key, delay level or message group is invalid.
+        ConfigurationError: a tag, key, delay level, message group or lite topic is invalid.
     """
 
     topic: str
@@ -74,6 +79,7 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     delay_level: int | None = None
     message_group: str | None = None
+    lite_topic: str | None = None
 
     def __init__(
         self,
@@ -85,6 +91,7 @@ class Message:
         properties: Mapping[str, str] | None = None,
         delay_level: int | None = None,
         message_group: str | None = None,
+        lite_topic: str | None = None,
     ) -> None:
         if isinstance(body, str):
             body = body.encode("utf-8")
@@ -108,6 +115,13 @@ class Message:
             raise ConfigurationError(
                 f"message_group {message_group!r} must be non-blank without \\x01 or \\x02"
             )
+        if lite_topic is not None and (
+            not is_valid_lite_topic(lite_topic) or message_group is not None or delay_level
+        ):
+            raise ConfigurationError(
+                f"lite_topic {lite_topic!r} must be 1-64 characters from [a-zA-Z0-9_-], "
+                "without a message_group or delay_level"
+            )
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "tags", tags)
@@ -115,6 +129,7 @@ class Message:
         object.__setattr__(self, "properties", dict(properties or {}))
         object.__setattr__(self, "delay_level", delay_level or None)
         object.__setattr__(self, "message_group", message_group)
+        object.__setattr__(self, "lite_topic", lite_topic)
 
 
 class SendStatus(enum.Enum):
@@ -428,6 +443,11 @@ class ReceivedMessage:
     @property
     def properties(self) -> dict[str, str]:
         return self._r.properties
+
+    @property
+    def lite_topic(self) -> str | None:
+        """The lite topic it was sent to (RocketMQ 5.5's ``__LITE_TOPIC``), if any."""
+        return self._r.properties.get("__LITE_TOPIC")
 
     @property
     def broker_name(self) -> str:

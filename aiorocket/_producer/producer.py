@@ -16,6 +16,7 @@ from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._names import now_ms, without_namespace, wrap_namespace
 from aiorocket._producer.checks import (
+    check_lite,
     check_sharding_key,
     deliver_ms,
     group_key,
@@ -32,7 +33,12 @@ from aiorocket._producer.hooks import (
     run_send_done,
     run_send_prepare,
 )
-from aiorocket._producer.publish import QueueSelector, TopicPublishInfo, queue_for_key
+from aiorocket._producer.publish import (
+    QueueSelector,
+    TopicPublishInfo,
+    queue_for_key,
+    queue_for_lite_topic,
+)
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
 from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, MessageSysFlag
@@ -42,6 +48,7 @@ from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import (
     DELAY,
     KEYS,
+    LITE_TOPIC,
     SHARDING_KEY,
     TAGS,
     TIMER_DELIVER_MS,
@@ -337,6 +344,9 @@ class Producer(AsyncResource):
         if any(has_timer(m.properties) for m in msgs):
             # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
             raise ConfigurationError("timer messages cannot be sent in a batch")
+        if any(m.lite_topic is not None for m in msgs):
+            # SendMessageProcessor dispatches single messages only (docs/protocol.md §12.5).
+            raise ConfigurationError("lite messages cannot be sent in a batch")
         groups = {m.message_group for m in msgs}
         if len(groups) > 1:
             raise ConfigurationError("all messages of a batch must have the same message_group")
@@ -481,6 +491,9 @@ class Producer(AsyncResource):
         check_sharding_key(sharding_key)
         if delay_level is not None and not 0 <= delay_level <= 18:
             raise ConfigurationError("delay_level must be within 0..18")
+        if msg.lite_topic is not None:
+            check_lite(sharding_key, selector, queue, delay_level, deliver_ms)
+            extra = {**(extra or {}), LITE_TOPIC: msg.lite_topic}
         if deliver_ms is not None:
             if delay_level or (delay_level is None and msg.delay_level):
                 raise ConfigurationError("a message has either a delivery time or a delay level")
@@ -529,6 +542,7 @@ class Producer(AsyncResource):
                 oneway=oneway,
                 timer=timer,
                 msg_type=msg_type(fields),
+                lite_topic=msg.lite_topic,
             )
         except BaseException as exc:
             self._call_done(call, exc)
@@ -556,6 +570,7 @@ class Producer(AsyncResource):
         timer: bool = False,
         msg_type: str = "Normal",
         batch_msgs: Sequence[Message] = (),
+        lite_topic: str | None = None,
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -564,7 +579,12 @@ class Producer(AsyncResource):
         s = self.settings
         timeout = timeout or s.send_timeout
         wire_topic = self._wire_topic(topic)
-        pinned = queue is not None or sharding_key is not None or selector is not None
+        pinned = (
+            queue is not None
+            or sharding_key is not None
+            or selector is not None
+            or lite_topic is not None
+        )
         attempts = 1 if oneway else 1 + s.retries
         # Java's sendMsgTimeout is the budget of the whole call, retries included
         # (DefaultMQProducerImpl.sendDefaultImpl): each attempt gets what is left of it.
@@ -581,6 +601,8 @@ class Producer(AsyncResource):
                     mq = MessageQueue(wire_topic, queue.broker_name, queue.queue_id)
                 elif sharding_key is not None:
                     mq = queue_for_key(info.queues, sharding_key)
+                elif lite_topic is not None:
+                    mq = queue_for_lite_topic(info.queues, lite_topic)
                 elif selector is not None:
                     mq = selector(info.queues, msg, sharding_key)
                 else:

@@ -149,18 +149,20 @@ class TransactionProducer(Producer):
         logged, not raised — the check-back settles the transaction then.
 
         Raises:
-            ConfigurationError: the message has a ``message_group`` or timer properties:
+            ConfigurationError: the message has a ``message_group``, a ``lite_topic`` or timer
+                properties:
                 RocketMQ 5.x refuses a transactional message that is also a FIFO or a timer
                 one ("Transactional message should not set messageGroup or
                 deliveryTimestamp").
             RocketError: as :meth:`Producer.send` for the half message; nothing has been
                 stored then and ``execute_local`` has not run.
         """
-        if msg.message_group is not None or has_timer(msg.properties):
-            # PublishingMessageImpl (rocketmq-clients): the three message types exclude each
-            # other; over remoting a 5.x broker would deliver the commit at the timer's time.
+        if msg.message_group is not None or msg.lite_topic is not None or has_timer(msg.properties):
+            # PublishingMessageImpl (rocketmq-clients): the message types exclude each other;
+            # over remoting a 5.x broker would deliver the commit at the timer's time.
             raise ConfigurationError(
-                "a transactional message cannot have a message_group or a delivery time"
+                "a transactional message cannot have a message_group, a lite_topic or a "
+                "delivery time"
             )
         group = self._wire_group()
         result = await self._send_one(
