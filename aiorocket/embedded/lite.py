@@ -12,8 +12,8 @@ blocks the lite topic for the group until every message of it is acked or visibl
 acks move the offset to the first message not acked. Which lite topics a pop looks at is
 :class:`~aiorocket.embedded.lite_registry.LiteRegistry`'s ready set: an LMQ is offered to a
 subscriber when a message arrives in it, when it is subscribed while holding messages, when its
-batch is acked in full, and when the batch's invisible time passes (Apache waits for the next
-arrival then).
+batch is acked in full, and when the batch's invisible time passes (Apache's
+``QueueLevelConsumerOrderInfoLockManager``).
 """
 
 from __future__ import annotations
