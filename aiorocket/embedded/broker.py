@@ -260,6 +260,15 @@ class EmbeddedBroker(AsyncResource):
         return self._require(self._timers if self._running else None)
 
     @property
+    def lite(self) -> LiteService:
+        """Lite subscriptions and batches (for inspection and tests; docs/protocol.md §12.5).
+
+        Raises:
+            ClientClosedError: the broker is not running, or answers as 4.x (no lite topics).
+        """
+        return self._require(self._lite if self._running else None)
+
+    @property
     def held_pulls(self) -> int:
         """How many pulls are being held right now."""
         return len(self._waiters)
