@@ -556,8 +556,11 @@ class LiteConsumer(GroupMember):
         lite messages).
 
         Raises:
-            As [ack][aiorocket.LiteConsumer.ack] (before anything is sent when a handle is
-            foreign or expired).
+            InvalidReceiptHandleError: a message was not received by this consumer (nothing
+                is sent then).
+            ReceiptHandleExpiredError: a message's invisible time passed (nothing is sent).
+            BrokerError, TransportError: a broker refused or could not be reached.
+            ClientClosedError: the consumer is closed.
         """
         self._require_running()
         popped = [self._pop.check(m) for m in msgs]
@@ -570,7 +573,8 @@ class LiteConsumer(GroupMember):
 
         Raises:
             ConfigurationError: a non-positive duration.
-            As [ack][aiorocket.LiteConsumer.ack].
+            RocketError: as [ack][aiorocket.LiteConsumer.ack] (a foreign or expired
+                handle, a refusal, a transport failure, a closed consumer).
         """
         invisible = duration_ms(seconds, "seconds")
         self._require_running()

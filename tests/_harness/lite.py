@@ -14,6 +14,7 @@ from typing import Any
 import aiorocket as rmq
 
 __all__ = [
+    "by_lite_topic",
     "create_lite_parent",
     "lite_acceptance",
     "lite_consumer",

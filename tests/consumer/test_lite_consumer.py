@@ -20,6 +20,7 @@ from aiorocket.errors import (
     ReceiptHandleExpiredError,
     UnsupportedFeatureError,
 )
+from examples import agents_lite
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.lite import (
     create_lite_parent,
@@ -265,3 +266,11 @@ async def test_the_periodic_sync_keeps_a_subscription(broker: EmbeddedBroker) ->
         async with rmq.Producer(namesrv=broker.address, group="p") as p:
             await send_lite(p, TOPIC, ["c1"], 1, "x")
         assert [m.body for m in await receive_until(c, 1, timeout=10)] == [b"c1:x:0"]
+
+
+async def test_the_agents_example(broker: EmbeddedBroker) -> None:
+    planner = await agents_lite.main(broker.address, conversations=12)
+    assert len(planner.replies) == 12
+    for n in range(12):
+        assert planner.replies[f"conv-{n}"] == ["answer", "to", "question", str(n)]
+    assert broker.lite.registry.clients() == []  # every conversation's lite topic dropped
