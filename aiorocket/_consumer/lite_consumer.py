@@ -395,14 +395,6 @@ class LiteConsumer(GroupMember):
 
     # -- receiving ----------------------------------------------------------------------------
 
-    def _require_running(self) -> None:
-        if not self._started:
-            raise ConfigurationError("the consumer has not been started")
-        if self._closing:
-            if self._crash is not None:
-                raise ClientClosedError("the consumer crashed") from self._crash
-            raise ClientClosedError("the consumer is closed")
-
     def _brokers(self) -> list[str]:
         route = self._client.route(self._topic)
         if route is None:

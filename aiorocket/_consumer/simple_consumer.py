@@ -39,7 +39,6 @@ from aiorocket._consumer.trace_hook import trace_dispatcher
 from aiorocket._protocol.codes import Perm
 from aiorocket.errors import (
     BrokerError,
-    ClientClosedError,
     ConfigurationError,
     RocketError,
     TransportError,
@@ -194,15 +193,6 @@ class SimpleConsumer(GroupMember):
         return []
 
     # -- receiving ----------------------------------------------------------------------------
-
-    def _require_running(self) -> None:
-        # The pull consumer's rule: not started is a usage error, closed a state.
-        if not self._started:
-            raise ConfigurationError("the consumer has not been started")
-        if self._closing:
-            if self._crash is not None:
-                raise ClientClosedError("the consumer crashed") from self._crash
-            raise ClientClosedError("the consumer is closed")
 
     def _targets(self) -> list[PopTarget]:
         """Every (subscription, broker name) with a readable queue, in a stable order."""

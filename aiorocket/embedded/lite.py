@@ -53,7 +53,7 @@ from aiorocket._protocol.pop import (
 from aiorocket._remoting import Connection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
 from aiorocket.embedded.lite_registry import LiteClient, LiteQuotaExceeded, LiteRegistry
-from aiorocket.embedded.pop import pop_offset, with_born_time
+from aiorocket.embedded.pop import MAX_POP, TOO_LATE_MS, pop_offset, with_born_time
 from aiorocket.embedded.pop_order import ConsumerOrderInfo
 from aiorocket.embedded.store import GetStatus
 from aiorocket.errors import ConnectionClosedError
@@ -62,8 +62,6 @@ __all__ = ["LiteProcessor", "LiteService"]
 
 log = logging.getLogger("aiorocket.embedded")
 
-_MAX_POP: Final = 32
-_TOO_LATE_MS: Final = 500
 _MAX_MODE: Final = CONSUME_INIT_MODES.index("MAX")
 #: store statuses after which the group's offset is moved to where the read points
 _MISPLACED: Final = frozenset(
@@ -290,13 +288,13 @@ class LiteProcessor(Processor):
         self, cmd: RemotingCommand, h: PopLiteMessageRequestHeader
     ) -> RemotingCommand | None:
         host = self._ctx.address().rpartition(":")[0]
-        if now_ms() - h.born_time - h.poll_time > _TOO_LATE_MS:
+        if now_ms() - h.born_time - h.poll_time > TOO_LATE_MS:
             return _refuse(
                 cmd,
                 ResponseCode.POLLING_TIMEOUT,
                 f"the broker[{host}] pop message is timeout too much",
             )
-        if h.max_msg_num > _MAX_POP:
+        if h.max_msg_num > MAX_POP:
             return _refuse(
                 cmd,
                 ResponseCode.INVALID_PARAMETER,

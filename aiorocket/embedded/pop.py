@@ -66,12 +66,20 @@ from aiorocket.embedded.store import GetResult, GetStatus, PutResult
 from aiorocket.embedded.topics import TopicConfig
 from aiorocket.errors import InvalidSelectorError, LocalProtocolError, RemoteProtocolError
 
-__all__ = ["PopProcessor", "pop_offset", "pop_processors", "with_born_time"]
+__all__ = [
+    "MAX_POP",
+    "TOO_LATE_MS",
+    "PopProcessor",
+    "pop_offset",
+    "pop_processors",
+    "with_born_time",
+]
 
-#: ``PopMessageProcessor``: at most this many messages per POP
-_MAX_POP: Final = 32
+#: ``PopMessageProcessor``: at most this many messages per POP (and per POP_LITE_MESSAGE)
+MAX_POP: Final = 32
 #: ``PopMessageRequestHeader.isTimeoutTooMuch``: a request older than its poll time plus this
-_TOO_LATE_MS: Final = 500
+#: is refused (the same rule for POP_LITE_MESSAGE)
+TOO_LATE_MS: Final = 500
 #: the ordinal of ``MQVersion`` V5_0_0_SNAPSHOT: a broker stamped below it is a 4.x one
 _V5_0_0_SNAPSHOT: Final = 412
 _MIN_MODE: Final = CONSUME_INIT_MODES.index("MIN")
@@ -224,13 +232,13 @@ class PopProcessor(Processor):
         h = PopMessageRequestHeader.from_ext(with_born_time(cmd))
         host = self._ctx.address().rpartition(":")[0]
         started = now_ms()
-        if started - h.born_time - h.poll_time > _TOO_LATE_MS:
+        if started - h.born_time - h.poll_time > TOO_LATE_MS:
             return _refuse(
                 cmd,
                 ResponseCode.POLLING_TIMEOUT,
                 f"the broker[{host}] pop message is timeout too much",
             )
-        if h.max_msg_nums > _MAX_POP:
+        if h.max_msg_nums > MAX_POP:
             return _refuse(
                 cmd,
                 ResponseCode.INVALID_PARAMETER,

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from aiorocket._concurrency import AsyncResource, Service
-from aiorocket._names import SCHEDULE_TOPIC, is_valid_name, now_ms
+from aiorocket._names import SCHEDULE_TOPIC, now_ms
 from aiorocket._protocol import properties as mp
+from aiorocket._protocol.lite import LITE_QUEUE_PREFIX
 from aiorocket._protocol.message import MessageRecord, encode_message
 from aiorocket.embedded import read_plan
 from aiorocket.embedded.commit_log import CommitLog, FileCache
@@ -556,7 +557,7 @@ class MessageStore(AsyncResource):
             max_bytes,
             self._log.min_offset,
             matches,
-            queue_id if is_valid_name(topic) else -1,  # an LMQ's records are another queue's
+            -1 if topic.startswith(LITE_QUEUE_PREFIX) else queue_id,  # an LMQ's: others'
             self._log.read_span,
             messages,
             codes,
