@@ -14,7 +14,7 @@ works against a Java 4.9 cluster and against the embedded broker alike:
   flag); :meth:`Admin.messages_by_key` is ``queryMsgByKey``, :meth:`Admin.trace`
   ``queryMsgTraceById`` (the same query on the trace topic, bodies decoded);
 * :meth:`Admin.create_topic` / :meth:`Admin.delete_topic` go to every master of the cluster
-  (GET_BROKER_CLUSTER_INFO), then the name servers for deletion; :meth:`Admin.create_group`
+  (GET_BROKER_CLUSTER_INFO), then the name servers for deletion; ``Admin.create_group``
   (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) to every master too.
 """
 
@@ -145,7 +145,7 @@ def _check(resp: RemotingCommand) -> RemotingCommand:
 
 
 def _topic_attributes(message_type: str | None, lite_expiration: int | None) -> str | None:
-    """UPDATE_AND_CREATE_TOPIC's ``attributes`` for :meth:`Admin.create_topic`'s arguments.
+    """UPDATE_AND_CREATE_TOPIC's ``attributes`` for ``Admin.create_topic``'s arguments.
 
     Raises:
         ConfigurationError: an unknown type, or an expiration without LITE or below -1.

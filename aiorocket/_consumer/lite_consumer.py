@@ -15,7 +15,7 @@ the set, and ``on_unsubscribed`` is told.
 
 Lite consumption needs brokers of RocketMQ 5.5+ (or the embedded broker) reached through their
 name server: a 5.5 proxy's remoting port does not serve it. Either is refused at start with
-:class:`~aiorocket.errors.UnsupportedFeatureError`.
+[UnsupportedFeatureError][aiorocket.errors.UnsupportedFeatureError].
 """
 
 from __future__ import annotations

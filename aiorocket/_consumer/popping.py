@@ -3,7 +3,7 @@ broker, turn the records into :class:`PoppedMessage` objects carrying their rece
 ack them (one by one or in batches), move their invisible time, and wait for a message with
 NOTIFICATION. Used by :class:`~aiorocket.SimpleConsumer` and by push consumers in POP mode.
 
-:class:`~aiorocket.LiteConsumer` pops with POP_LITE_MESSAGE (:meth:`PopClient.pop_lite`) and
+[LiteConsumer][aiorocket.LiteConsumer] pops with POP_LITE_MESSAGE (``PopClient.pop_lite``) and
 acks the same way, each ack naming the message's lite topic (docs/protocol.md §12.5).
 
 Dead letters follow the 5.x proxy (``PopMessageResultFilterImpl``): a popped message already
@@ -189,7 +189,7 @@ class PopClient:
     ) -> list[PoppedMessage]:
         """One POP_LITE_MESSAGE to one broker: messages of the lite topics ``client_id``
         subscribes under the target's topic (their parent), held up to ``poll_ms`` while there
-        is nothing (docs/protocol.md §12.5). Dead letters as :meth:`pop`.
+        is nothing (docs/protocol.md §12.5). Dead letters as ``pop``.
 
         Raises:
             RequestCodeNotSupportedError: the server does not serve lite topics.

@@ -200,7 +200,7 @@ class SubscriptionGroupConfig(Body):
     which_broker_when_consume_slowly: Int64 = 1
     notify_consumer_ids_changed_enable: Bool = True
     #: 5.x group attributes (``lite.bind.topic``, ...); a request body names changes with a
-    #: ``+`` (set) or ``-`` (remove) prefix (:mod:`aiorocket._protocol.attributes`)
+    #: ``+`` (set) or ``-`` (remove) prefix (``_protocol/attributes.py``)
     attributes: Annotated[dict[_Text, _Text] | None, OMIT_IF_NONE] = None
 
 

@@ -517,7 +517,7 @@ class CreateTopicRequestHeader(Header):
     topic_sys_flag: int | None = wire("topicSysFlag", _INT, default=None)
     order: bool = wire("order", required=True, default=False)
     #: 5.x attribute changes, ``+message.type=LITE,+lite.topic.expiration=10``
-    #: (:mod:`aiorocket._protocol.attributes`)
+    #: (``_protocol/attributes.py``)
     attributes: str | None = wire("attributes", default=None)
 
 

@@ -110,7 +110,7 @@ class PopLiteMessageRequestHeader(_Header):
 class PopLiteMessageResponseHeader(_Header):
     """The response to POP_LITE_MESSAGE — Java's ``PopLiteMessageResponseHeader``; the
     offset-info strings are not sent (the records carry their LMQ offsets), and
-    ``order_count_info`` is one delivery count per record (:func:`parse_lite_order_counts`)."""
+    ``order_count_info`` is one delivery count per record (``parse_lite_order_counts``)."""
 
     pop_time: int = _wire("popTime", _LONG, required=True)
     invisible_time: int = _wire("invisibleTime", _LONG, required=True)
@@ -136,8 +136,8 @@ class NotifyUnsubscribeLiteRequestHeader(_Header):
 @dataclass(frozen=True, slots=True)
 class OffsetOption(Body):
     """Where a subscription starts reading a lite topic (Java ``OffsetOption``): ``type`` one
-    of :data:`OFFSET_TYPES`; for ``POLICY``, ``value`` is :data:`POLICY_LAST`,
-    :data:`POLICY_MIN` or :data:`POLICY_MAX`."""
+    of ``OFFSET_TYPES``; for ``POLICY``, ``value`` is ``POLICY_LAST``,
+    ``POLICY_MIN`` or ``POLICY_MAX``."""
 
     type: Annotated[str, java_enum(OFFSET_TYPES)]
     value: Int64 = 0
@@ -146,7 +146,7 @@ class OffsetOption(Body):
 @dataclass(frozen=True, slots=True)
 class LiteSubscriptionDTO(Body):
     """One change of a client's lite subscriptions (Java ``LiteSubscriptionDTO``): ``action``
-    one of :data:`LITE_ACTIONS`, the parent ``topic``, the lite topics concerned."""
+    one of ``LITE_ACTIONS``, the parent ``topic``, the lite topics concerned."""
 
     action: Annotated[str, java_enum(LITE_ACTIONS)]
     client_id: str
@@ -188,5 +188,5 @@ def _count(part: str) -> int:
 
 
 def format_lite_order_counts(counts: list[int]) -> str:
-    """The inverse of :func:`parse_lite_order_counts` (``transformOrderCountInfo``'s form)."""
+    """The inverse of ``parse_lite_order_counts`` (``transformOrderCountInfo``'s form)."""
     return ";".join(str(c) for c in counts)

@@ -150,7 +150,7 @@ class ChangeInvisibleTimeRequestHeader(_Header):
     offset: int = _wire("offset", _LONG, required=True)
     invisible_time: int = _wire("invisibleTime", _LONG, required=True)
     broker_name: str | None = _wire("bname", default=None)
-    #: 5.5: as in :class:`AckMessageRequestHeader`
+    #: 5.5: as in ``AckMessageRequestHeader``
     lite_topic: str | None = _wire("liteTopic", default=None)
     #: 5.5, lite only: hold back the message's whole lite topic until then
     suspend: bool | None = _wire("suspend", default=None)

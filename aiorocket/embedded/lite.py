@@ -2,7 +2,7 @@
 LITE_SUBSCRIPTION_CTL (200071) and POP_LITE_MESSAGE (200070), Java's
 ``LiteSubscriptionCtlProcessor`` and ``PopLiteMessageProcessor``, and the lite branch of
 ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME (``ackLite``,
-``processChangeInvisibleTimeForLite``), which :class:`~aiorocket.embedded.pop_ack.AckProcessor`
+``processChangeInvisibleTimeForLite``), which ``AckProcessor``
 hands over when a request names a ``liteTopic``.
 
 A lite topic's messages are indexed in its light message queue (LMQ) ``%LMQ%$<parent>$<lite>``,
@@ -10,7 +10,7 @@ queue 0, by the store's multi-dispatch. A group's offset of that queue does not 
 is popped: the batch popped is recorded (ordered POP's table, in memory, as Apache keeps it),
 blocks the lite topic for the group until every message of it is acked or visible again, and
 acks move the offset to the first message not acked. Which lite topics a pop looks at is
-:class:`~aiorocket.embedded.lite_registry.LiteRegistry`'s ready set: an LMQ is offered to a
+``LiteRegistry``'s ready set: an LMQ is offered to a
 subscriber when a message arrives in it, when it is subscribed while holding messages, when its
 batch is acked in full, and when the batch's invisible time passes (Apache's
 ``QueueLevelConsumerOrderInfoLockManager``).
@@ -162,7 +162,7 @@ class _Batch:
 
 class LiteProcessor(Processor):
     """Serves LITE_SUBSCRIPTION_CTL and POP_LITE_MESSAGE, and the lite acks and changes of
-    invisible time :class:`~aiorocket.embedded.pop_ack.AckProcessor` passes on.
+    invisible time ``AckProcessor`` passes on.
 
     Args:
         ctx: the broker's store, topics, groups, offsets and settings.

@@ -70,7 +70,7 @@ def expire_idle_lite_topics(ctx: BrokerContext, lite: LiteService, now_ms: int) 
 
 async def run_lite_expiry(ctx: BrokerContext, lite: LiteService) -> None:
     """Every ``lite_expiry_check_interval``, once ``min_lite_ttl`` has passed since the start,
-    :func:`expire_idle_lite_topics` (a failure is logged; the next round tries again)."""
+    ``expire_idle_lite_topics`` (a failure is logged; the next round tries again)."""
     config = ctx.config
     started = time.monotonic()
     while True:

@@ -8,7 +8,7 @@ are kept in memory, as Apache keeps them: clients repeat their whole set every 3
 client whose set has not changed for the broker's ``lite_subscription_timeout`` is forgotten.
 
 *Ready* lite topics are Apache's events: per client, an ordered set of LMQs that may have
-something to pop for it. :meth:`LiteRegistry.offer` hands an LMQ to one subscriber per group
+something to pop for it. ``LiteRegistry.offer`` hands an LMQ to one subscriber per group
 (at random among those whose connection is open, as Apache picks one at random) and wakes that
 client's held POP_LITE_MESSAGE; the pop takes its ready LMQs in order.
 """

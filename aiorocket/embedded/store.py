@@ -383,7 +383,7 @@ class MessageStore(AsyncResource):
         indexed in each of those too, queue 0, its offsets there written to
         ``INNER_MULTI_QUEUE_OFFSET`` first (``LmqDispatch``, docs/protocol.md §12.5). The record
         is in the page cache when this returns: a killed process loses nothing, a power loss
-        may lose what :meth:`wait_durable` has not covered.
+        may lose what ``wait_durable`` has not covered.
 
         Raises:
             ClientClosedError: the store is not open.
