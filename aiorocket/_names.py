@@ -23,9 +23,11 @@ __all__ = [
     "SCHEDULE_TOPIC",
     "SYSTEM_PROPERTIES",
     "TIMER_TOPIC",
+    "MAX_LITE_TOPIC_LENGTH",
     "dlq_topic",
     "is_retry_topic",
     "is_system_resource",
+    "is_valid_lite_topic",
     "is_valid_name",
     "now_ms",
     "pop_retry_topic",
@@ -128,6 +130,13 @@ _PROPERTY_ARGUMENTS: Final = {
 _SEPARATOR: Final = "%"
 
 
+#: ``ProxyConfig.maxLiteTopicSize``: the longest lite topic name (RocketMQ 5.5).
+MAX_LITE_TOPIC_LENGTH: Final = 64
+# GrpcValidator.validateLiteTopic: letters, digits, '-' and '_' (no '$', which separates the
+# parts of a lite topic's queue name, nor '/', since the embedded store makes a directory of it).
+_LITE_NAME: Final = re.compile(rf"[a-zA-Z0-9_-]{{1,{MAX_LITE_TOPIC_LENGTH}}}")
+
+
 def now_ms() -> int:
     """The wall clock in milliseconds (Java's ``System.currentTimeMillis``)."""
     return time.time_ns() // 1_000_000
@@ -139,6 +148,13 @@ def is_valid_name(name: str) -> bool:
     Never raises.
     """
     return _NAME.fullmatch(name) is not None
+
+
+def is_valid_lite_topic(name: str) -> bool:
+    """Whether ``name`` is a lite topic name (RocketMQ 5.5, docs/protocol.md §12.8) aiorocket
+    sends and its broker stores: 1 to 64 characters from ``[a-zA-Z0-9_-]`` (the 5.5 proxy's
+    rule). Never raises."""
+    return isinstance(name, str) and _LITE_NAME.fullmatch(name) is not None
 
 
 def validate_name(name: str, what: str = "topic") -> str:

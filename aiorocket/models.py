@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Final, Protocol, cast
 
-from aiorocket._names import validate_name, validate_user_property
+from aiorocket._names import is_valid_lite_topic, validate_name, validate_user_property
 from aiorocket.errors import ConfigurationError
 
 __all__ = [
@@ -88,12 +88,17 @@ class Message:
         priority: RocketMQ 5.4+ message priority, 0 the lowest (``_SYS_MSG_PRIORITY_``): the
             broker stores the message in queue ``min(priority, queues - 1)`` and POP consumers
             of a ``PRIORITY`` topic read higher queues first (docs/how-to/rocketmq5.md). A
-            priority message has no delay, delivery time or message group.
+            priority message has no delay, delivery time, message group or lite topic.
+        lite_topic: RocketMQ 5.5: the lite topic (1-64 characters from ``[a-zA-Z0-9_-]``) of
+            ``topic``, a topic of type LITE; [LiteConsumer][aiorocket.LiteConsumer]s that
+            subscribe it receive the message. Sent as ``__LITE_TOPIC``, one at a time (no
+            batch), to the queue the lite topic maps to; excludes a message group, a delay and
+            a delivery time.
 
     Raises:
         ConfigurationError: the body is not bytes or text (a `dict`: encode it first, or
             publish it with [App.publish][aiorocket.app.App.publish]), or a tag, key, property,
-            delay level or message group is invalid.
+            delay level, message group, priority or lite topic is invalid.
     """
 
     topic: str
@@ -104,6 +109,7 @@ class Message:
     delay_level: int | None = None
     message_group: str | None = None
     priority: int | None = None
+    lite_topic: str | None = None
 
     def __init__(
         self,
@@ -116,6 +122,7 @@ class Message:
         delay_level: int | None = None,
         message_group: str | None = None,
         priority: int | None = None,
+        lite_topic: str | None = None,
     ) -> None:
         body = _body_bytes(body)
         if properties:
@@ -142,10 +149,19 @@ class Message:
             # Message.setPriority: "The priority must be greater than or equal to 0".
             if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
                 raise ConfigurationError(f"priority must be an int >= 0, not {priority!r}")
-            if delay_level or message_group is not None:
+            if delay_level or message_group is not None or lite_topic is not None:
                 # TopicMessageType: one kind per message (a broker drops the priority of a
                 # delay or FIFO message).
-                raise ConfigurationError("a priority message has no delay_level or message_group")
+                raise ConfigurationError(
+                    "a priority message has no delay_level, message_group or lite_topic"
+                )
+        if lite_topic is not None and (
+            not is_valid_lite_topic(lite_topic) or message_group is not None or delay_level
+        ):
+            raise ConfigurationError(
+                f"lite_topic {lite_topic!r} must be 1-64 characters from [a-zA-Z0-9_-], "
+                "without a message_group or delay_level"
+            )
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "tags", tags)
@@ -154,6 +170,7 @@ class Message:
         object.__setattr__(self, "delay_level", delay_level or None)
         object.__setattr__(self, "message_group", message_group)
         object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "lite_topic", lite_topic)
 
     @classmethod
     def with_properties(
@@ -529,6 +546,11 @@ class ReceivedMessage:
     @property
     def properties(self) -> dict[str, str]:
         return self._r.properties
+
+    @property
+    def lite_topic(self) -> str | None:
+        """The lite topic it was sent to (RocketMQ 5.5's ``__LITE_TOPIC``), if any."""
+        return self._r.properties.get("__LITE_TOPIC")
 
     @property
     def broker_name(self) -> str:

@@ -17,7 +17,9 @@ works against a Java 4.9 cluster and against the embedded broker alike:
   bodies decoded);
 * [`Admin.create_topic`][aiorocket.Admin.create_topic] /
   [`Admin.delete_topic`][aiorocket.Admin.delete_topic] go to every master of the cluster
-  (GET_BROKER_CLUSTER_INFO), then the name servers for deletion.
+  (GET_BROKER_CLUSTER_INFO), then the name servers for deletion;
+  [`Admin.create_group`][aiorocket.Admin.create_group] (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)
+  to every master too.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ from aiorocket._admin.trace import TraceEntry, trace_entries
 from aiorocket._client.owner import ClientOwner
 from aiorocket._client.pop import set_message_request_mode
 from aiorocket._client.pull import to_received
-from aiorocket._protocol.admin_bodies import ConsumeStats
-from aiorocket._protocol.attributes import MESSAGE_TYPE_ATTRIBUTE, encode_attributes
+from aiorocket._protocol.admin_bodies import ConsumeStats, SubscriptionGroupConfig
+from aiorocket._protocol.attributes import (
+    LITE_BIND_TOPIC,
+    LITE_EXPIRATION,
+    LITE_SUB_MODEL,
+    MESSAGE_TYPE,
+    format_changes,
+)
 from aiorocket._protocol.bodies import ClusterInfo, ResetOffsetBody, TopicRouteData
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -154,6 +162,30 @@ def _request_name(resp: RemotingCommand) -> str:
         return f"{RequestCode(code).name} ({code})"
     except ValueError:
         return f"request {code}"
+
+
+def _topic_attributes(
+    message_type: TopicMessageType | str | None, lite_expiration: int | None
+) -> str | None:
+    """UPDATE_AND_CREATE_TOPIC's ``attributes`` for ``Admin.create_topic``'s arguments.
+
+    Raises:
+        ConfigurationError: an unknown type, or an expiration without LITE or below -1.
+    """
+    values: dict[str, str] = {}
+    kind = None
+    if message_type is not None:
+        try:
+            kind = TopicMessageType(message_type)
+        except ValueError:
+            names = ", ".join(t.value for t in TopicMessageType)
+            raise ConfigurationError(f"message_type {message_type!r} is none of {names}") from None
+        values[MESSAGE_TYPE] = kind.value
+    if lite_expiration is not None:
+        if kind is not TopicMessageType.LITE or lite_expiration < -1:
+            raise ConfigurationError("lite_topic_expiration needs message_type='LITE' and >= -1")
+        values[LITE_EXPIRATION] = str(lite_expiration)
+    return format_changes(values) or None
 
 
 def _timestamp_ms(to: ResetTarget) -> int:
@@ -542,35 +574,36 @@ class Admin(ClientOwner):
         order: bool = False,
         cluster: str | None = None,
         message_type: TopicMessageType | str | None = None,
+        lite_topic_expiration: int | None = None,
     ) -> list[str]:
         """Create or update ``topic`` with ``queues`` read and write queues on every master
         of ``cluster`` (every cluster by default) (``mqadmin updateTopic -c``). Returns the
         broker addresses.
 
-        ``message_type`` (RocketMQ 5) sets the topic's
-        [`TopicMessageType`][aiorocket.TopicMessageType] (its ``message.type`` attribute,
-        ``mqadmin updateTopic -a +message.type=FIFO``), which a 5.x proxy checks every message
-        against: a ``PRIORITY`` topic takes priority messages (5.4+), a ``LITE`` one lite
-        topics (5.5+). A 4.x broker ignores it.
+        Args:
+            topic: the topic.
+            queues: read and write queues on each master.
+            perm: permission bits.
+            order: mark the topic ordered (``mqadmin updateTopic -o``).
+            cluster: the cluster (every cluster by default).
+            message_type: RocketMQ 5's [`TopicMessageType`][aiorocket.TopicMessageType] (its
+                ``message.type`` attribute, ``mqadmin updateTopic -a +message.type=FIFO``),
+                which a 5.x proxy checks every message against: a ``PRIORITY`` topic takes
+                priority messages (5.4+), a ``LITE`` one is the parent of lite topics (5.5+).
+                A 4.x broker ignores it.
+            lite_topic_expiration: with ``message_type="LITE"``: minutes after their last
+                message idle lite topics are deleted (``lite.topic.expiration``; default
+                never).
 
         Raises:
-            ConfigurationError: a bad queue count, message type or an unknown cluster.
+            ConfigurationError: a bad queue count, message type or expiration, or an unknown
+                cluster.
             InvalidNameError: a bad topic name.
             BrokerError, TransportError: a server failed or could not be reached.
         """
         validate_name(topic)
         if not 1 <= queues <= 1024:
             raise ConfigurationError(f"queues must be in 1..1024, not {queues}")
-        attributes = None
-        if message_type is not None:
-            try:
-                kind = TopicMessageType(message_type)
-            except ValueError:
-                names = ", ".join(t.value for t in TopicMessageType)
-                raise ConfigurationError(
-                    f"message_type {message_type!r} is none of {names}"
-                ) from None
-            attributes = encode_attributes({MESSAGE_TYPE_ATTRIBUTE: kind.value})
         client = self._require()
         header = CreateTopicRequestHeader(
             topic=topic,
@@ -578,7 +611,7 @@ class Admin(ClientOwner):
             write_queue_nums=queues,
             perm=perm,
             order=order,
-            attributes=attributes,
+            attributes=_topic_attributes(message_type, lite_topic_expiration),
         )
         masters = await self._cluster_masters(cluster)
         for addr in masters:
@@ -588,6 +621,51 @@ class Admin(ClientOwner):
                     RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()),
                 )
             )
+        return masters
+
+    async def create_group(
+        self,
+        group: str,
+        *,
+        lite_bind_topic: str | None = None,
+        lite_exclusive: bool = False,
+        cluster: str | None = None,
+    ) -> list[str]:
+        """Create or update the subscription group ``group`` (Java's default settings) on every
+        master of ``cluster`` (every cluster by default) (``mqadmin updateSubGroup -c``).
+        Returns the broker addresses.
+
+        Args:
+            group: the consumer group.
+            lite_bind_topic: RocketMQ 5.5: the parent topic (of type LITE) the group's
+                [LiteConsumer][aiorocket.LiteConsumer]s read (``lite.bind.topic``).
+            lite_exclusive: with ``lite_bind_topic``: a lite topic has one subscriber in the
+                group at a time; the one that subscribes it last takes it from the others
+                (``lite.sub.model=Exclusive``).
+            cluster: the cluster (every cluster by default).
+
+        Raises:
+            ConfigurationError: ``lite_exclusive`` without ``lite_bind_topic``, an unknown
+                cluster.
+            InvalidNameError: a bad group or topic name.
+            BrokerError, TransportError: a server failed or could not be reached.
+        """
+        validate_name(group, "consumer group")
+        changes: dict[str, str] = {}
+        if lite_bind_topic is not None:
+            changes["+" + LITE_BIND_TOPIC] = validate_name(lite_bind_topic)
+        if lite_exclusive:
+            if lite_bind_topic is None:
+                raise ConfigurationError("lite_exclusive needs lite_bind_topic")
+            changes["+" + LITE_SUB_MODEL] = "Exclusive"
+        client = self._require()
+        body = SubscriptionGroupConfig(group_name=group, attributes=changes or None).to_json()
+        masters = await self._cluster_masters(cluster)
+        for addr in masters:
+            cmd = RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body
+            )
+            await self._checked(await client.invoke(addr, cmd))
         return masters
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:

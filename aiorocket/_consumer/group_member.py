@@ -133,6 +133,21 @@ class GroupMember(AsyncResource):
     def _wire_topic(self, topic: str) -> str:
         return wrap_namespace(self.settings.namespace, topic)
 
+    def _require_running(self) -> None:
+        """The check of a consumer the application drives (pull, simple, lite): not started
+        is a usage error, closed (or crashed) a state.
+
+        Raises:
+            ConfigurationError: never started.
+            ClientClosedError: closed, or crashed (the crash as its cause).
+        """
+        if not self._started:
+            raise ConfigurationError("the consumer has not been started")
+        if self._closing:
+            if self._crash is not None:
+                raise ClientClosedError("the consumer crashed") from self._crash
+            raise ClientClosedError("the consumer is closed")
+
     # -- what subclasses provide --------------------------------------------------------------
 
     def _check_startable(self) -> None:

@@ -4,6 +4,9 @@ receipt handles, ack them (one by one or in batches), move their invisible time,
 message with NOTIFICATION. Used by [`SimpleConsumer`][aiorocket.SimpleConsumer] and by push
 consumers in POP mode.
 
+[LiteConsumer][aiorocket.LiteConsumer] pops with POP_LITE_MESSAGE (``PopClient.pop_lite``) and
+acks the same way, each ack naming the message's lite topic (docs/protocol.md §12.8).
+
 Dead letters follow the 5.x proxy (``PopMessageResultFilterImpl``): a popped message already
 delivered ``max_reconsume_times`` + 1 times goes to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK,
 delay level -1) and is acked instead of handed out; one whose tag does not match the
@@ -19,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiorocket._client.instance import ClientInstance
+from aiorocket._client.lite import pop_lite_message
 from aiorocket._client.pop import (
     ack_message,
     batch_ack,
@@ -31,6 +35,7 @@ from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import now_ms, without_namespace, wrap_namespace
 from aiorocket._protocol.codes import PullSysFlag
+from aiorocket._protocol.lite import PopLiteMessageRequestHeader, parse_lite_queue
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._protocol.pop import (
     AckMessageRequestHeader,
@@ -40,9 +45,11 @@ from aiorocket._protocol.pop import (
     PopMessageRequestHeader,
     ReceiptHandle,
 )
-from aiorocket._protocol.properties import TAGS
+from aiorocket._protocol.properties import INNER_MULTI_DISPATCH, LITE_TOPIC, TAGS
+from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     BrokerError,
+    ConfigurationError,
     InvalidReceiptHandleError,
     NotANameServerError,
     ReceiptHandleExpiredError,
@@ -52,7 +59,14 @@ from aiorocket.errors import (
 from aiorocket.models import ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
-__all__ = ["MAX_MESSAGES", "PopClient", "PopTarget", "PoppedMessage"]
+__all__ = [
+    "MAX_MESSAGES",
+    "PopClient",
+    "PopTarget",
+    "PoppedMessage",
+    "duration_ms",
+    "trace_acked",
+]
 
 log = logging.getLogger("aiorocket.consumer")
 
@@ -75,11 +89,13 @@ class PoppedMessage(ReceivedMessage):
         invisible_until: when the message becomes visible to the group again unless acked.
     """
 
-    __slots__ = ("_handle", "_owner", "_popped_topic")
+    __slots__ = ("_handle", "_lite_topic", "_owner", "_popped_topic")
 
     _handle: ReceiptHandle
     _owner: PopClient
     _popped_topic: str
+    #: the lite topic it was popped from (POP_LITE_MESSAGE), whose acks name it
+    _lite_topic: str | None
 
     @property
     def receipt_handle(self) -> str:
@@ -99,6 +115,7 @@ class PoppedMessage(ReceivedMessage):
         copy._handle = self._handle
         copy._owner = self._owner
         copy._popped_topic = self._popped_topic
+        copy._lite_topic = self._lite_topic
         return copy
 
 
@@ -167,7 +184,7 @@ class PopClient:
         if await self._client.is_proxy(addr):
             # Routes through a 5.x proxy name the proxy for every broker. Its remoting port
             # hands POP to its pull activity and never answers ACK_MESSAGE (Apache 5.3.3,
-            # 5.5.0): messages could be popped but not acked (docs/protocol.md §12.5).
+            # 5.5.0): messages could be popped but not acked (docs/protocol.md §12.8).
             raise NotANameServerError(
                 f"{addr} is a RocketMQ proxy: its remoting port cannot serve POP consumption "
                 "(it never answers ACK_MESSAGE); give the consumer the name server's address, "
@@ -178,11 +195,47 @@ class PopClient:
         result = await pop_message(self._client, addr, broker_name, header, timeout=timeout)
         return await self._deliverable(sub, broker_name, result.records)
 
+    async def pop_lite(
+        self,
+        target: PopTarget,
+        *,
+        client_id: str,
+        max_messages: int,
+        invisible_ms: int,
+        poll_ms: int,
+        attempt_id: str | None,
+    ) -> list[PoppedMessage]:
+        """One POP_LITE_MESSAGE to one broker: messages of the lite topics ``client_id``
+        subscribes under the target's topic (their parent), held up to ``poll_ms`` while there
+        is nothing (docs/protocol.md §12.8). Dead letters as ``pop``.
+
+        Raises:
+            RequestCodeNotSupportedError: the server does not serve lite topics.
+            BrokerError, RemoteProtocolError, TransportError.
+        """
+        sub, broker_name = target
+        header = PopLiteMessageRequestHeader(
+            client_id=client_id,
+            consumer_group=self._group,
+            topic=sub.topic,
+            max_msg_num=max_messages,
+            invisible_time=invisible_ms,
+            poll_time=poll_ms,
+            born_time=now_ms(),
+            attempt_id=attempt_id,
+        )
+        addr = await self._client.find_broker(broker_name, sub.topic, master=True)
+        timeout = poll_ms / 1000 + self._settings.request_timeout
+        result = await pop_lite_message(self._client, addr, broker_name, header, timeout=timeout)
+        return await self._deliverable(sub, broker_name, result.records, lite=True)
+
     async def _deliverable(
         self,
         sub: Subscription,
         broker_name: str,
         records: list[tuple[MessageRecord, ReceiptHandle]],
+        *,
+        lite: bool = False,
     ) -> list[PoppedMessage]:
         out: list[PoppedMessage] = []
         max_reconsume = self._settings.effective_max_reconsume_times
@@ -199,6 +252,7 @@ class PopClient:
             # From the handle, not the record: a retried message may come under its original
             # topic (ExtraInfoUtil.getRealTopic).
             msg._popped_topic = handle.popped_topic(sub.topic, self._group)
+            msg._lite_topic = _lite_topic_of(rec) if lite else None
             if not tag_filter.match_all and rec.properties.get(TAGS) not in tag_filter.tags:
                 await self.ack_quietly(msg)
             elif msg.reconsume_times > max_reconsume:
@@ -319,9 +373,15 @@ class PopClient:
             As `ack` (before anything is sent when a handle is foreign or expired).
         """
         by_broker: dict[str, list[PoppedMessage]] = {}
+        lite: list[PoppedMessage] = []
         for m in msgs:
             self.check(m)
-            by_broker.setdefault(m._handle.broker_name, []).append(m)
+            if m._lite_topic is not None:
+                lite.append(m)  # a batch ack has no lite topic: one at a time (§12.8)
+            else:
+                by_broker.setdefault(m._handle.broker_name, []).append(m)
+        for m in lite:
+            await self.ack(m)
         for broker_name, popped in by_broker.items():
             if len(popped) > 1 and broker_name not in self._no_batch_ack:
                 acks = batch_acks(self._group, [(self._wire_topic(p), p._handle) for p in popped])
@@ -368,4 +428,38 @@ class PopClient:
             "offset": h.offset,
             "broker_name": h.broker_name,
         }
+        if msg._lite_topic is not None:
+            fields["lite_topic"] = msg._lite_topic  # ackLite: the offset is the lite topic's
         return addr, fields
+
+
+def duration_ms(seconds: float, name: str) -> int:
+    """``seconds`` as a positive number of milliseconds (an invisible time, ...).
+
+    Raises:
+        ConfigurationError: ``seconds`` is not positive.
+    """
+    if not seconds > 0:
+        raise ConfigurationError(f"{name} must be positive, not {seconds!r}")
+    return max(1, int(seconds * 1000))
+
+
+def trace_acked(tracer: TraceDispatcher | None, msgs: Iterable[PoppedMessage]) -> None:
+    """With trace on, record acked messages as consumed: a SubBefore at their receipt (the
+    handle's pop time, renewed by a change of invisible time) and a successful SubAfter now,
+    as a push consumer's handler call records them. A message not acked comes back, and is
+    traced when that delivery is acked."""
+    if tracer is not None:
+        now = now_ms()
+        for m in msgs:
+            tracer.append_consume(((m,), m._handle.pop_time, now, True, 0))
+
+
+def _lite_topic_of(rec: MessageRecord) -> str | None:
+    """The lite topic a popped lite record belongs to: its ``__LITE_TOPIC`` (what the proxy
+    acks with), else the one its light message queue names."""
+    named = rec.properties.get(LITE_TOPIC)
+    if named:
+        return named
+    parts = parse_lite_queue(rec.properties.get(INNER_MULTI_DISPATCH, ""))
+    return None if parts is None else parts[1]

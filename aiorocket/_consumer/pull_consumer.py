@@ -61,7 +61,6 @@ from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import install_trace, trace_polled
 from aiorocket._names import without_namespace
 from aiorocket.errors import (
-    ClientClosedError,
     ConfigurationError,
     OffsetOutOfRangeError,
     QueueNotAssignedError,
@@ -488,14 +487,6 @@ class PullConsumer(GroupMember):
         """The queues this member owns now (wire names)."""
         return self._queues.held()
 
-    def _check_readable(self) -> None:
-        if not self._started:
-            raise ConfigurationError("the consumer has not been started")
-        if self._closing:
-            if self._crash is not None:
-                raise ClientClosedError("the consumer crashed") from self._crash
-            raise ClientClosedError("the consumer is closed")
-
     # -- reading ------------------------------------------------------------------------------
 
     async def poll(
@@ -510,7 +501,7 @@ class PullConsumer(GroupMember):
             ConfigurationError: not started, or ``max_messages`` below 1.
             ClientClosedError: the consumer is closed.
         """
-        self._check_readable()
+        self._require_running()
         if max_messages < 1:
             raise ConfigurationError("max_messages must be at least 1")
         started = time.time_ns() if self._receive_hooks else 0
@@ -567,7 +558,7 @@ class PullConsumer(GroupMember):
     # -- positions ----------------------------------------------------------------------------
 
     def _require_owned(self, queue: MessageQueue, *, revoking: bool = False) -> OwnedQueue:
-        self._check_readable()
+        self._require_running()
         owned = self._queues.entries.get(self._wire_mq(queue))
         if owned is None:
             raise QueueNotAssignedError(queue)
@@ -602,7 +593,7 @@ class PullConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
             TransportError, BrokerError: the broker could not be asked.
         """
-        self._check_readable()
+        self._require_running()
         mq = self._wire_mq(queue)
         owned = mq in self._queues.entries
         if owned:
@@ -626,7 +617,7 @@ class PullConsumer(GroupMember):
             TransportError, BrokerError: the broker did not take an offset (the first error,
                 after every queue was tried).
         """
-        self._check_readable()
+        self._require_running()
         if offsets is None:
             self._queues.acknowledge()
             targets = list(self._queues.entries.values())
@@ -705,7 +696,7 @@ class PullConsumer(GroupMember):
     def _seek_now(self, queue: MessageQueue, owned: OwnedQueue, offset: int) -> None:
         if self._queues.entries.get(owned.mq) is not owned or owned.revoking:
             raise QueueNotAssignedError(queue, "was revoked by a rebalance during the seek")
-        self._check_readable()
+        self._require_running()
         log.info("%s: seek to %d", owned.mq, offset)
         self._queues.reseat(owned, offset)
 
@@ -806,7 +797,7 @@ class PullConsumer(GroupMember):
             TransportError, BrokerError: neither the send-back nor the fallback resend into
                 ``%RETRY%<group>`` got there; do not count the message as processed.
         """
-        self._check_readable()
+        self._require_running()
         if not self._clustering:
             raise ConfigurationError("a broadcasting consumer cannot send messages back")
         await self._sender.send_back_or_raise(msg, delay_level, msg.broker_name)

@@ -24,16 +24,21 @@ from typing import Any, ClassVar, Literal
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.group_member import GroupMember
 from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext, run_received
-from aiorocket._consumer.popping import MAX_MESSAGES, PopClient, PoppedMessage, PopTarget
+from aiorocket._consumer.popping import (
+    MAX_MESSAGES,
+    PopClient,
+    PoppedMessage,
+    PopTarget,
+    duration_ms,
+    trace_acked,
+)
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import trace_dispatcher
-from aiorocket._names import now_ms
 from aiorocket._protocol.codes import Perm
 from aiorocket.errors import (
     BrokerError,
-    ClientClosedError,
     ConfigurationError,
     RocketError,
     TransportError,
@@ -103,7 +108,7 @@ class SimpleConsumer(GroupMember):
             {"group": group, "namesrv": namesrv, "consume_from": consume_from, **settings},
         )
         super().__init__(built)
-        self._invisible_ms = _duration_ms(invisible_duration, "invisible_duration")
+        self._invisible_ms = duration_ms(invisible_duration, "invisible_duration")
         if not await_duration >= 0:
             raise ConfigurationError("await_duration must not be negative")
         self._await = float(await_duration)
@@ -194,15 +199,6 @@ class SimpleConsumer(GroupMember):
 
     # -- receiving ----------------------------------------------------------------------------
 
-    def _require_running(self) -> None:
-        # The pull consumer's rule: not started is a usage error, closed a state.
-        if not self._started:
-            raise ConfigurationError("the consumer has not been started")
-        if self._closing:
-            if self._crash is not None:
-                raise ClientClosedError("the consumer crashed") from self._crash
-            raise ClientClosedError("the consumer is closed")
-
     def _targets(self) -> list[PopTarget]:
         """Every (subscription, broker name) with a readable queue, in a stable order."""
         out: list[PopTarget] = []
@@ -247,7 +243,7 @@ class SimpleConsumer(GroupMember):
         invisible = (
             self._invisible_ms
             if invisible_duration is None
-            else _duration_ms(invisible_duration, "invisible_duration")
+            else duration_ms(invisible_duration, "invisible_duration")
         )
         self._require_running()
         deadline = time.monotonic() + self._await
@@ -342,15 +338,7 @@ class SimpleConsumer(GroupMember):
         self._trace_acked(popped)
 
     def _trace_acked(self, msgs: Iterable[PoppedMessage]) -> None:
-        # With trace on, a received message that is acked was consumed: a SubBefore at its
-        # receipt (the handle's pop time, renewed by a change of invisible time) and a
-        # successful SubAfter now, as a push consumer's handler call records them. A message
-        # not acked comes back, and is traced when that delivery is acked.
-        tracer = self.tracer
-        if tracer is not None:
-            now = now_ms()
-            for m in msgs:
-                tracer.append_consume(((m,), m._handle.pop_time, now, True, 0))
+        trace_acked(self.tracer, msgs)
 
     async def change_invisible_duration(self, msg: ReceivedMessage, seconds: float) -> None:
         """Make ``msg`` invisible to the group for ``seconds`` from now (to extend a long job,
@@ -363,7 +351,7 @@ class SimpleConsumer(GroupMember):
             ConfigurationError: a non-positive duration.
             RocketError: as [`ack`][aiorocket.SimpleConsumer.ack].
         """
-        invisible = _duration_ms(seconds, "seconds")
+        invisible = duration_ms(seconds, "seconds")
         self._require_running()
         await self._pop.change_invisible(self._pop.check(msg), invisible)
 
@@ -372,9 +360,3 @@ class SimpleConsumer(GroupMember):
         return (
             f"SimpleConsumer(group={self._group!r}, {state}, topics={sorted(self._subscriptions)})"
         )
-
-
-def _duration_ms(seconds: float, name: str) -> int:
-    if not seconds > 0:
-        raise ConfigurationError(f"{name} must be positive, not {seconds!r}")
-    return max(1, int(seconds * 1000))

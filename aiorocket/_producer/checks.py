@@ -27,6 +27,7 @@ from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message
 
 __all__ = [
+    "check_lite",
     "check_sharding_key",
     "deliver_ms",
     "group_key",
@@ -73,6 +74,34 @@ def deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None
     ):
         raise ConfigurationError(f"deliver_after must be >= 0 seconds, not {deliver_after!r}")
     return -(-time.time_ns() // 1_000_000) + math.ceil(deliver_after * 1000)
+
+
+def check_lite(
+    sharding_key: str | None,
+    selector: object | None,
+    queue: object | None,
+    delay_level: int | None,
+    deliver: int | None,
+) -> None:
+    """The arguments a lite message (``Message.lite_topic``) is sent without.
+
+    Raises:
+        ConfigurationError: a sharding key (message group), selector, queue, delay level or
+            delivery time: the 5.x SDKs refuse them with a lite topic ("liteTopic and
+            messageGroup should not be set at same time"), and its queue is the lite
+            topic's (docs/protocol.md §12.8).
+    """
+    if (
+        sharding_key is not None
+        or selector is not None
+        or queue is not None
+        or delay_level
+        or deliver is not None
+    ):
+        raise ConfigurationError(
+            "a lite message goes to its lite topic's queue, without a sharding key or message "
+            "group, selector, queue, delay level or delivery time"
+        )
 
 
 def msg_type(props: Mapping[str, str]) -> str:

@@ -16,6 +16,7 @@ from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._names import now_ms, validate_group, without_namespace, wrap_namespace
 from aiorocket._producer.checks import (
+    check_lite,
     check_sharding_key,
     deliver_ms,
     group_key,
@@ -39,6 +40,7 @@ from aiorocket._producer.publish import (
     QueueSelector,
     TopicPublishInfo,
     queue_for_key,
+    queue_for_lite_topic,
 )
 from aiorocket._producer.recall import recall_message
 from aiorocket._producer.request import PendingRequests, create_reply_message, request_reply
@@ -54,6 +56,7 @@ from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import (
+    LITE_TOPIC,
     MSG_TYPE,
     PRIORITY,
     REPLY_MESSAGE_FLAG,
@@ -399,6 +402,9 @@ class Producer(AsyncResource):
         if any(has_timer(m.properties) for m in msgs):
             # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
             raise ConfigurationError("timer messages cannot be sent in a batch")
+        if any(m.lite_topic is not None for m in msgs):
+            # SendMessageProcessor dispatches single messages only (docs/protocol.md §12.8).
+            raise ConfigurationError("lite messages cannot be sent in a batch")
         groups = {m.message_group for m in msgs}
         if len(groups) > 1:
             raise ConfigurationError("all messages of a batch must have the same message_group")
@@ -632,12 +638,18 @@ class Producer(AsyncResource):
         check_sharding_key(sharding_key)
         if delay_level is not None and not 0 <= delay_level <= 18:
             raise ConfigurationError("delay_level must be within 0..18")
-        if msg.priority is not None and (sharding_key is not None or delay_level or deliver_ms):
+        if msg.priority is not None and (
+            sharding_key is not None or delay_level or deliver_ms or msg.lite_topic is not None
+        ):
             # TopicMessageType: a message is of one kind; a broker would drop its priority
             # (SendMessageProcessor clears it from a FIFO or delay message).
             raise ConfigurationError(
-                "a priority message has no sharding key, message group, delay or delivery time"
+                "a priority message has no sharding key, message group, delay, delivery time or "
+                "lite topic"
             )
+        if msg.lite_topic is not None:
+            check_lite(sharding_key, selector, queue, delay_level, deliver_ms)
+            extra = {**(extra or {}), LITE_TOPIC: msg.lite_topic}
         if deliver_ms is not None:
             if delay_level or (delay_level is None and msg.delay_level):
                 raise ConfigurationError("a message has either a delivery time or a delay level")
@@ -688,6 +700,7 @@ class Producer(AsyncResource):
                 msg_type=msg_type(fields),
                 # MQClientAPIImpl.sendMessage: a MSG_TYPE=reply message goes as a reply
                 reply=fields.get(MSG_TYPE) == REPLY_MESSAGE_FLAG,
+                lite_topic=msg.lite_topic,
             )
         except BaseException as exc:
             self._call_done(call, exc)
@@ -716,6 +729,7 @@ class Producer(AsyncResource):
         msg_type: str = "Normal",
         batch_msgs: Sequence[Message] = (),
         reply: bool = False,
+        lite_topic: str | None = None,
     ) -> SendResult | None:
         if self._closed or not self._started:
             raise ClientClosedError(
@@ -724,7 +738,12 @@ class Producer(AsyncResource):
         s = self.settings
         timeout = timeout or s.send_timeout
         wire_topic = self._wire_topic(topic)
-        pinned = queue is not None or sharding_key is not None or selector is not None
+        pinned = (
+            queue is not None
+            or sharding_key is not None
+            or selector is not None
+            or lite_topic is not None
+        )
         attempts = 1 if oneway else 1 + s.retries
         # Java's sendMsgTimeout is the budget of the whole call, retries included
         # (DefaultMQProducerImpl.sendDefaultImpl): each attempt gets what is left of it.
@@ -741,6 +760,8 @@ class Producer(AsyncResource):
                     mq = MessageQueue(wire_topic, queue.broker_name, queue.queue_id)
                 elif sharding_key is not None:
                     mq = queue_for_key(info.queues, sharding_key)
+                elif lite_topic is not None:
+                    mq = queue_for_lite_topic(info.queues, lite_topic)
                 elif selector is not None:
                     mq = selector(info.queues, msg, sharding_key)
                 else:

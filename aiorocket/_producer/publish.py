@@ -14,9 +14,20 @@ from aiorocket._protocol.tags import java_hash
 from aiorocket.errors import RocketError, TopicNotExistError
 from aiorocket.models import MessageQueue
 
-__all__ = ["PublishRoutes", "QueueSelector", "TopicPublishInfo", "queue_for_key"]
+__all__ = [
+    "PublishRoutes",
+    "QueueSelector",
+    "TopicPublishInfo",
+    "consistent_hash",
+    "queue_for_key",
+    "queue_for_lite_topic",
+]
 
 log = logging.getLogger("aiorocket.producer")
+
+_MASK64 = (1 << 64) - 1
+# Guava's LinearCongruentialGenerator multiplier (Hashing.consistentHash)
+_LCG = 2862933555777941757
 
 #: ``selector(queues, message, sharding_key) -> queue``; ``queues`` are the writable ones.
 QueueSelector = Callable[[Sequence[MessageQueue], object, "str | None"], MessageQueue]
@@ -32,6 +43,35 @@ def queue_for_key(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
     # Java's % truncates toward zero, Python's floors: take the remainder of |h| and keep sign.
     value = abs(h) % len(queues)
     return queues[value]
+
+
+def consistent_hash(key: int, buckets: int) -> int:
+    """Guava's ``Hashing.consistentHash(key, buckets)`` (Lamping and Veach's jump hash) of a
+    Java ``long``: a bucket in ``[0, buckets)`` that few keys leave when ``buckets`` grows.
+
+    Raises:
+        ValueError: ``buckets`` < 1.
+    """
+    if buckets < 1:
+        raise ValueError("buckets must be positive")
+    state = key & _MASK64
+    candidate = 0
+    while True:
+        state = (_LCG * state + 1) & _MASK64
+        # (double) ((int) (state >>> 33) + 1) / 0x1.0p31, in (0, 1]
+        fraction = ((state >> 33) + 1) / 2.0**31
+        jump = int((candidate + 1) / fraction)
+        if not 0 <= jump < buckets:
+            return candidate
+        candidate = jump
+
+
+def queue_for_lite_topic(queues: Sequence[MessageQueue], lite_topic: str) -> MessageQueue:
+    """The queue a lite topic's messages go to (RocketMQ 5.5, docs/protocol.md §12.8): as the
+    proxy's ``SendMessageActivity`` and the broker's ``LiteShardingImpl`` pick it,
+    ``consistentHash(liteTopic.hashCode(), n)`` over the ``n`` writable queues, so the broker
+    a lite topic belongs to is the one that holds it."""
+    return queues[consistent_hash(java_hash(lite_topic), len(queues))]
 
 
 @dataclass(slots=True)

@@ -210,9 +210,9 @@ class TransactionProducer(Producer):
 
         Raises:
             ConfigurationError: no ``execute_local`` was given, or the message has a
-                ``message_group`` or timer properties: RocketMQ 5.x refuses a transactional
-                message that is also a FIFO or a timer one ("Transactional message should not
-                set messageGroup or deliveryTimestamp").
+                ``message_group``, a ``lite_topic`` or timer properties: RocketMQ 5.x refuses
+                a transactional message that is also a FIFO or a timer one ("Transactional
+                message should not set messageGroup or deliveryTimestamp").
             RocketError: as [`Producer.send`][aiorocket.Producer.send] for the half message;
                 nothing has been stored then and ``execute_local`` has not run.
         """
@@ -258,11 +258,12 @@ class TransactionProducer(Producer):
     async def _send_half(
         self, msg: Message, group: str, check_after: int | None, timeout: float | None
     ) -> SendResult:
-        if msg.message_group is not None or has_timer(msg.properties):
-            # PublishingMessageImpl (rocketmq-clients): the three message types exclude each
-            # other; over remoting a 5.x broker would deliver the commit at the timer's time.
+        if msg.message_group is not None or msg.lite_topic is not None or has_timer(msg.properties):
+            # PublishingMessageImpl (rocketmq-clients): the message types exclude each other;
+            # over remoting a 5.x broker would deliver the commit at the timer's time.
             raise ConfigurationError(
-                "a transactional message cannot have a message_group or a delivery time"
+                "a transactional message cannot have a message_group, a lite_topic or a "
+                "delivery time"
             )
         extra = {TRAN_MSG: "true", PGROUP: group}
         if check_after is not None:

@@ -199,6 +199,9 @@ class SubscriptionGroupConfig(Body):
     broker_id: Int64 = 0
     which_broker_when_consume_slowly: Int64 = 1
     notify_consumer_ids_changed_enable: Bool = True
+    #: 5.x group attributes (``lite.bind.topic``, ...); a request body names changes with a
+    #: ``+`` (set) or ``-`` (remove) prefix (``_protocol/attributes.py``)
+    attributes: Annotated[dict[_Text, _Text] | None, OMIT_IF_NONE] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,8 +223,8 @@ class TopicConfigBody(Body):
     topic_filter_type: Annotated[str, BLANK_IS_ABSENT] = "SINGLE_TAG"
     topic_sys_flag: Int32 = 0
     order: Bool = False
-    #: 5.x ``attributes`` (``{"message.type": "FIFO"}``); 4.x has none
-    attributes: dict[_Text, _Text] = field(default_factory=dict)
+    #: 5.x topic attributes (``message.type``, ``lite.topic.expiration``, ...)
+    attributes: Annotated[dict[_Text, _Text] | None, OMIT_IF_NONE] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,6 +150,18 @@ class RequestCode(enum.IntEnum):
     NOTIFICATION = 200054
     POLLING_INFO = 200055
     BATCH_ACK_MESSAGE = 200151
+    #: 5.5 lite topics (§12.8): pop, subscription control, (unused) ack, the broker's notice
+    POP_LITE_MESSAGE = 200070
+    LITE_SUBSCRIPTION_CTL = 200071
+    ACK_LITE_MESSAGE = 200072
+    NOTIFY_UNSUBSCRIBE_LITE = 200073
+    #: 5.5 lite admin requests (``mqadmin getBrokerLiteInfo`` ... ``triggerLiteDispatch``)
+    GET_BROKER_LITE_INFO = 200074
+    GET_PARENT_TOPIC_INFO = 200075
+    GET_LITE_TOPIC_INFO = 200076
+    GET_LITE_CLIENT_INFO = 200077
+    GET_LITE_GROUP_INFO = 200078
+    TRIGGER_LITE_DISPATCH = 200079
 
 
 class ResponseCode(enum.IntEnum):
@@ -195,8 +207,11 @@ class ResponseCode(enum.IntEnum):
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
-    #: 5.x: an operation the broker refuses by its state (a recall after the due time, §12.7)
+    #: 5.x: a request the broker's state forbids (a recall after the due time, §12.7; a lite
+    #: subscription of a group that may not consume, a batch ack of lite messages)
     ILLEGAL_OPERATION = 604
+    #: 5.5: the broker holds too many lite subscriptions (§12.8)
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
 
 
 class PullSysFlag(enum.IntFlag):

@@ -553,7 +553,8 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str = wire("topicFilterType", required=True, default="SINGLE_TAG")
     topic_sys_flag: int | None = wire("topicSysFlag", _INT, default=None)
     order: bool = wire("order", required=True, default=False)
-    #: 5.x topic attributes, ``+name=value`` comma-separated (``+message.type=FIFO``); 4.x
+    #: 5.x attribute changes, ``+name=value`` / ``-name`` comma-separated
+    #: (``+message.type=LITE,+lite.topic.expiration=10``, ``_protocol/attributes.py``); 4.x
     #: brokers ignore the field.
     attributes: str | None = wire("attributes", default=None)
 

@@ -138,6 +138,9 @@ class AckMessageRequestHeader(_Header):
     extra_info: str = _wire("extraInfo", required=True)
     offset: int = _wire("offset", _LONG, required=True)
     broker_name: str | None = _wire("bname", default=None)
+    #: 5.5: the lite topic of a message popped by POP_LITE_MESSAGE (``topic`` its parent,
+    #: ``offset`` its offset in the lite topic, docs/protocol.md §12.8)
+    lite_topic: str | None = _wire("liteTopic", default=None)
 
 
 @header_class
@@ -153,6 +156,10 @@ class ChangeInvisibleTimeRequestHeader(_Header):
     offset: int = _wire("offset", _LONG, required=True)
     invisible_time: int = _wire("invisibleTime", _LONG, required=True)
     broker_name: str | None = _wire("bname", default=None)
+    #: 5.5: as in ``AckMessageRequestHeader``
+    lite_topic: str | None = _wire("liteTopic", default=None)
+    #: 5.5, lite only: hold back the message's whole lite topic until then
+    suspend: bool | None = _wire("suspend", default=None)
 
 
 @header_class

@@ -20,8 +20,12 @@ __all__ = [
     "CORRELATION_ID",
     "DELAY",
     "FIRST_POP_TIME",
+    "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET",
     "INSTANCE_ID",
     "KEYS",
+    "LITE_TOPIC",
+    "LMQ_SEPARATOR",
     "MAX_OFFSET",
     "MAX_PROPERTIES_SIZE",
     "MAX_RECONSUME_TIMES",
@@ -41,7 +45,6 @@ __all__ = [
     "REPLY_PUSH_TIME",
     "REPLY_TO_CLIENT",
     "RETRY_TOPIC",
-    "LITE_TOPIC",
     "PRIORITY",
     "SHARDING_KEY",
     "START_DELIVER_TIME",
@@ -139,12 +142,19 @@ REPLY_ARRIVE_TIME: Final[str] = "ARRIVE_TIME"
 
 #: Java 5.x SHARDING_KEY (Go's client spells it ``SHARDING_KEY``; §11.1 item 12).
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
+#: PROPERTY_LITE_TOPIC (5.5): the lite topic of a message sent to its parent (§12.8).
+LITE_TOPIC: Final[str] = "__LITE_TOPIC"
+#: PROPERTY_INNER_MULTI_DISPATCH: the light message queues (LMQ) a stored message is also
+#: indexed in, ``,``-separated (§12.8).
+INNER_MULTI_DISPATCH: Final[str] = "INNER_MULTI_DISPATCH"
+#: PROPERTY_INNER_MULTI_QUEUE_OFFSET: its offset in each of those queues, in the same order.
+INNER_MULTI_QUEUE_OFFSET: Final[str] = "INNER_MULTI_QUEUE_OFFSET"
+#: ``MixAll.LMQ_DISPATCH_SEPARATOR``: separates the entries of the two properties above.
+LMQ_SEPARATOR: Final[str] = ","
 #: Aliyun ONS timed delivery; the Java client hook only inspects it.
 START_DELIVER_TIME: Final[str] = "__STARTDELIVERTIME"
 #: PROPERTY_PRIORITY (5.4+): a priority message's priority, 0 the lowest (§12.6).
 PRIORITY: Final[str] = "_SYS_MSG_PRIORITY_"
-#: PROPERTY_LITE_TOPIC (5.5+): the lite topic a message of a LITE topic belongs to.
-LITE_TOPIC: Final[str] = "__LITE_TOPIC"
 
 #: PROPERTY_POP_CK: a popped message's receipt handle, when the broker writes it itself (a
 #: message re-encoded from a POP retry topic; docs/protocol.md §12.3).

@@ -213,8 +213,13 @@ cdef int _read(
             if (
                 _i32(b + p) != size
                 or _i64(b + p + AT_COMMIT_LOG_OFFSET) != clo
-                or _i64(b + p + AT_QUEUE_OFFSET) != plan[k].qo
-                or _i32(b + p + AT_QUEUE_ID) != queue_id
+                or (
+                    queue_id >= 0
+                    and (
+                        _i64(b + p + AT_QUEUE_OFFSET) != plan[k].qo
+                        or _i32(b + p + AT_QUEUE_ID) != queue_id
+                    )
+                )
                 or (magic != _magic_v1 and magic != _magic_v2)
                 or _crc32(b + p, size) != _u32(b + p + size)
             ):

@@ -52,6 +52,8 @@ from aiorocket.embedded.context import BrokerContext, install
 from aiorocket.embedded.delays import indexed_tags_code
 from aiorocket.embedded.faults import BrokerFaults, InjectedFailure
 from aiorocket.embedded.groups import ClientGroups
+from aiorocket.embedded.lite import LiteProcessor, LiteService
+from aiorocket.embedded.lite_expiry import run_lite_expiry, run_subscription_expiry
 from aiorocket.embedded.locks import QueueLocks
 from aiorocket.embedded.long_polling import PullWaiters
 from aiorocket.embedded.namesrv import NAMESRV_CODES, NameServer
@@ -160,6 +162,7 @@ class EmbeddedBroker(AsyncResource):
         self._schedule: ScheduleService | None = None
         self._timers: TimerService | None = None
         self._pop: PopService | None = None
+        self._lite: LiteService | None = None
         self._topics: TopicTable | None = None
         self._groups: ClientGroups | None = None
         self._locks: QueueLocks | None = None
@@ -261,6 +264,15 @@ class EmbeddedBroker(AsyncResource):
             ClientClosedError: the broker is not running.
         """
         return self._require(self._timers if self._running else None)
+
+    @property
+    def lite(self) -> LiteService:
+        """Lite subscriptions and batches (for inspection and tests; docs/protocol.md §12.8).
+
+        Raises:
+            ClientClosedError: the broker is not running, or answers as 4.x (no lite topics).
+        """
+        return self._require(self._lite if self._running else None)
 
     @property
     def held_pulls(self) -> int:
@@ -436,6 +448,10 @@ class EmbeddedBroker(AsyncResource):
         # POP state (docs/protocol.md §12.3): the revive log is replayed before serving.
         self._pop = pop = PopService(ctx, conf_dir)
         pop.load()
+        # Lite topics (§12.8), served when the broker answers as 5.x, as POP is.
+        lite = LiteService(ctx) if config.timers_enabled else None
+        self._lite = lite
+        lite_processor = None if lite is None else LiteProcessor(ctx, lite)
         install(
             self._dispatcher,
             (
@@ -448,7 +464,8 @@ class EmbeddedBroker(AsyncResource):
                 ConfigAdmin(ctx),
                 NameServer(ctx),
                 RecallProcessor(ctx),
-                *pop_processors(ctx, pop.context),
+                *pop_processors(ctx, pop.context, lite_processor),
+                *(() if lite_processor is None else (lite_processor,)),
             ),
         )
 
@@ -481,6 +498,10 @@ class EmbeddedBroker(AsyncResource):
         await schedule.start()
         await timers.start()
         await pop.start()
+        if lite is not None:
+            lite.start()
+            self._spawn(run_lite_expiry(ctx, lite), "aiorocket-broker-lite-expiry")
+            self._spawn(run_subscription_expiry(ctx, lite), "aiorocket-broker-lite-subscribers")
         self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
         self._spawn(self._persist_loop(), "aiorocket-broker-persist")
         self._spawn(transactions.run(), "aiorocket-broker-transactions")
@@ -530,6 +551,8 @@ class EmbeddedBroker(AsyncResource):
             await self._timers.stop()
         if self._pop is not None:
             await self._pop.stop()
+        if self._lite is not None:
+            self._lite.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.__aexit__(None, None, None)

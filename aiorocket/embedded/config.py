@@ -160,6 +160,24 @@ class BrokerConfig:
     #: every queue.
     default_pop_share_queue_num: int = -1
 
+    #: Lite topics (docs/protocol.md §12.8). ``liteSubscriptionCheckTimeoutMills`` (3 min): a
+    #: client whose lite subscriptions did not change for this long is forgotten (clients
+    #: repeat theirs every 30 s).
+    lite_subscription_timeout: float = 180.0
+    #: ``liteSubscriptionCheckInterval`` (2 min): how often forgotten clients are looked for.
+    lite_subscription_check_interval: float = 120.0
+    #: ``maxLiteSubscriptionCount``: (client, lite topic) subscriptions at most; beyond it a
+    #: subscription is refused with code 2018.
+    max_lite_subscriptions: int = 100_000
+    #: ``liteTtlCheckInterval`` (2 min): how often idle lite topics are looked for.
+    lite_expiry_check_interval: float = 120.0
+    #: ``minLiteTTl`` (15 min): no lite topic expires sooner after its last message, nor in this
+    #: long after the broker starts.
+    min_lite_ttl: float = 900.0
+    #: seconds in one minute of a parent topic's ``lite.topic.expiration`` attribute (60; tests
+    #: shrink it to let lite topics expire quickly).
+    lite_expiration_minute: float = 60.0
+
     #: delay of each level, level 1 first (``messageDelayLevel``); its length is the number of
     #: queues of ``SCHEDULE_TOPIC_XXXX``.
     delay_levels: tuple[float, ...] = field(default=DEFAULT_DELAY_LEVELS)
@@ -291,6 +309,10 @@ class BrokerConfig:
             "call_client_timeout",
             "timer_max_delay",
             "timer_roll_window",
+            "lite_subscription_timeout",
+            "lite_subscription_check_interval",
+            "lite_expiry_check_interval",
+            "lite_expiration_minute",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive")
@@ -310,6 +332,8 @@ class BrokerConfig:
             raise ConfigurationError("pop_max_polling and pop_max_polling_per_queue must be >= 0")
         if self.default_message_request_mode not in ("PULL", "POP"):
             raise ConfigurationError("default_message_request_mode must be 'PULL' or 'POP'")
+        if self.min_lite_ttl < 0 or self.max_lite_subscriptions < 0:
+            raise ConfigurationError("min_lite_ttl and max_lite_subscriptions must be >= 0")
         if self.transaction_check_max < 1:
             raise ConfigurationError("transaction_check_max must be at least 1")
         if (self.access_key is None) != (self.secret_key is None):

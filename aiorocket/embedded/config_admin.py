@@ -10,6 +10,7 @@ topics and subscription groups, created, listed and deleted.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from aiorocket._names import now_ms
 from aiorocket._protocol import fastjson
@@ -19,6 +20,14 @@ from aiorocket._protocol.admin_bodies import (
     SubscriptionGroupWrapper,
     TopicConfigBody,
     TopicConfigSerializeWrapper,
+)
+from aiorocket._protocol.attributes import (
+    GROUP_ATTRIBUTES,
+    TOPIC_ATTRIBUTE_RULES,
+    TOPIC_ATTRIBUTES,
+    InvalidAttributesError,
+    alter_attributes,
+    parse_changes,
 )
 from aiorocket._protocol.codes import Perm, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -33,10 +42,8 @@ from aiorocket.embedded.context import Processor, handles, illegal_name, peer_ad
 from aiorocket.embedded.topics import (
     NOT_ALLOWED_SEND_TOPICS,
     TopicConfig,
-    altered_attributes,
     is_valid_name,
 )
-from aiorocket.errors import RemoteProtocolError
 
 __all__ = ["ConfigAdmin"]
 
@@ -76,10 +83,15 @@ class ConfigAdmin(Processor):
             )
         old = self._topics.get(h.topic)
         try:
-            attributes = altered_attributes(
-                dict(old.attributes) if old is not None else None, h.attributes
+            # TopicConfigManager.updateTopicConfig: the header's attribute changes (5.x)
+            attributes = alter_attributes(
+                {} if old is None else old.attributes,
+                parse_changes(h.attributes),
+                create=old is None,
+                allowed=TOPIC_ATTRIBUTES,
+                rules=TOPIC_ATTRIBUTE_RULES,
             )
-        except (ValueError, RemoteProtocolError) as exc:
+        except InvalidAttributesError as exc:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         self._topics.put(
             TopicConfig(
@@ -90,7 +102,7 @@ class ConfigAdmin(Processor):
                 topic_filter_type=h.topic_filter_type,
                 topic_sys_flag=h.topic_sys_flag or 0,
                 order=h.order,
-                attributes=tuple(sorted(attributes.items())),
+                attributes=attributes,
             )
         )
         return cmd.make_response(ResponseCode.SUCCESS)
@@ -169,6 +181,19 @@ class ConfigAdmin(Processor):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, remark=f"the group[{cfg.group_name}] is illegal"
             )
+        old = self._ctx.subscriptions.get(cfg.group_name)
+        try:
+            # SubscriptionGroupManager.updateSubscriptionGroupConfig: the body's attribute
+            # changes applied to the group's current attributes (5.x)
+            attributes = alter_attributes(
+                {} if old is None else old.attributes or {},
+                cfg.attributes or {},
+                create=old is None,
+                allowed=GROUP_ATTRIBUTES,
+            )
+        except InvalidAttributesError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        cfg = replace(cfg, attributes=attributes or None)
         self._ctx.subscriptions.put(cfg, now_ms=now_ms())
         return cmd.make_response(ResponseCode.SUCCESS)
 
@@ -209,5 +234,5 @@ def _topic_body(t: TopicConfig) -> TopicConfigBody:
         topic_filter_type=t.topic_filter_type,
         topic_sys_flag=t.topic_sys_flag,
         order=t.order,
-        attributes=dict(t.attributes),
+        attributes=dict(t.attributes) or None,
     )

@@ -83,6 +83,16 @@ class ConsumerOffsets(PersistedTable):
             self._version += 1
         return bool(keys)
 
+    def remove_topic(self, topic: str) -> bool:
+        """Forget every group's offsets of ``topic`` (an expired lite topic's queue); returns
+        whether there were any."""
+        keys = [k for k in self._table if k[1] == topic]
+        for key in keys:
+            del self._table[key]
+        if keys:
+            self._version += 1
+        return bool(keys)
+
     def groups_of(self, topic: str) -> list[str]:
         """Groups with an offset stored for ``topic``."""
         return sorted(g for (g, t) in self._table if t == topic)

@@ -55,7 +55,7 @@ from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket._remoting import Connection
 from aiorocket.embedded.assignment import AssignmentProcessor
 from aiorocket.embedded.context import BrokerContext, Processor, handles, peer_address
-from aiorocket.embedded.pop_ack import AckProcessor
+from aiorocket.embedded.pop_ack import AckProcessor, LiteAcks
 from aiorocket.embedded.pop_inflight import Checkpoint
 from aiorocket.embedded.pop_order import OrderCount
 from aiorocket.embedded.pop_polling import PollKey
@@ -66,12 +66,20 @@ from aiorocket.embedded.store import GetResult, GetStatus, PutResult
 from aiorocket.embedded.topics import TopicConfig
 from aiorocket.errors import InvalidSelectorError, LocalProtocolError, RemoteProtocolError
 
-__all__ = ["PopProcessor", "pop_processors"]
+__all__ = [
+    "MAX_POP",
+    "TOO_LATE_MS",
+    "PopProcessor",
+    "pop_offset",
+    "pop_processors",
+    "with_born_time",
+]
 
-#: ``PopMessageProcessor``: at most this many messages per POP
-_MAX_POP: Final = 32
+#: ``PopMessageProcessor``: at most this many messages per POP (and per POP_LITE_MESSAGE)
+MAX_POP: Final = 32
 #: ``PopMessageRequestHeader.isTimeoutTooMuch``: a request older than its poll time plus this
-_TOO_LATE_MS: Final = 500
+#: is refused (the same rule for POP_LITE_MESSAGE)
+TOO_LATE_MS: Final = 500
 #: the ordinal of ``MQVersion`` V5_0_0_SNAPSHOT: a broker stamped below it is a 4.x one
 _V5_0_0_SNAPSHOT: Final = 412
 _MIN_MODE: Final = CONSUME_INIT_MODES.index("MIN")
@@ -92,6 +100,26 @@ _MISPLACED: Final = frozenset(
 Filter = TagFilter | Sql92Filter
 #: (topic, key, values) entries of an offset-info string
 _Info = tuple[str, str, list[int]]
+
+
+def pop_offset(ctx: BrokerContext, group: str, topic: str, queue_id: int, init_mode: int) -> int:
+    """``getPopOffset``: the group's offset of the queue, else where a new group starts
+    (``getInitOffset``, committed at once): ``init_mode`` MIN (and a retry topic) at the
+    queue's start; MAX at its last message, or at 0 while the queue still starts at 0 (with
+    ``new_group_offset_zero``, Apache's ``initPopOffsetByCheckMsgInMem``)."""
+    offsets = ctx.offsets
+    stored = offsets.query(group, topic, queue_id)
+    if stored is not None:
+        return stored
+    store = ctx.store
+    if init_mode == _MIN_MODE or topic.startswith(RETRY_PREFIX):
+        offset = store.min_offset(topic, queue_id)
+    elif ctx.config.new_group_offset_zero and store.min_offset(topic, queue_id) <= 0:
+        offset = 0  # initPopOffsetByCheckMsgInMem: the head is still there
+    else:
+        offset = max(store.max_offset(topic, queue_id) - 1, 0)  # "pop last one"
+    offsets.commit(group, topic, queue_id, offset)
+    return offset
 
 
 def with_born_time(cmd: RemotingCommand) -> dict[str, str]:
@@ -189,19 +217,7 @@ class PopProcessor(Processor):
         )
 
     def _pop_offset(self, topic: str, group: str, queue_id: int, init_mode: int) -> int:
-        """``getPopOffset``: the group's offset, else the start per ``init_mode`` (committed)."""
-        stored = self._offsets.query(group, topic, queue_id)
-        if stored is not None:
-            return stored
-        store = self._store
-        if init_mode == _MIN_MODE or topic.startswith(RETRY_PREFIX):
-            offset = store.min_offset(topic, queue_id)
-        elif self._config.new_group_offset_zero and store.min_offset(topic, queue_id) <= 0:
-            offset = 0  # initPopOffsetByCheckMsgInMem: the head is still there
-        else:
-            offset = max(store.max_offset(topic, queue_id) - 1, 0)  # "pop last one"
-        self._offsets.commit(group, topic, queue_id, offset)
-        return offset
+        return pop_offset(self._ctx, group, topic, queue_id, init_mode)
 
     # -- POP_MESSAGE -------------------------------------------------------------------------
 
@@ -216,13 +232,13 @@ class PopProcessor(Processor):
         h = PopMessageRequestHeader.from_ext(with_born_time(cmd))
         host = self._ctx.address().rpartition(":")[0]
         started = now_ms()
-        if started - h.born_time - h.poll_time > _TOO_LATE_MS:
+        if started - h.born_time - h.poll_time > TOO_LATE_MS:
             return _refuse(
                 cmd,
                 ResponseCode.POLLING_TIMEOUT,
                 f"the broker[{host}] pop message is timeout too much",
             )
-        if h.max_msg_nums > _MAX_POP:
+        if h.max_msg_nums > MAX_POP:
             return _refuse(
                 cmd,
                 ResponseCode.INVALID_PARAMETER,
@@ -531,9 +547,12 @@ class PopProcessor(Processor):
         return False, retry_at
 
 
-def pop_processors(ctx: BrokerContext, pop: PopContext) -> tuple[Processor, ...]:
-    """The processors of the 5.x POP and assignment codes; none when the broker answers as a
-    4.x one (``remoting_version`` below 412), which does not know these codes."""
+def pop_processors(
+    ctx: BrokerContext, pop: PopContext, lite: LiteAcks | None = None
+) -> tuple[Processor, ...]:
+    """The processors of the 5.x POP and assignment codes (acks naming a lite topic go to
+    ``lite``); none when the broker answers as a 4.x one (``remoting_version`` below 412),
+    which does not know these codes."""
     if ctx.config.remoting_version < _V5_0_0_SNAPSHOT:
         return ()
-    return (PopProcessor(ctx, pop), AckProcessor(ctx, pop), AssignmentProcessor(ctx))
+    return (PopProcessor(ctx, pop), AckProcessor(ctx, pop, lite), AssignmentProcessor(ctx))

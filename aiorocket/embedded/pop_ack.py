@@ -27,7 +27,7 @@ batch is moved; the answer keeps the pop time and gives the invisible time from 
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 from aiorocket._names import now_ms, pop_retry_topic
 from aiorocket._protocol.codes import RequestCode, ResponseCode
@@ -47,7 +47,7 @@ from aiorocket.embedded.pop_service import PopContext
 from aiorocket.embedded.store import PutResult
 from aiorocket.errors import RemoteProtocolError
 
-__all__ = ["AckProcessor"]
+__all__ = ["AckProcessor", "LiteAcks"]
 
 _RETRY_MARKS: Final = {"0": None, "1": False, "2": True}
 
@@ -64,18 +64,37 @@ def _real_topic(topic: str, group: str, retry: str) -> str:
     return topic if v2 is None else pop_retry_topic(topic, group, v2=v2)
 
 
+class LiteAcks(Protocol):
+    """Where acks and changes of invisible time of lite messages (a ``liteTopic`` in the
+    header, docs/protocol.md §12.8) go once the parent topic and queue passed the checks."""
+
+    async def ack(
+        self, conn: Connection, cmd: RemotingCommand, h: AckMessageRequestHeader
+    ) -> RemotingCommand:
+        """``ackLite``."""
+        ...
+
+    async def change_invisible(
+        self, conn: Connection, cmd: RemotingCommand, h: ChangeInvisibleTimeRequestHeader
+    ) -> RemotingCommand:
+        """``processChangeInvisibleTimeForLite``."""
+        ...
+
+
 class AckProcessor(Processor):
     """Serves ACK_MESSAGE, BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME.
 
     Args:
         ctx: the broker's store, topics, offsets and settings.
         pop: the POP state.
+        lite: where requests naming a lite topic go (none: they are taken as plain POP ones).
     """
 
-    def __init__(self, ctx: BrokerContext, pop: PopContext) -> None:
+    def __init__(self, ctx: BrokerContext, pop: PopContext, lite: LiteAcks | None = None) -> None:
         super().__init__(ctx)
         self._pop = pop
         self._writer = ctx.writer
+        self._lite = lite
 
     def _check_queue(
         self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int
@@ -164,6 +183,8 @@ class AckProcessor(Processor):
         refused = self._check_queue(conn, cmd, h.topic, h.queue_id)
         if refused is not None:
             return refused
+        if h.lite_topic and self._lite is not None:
+            return await self._lite.ack(conn, cmd, h)
         store = self._store
         lo, hi = store.min_offset(h.topic, h.queue_id), store.max_offset(h.topic, h.queue_id)
         if not lo <= h.offset <= hi:
@@ -237,6 +258,8 @@ class AckProcessor(Processor):
         refused = self._check_queue(conn, cmd, h.topic, h.queue_id)
         if refused is not None:
             return refused
+        if h.lite_topic and self._lite is not None:
+            return await self._lite.change_invisible(conn, cmd, h)
         store = self._store
         if (
             not store.min_offset(h.topic, h.queue_id)

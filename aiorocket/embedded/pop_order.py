@@ -228,6 +228,12 @@ class ConsumerOrderInfo(PersistedTable):
         self._version += 1
         return True
 
+    def forget(self, topic: str, group: str) -> None:
+        """Drop the batches of ``group`` on ``topic`` (its offset was reset, or the topic is
+        gone)."""
+        if self._table.pop((topic, group), None) is not None:
+            self._version += 1
+
     @property
     def dirty(self) -> bool:
         """Whether a change has not been written yet."""

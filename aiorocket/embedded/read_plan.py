@@ -62,6 +62,10 @@ def collect_py(
     (consume-queue entries from queue offset ``offset``) to return, read their records from
     the log and append the valid ones to ``messages``/``codes``/``offsets``.
 
+    A record is valid when its size, magic, commit-log offset and trailer CRC are right and,
+    unless ``queue_id`` is -1 (a lite topic's queue, whose records name their own topic's
+    queue and offset, docs/protocol.md §12.8), its queue id and queue offset too.
+
     Returns ``(entries scanned, outcome)``, outcome being ``NO_MATCH``, ``REMOVING`` or
     ``PLANNED``. Unreadable spans (``(UNREADABLE, start, length)``) and records failing
     validation (``(INVALID, commit-log offset, queue offset)``) go to ``faults``.
@@ -122,8 +126,7 @@ def collect_py(
             if (
                 rsize != size
                 or rclo != clo
-                or rqo != qo
-                or rqid != queue_id
+                or (queue_id >= 0 and (rqo != qo or rqid != queue_id))
                 or magic not in magics
                 or crc32(record) != trailer(buf, p + size)[0]
             ):

@@ -22,18 +22,54 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiorocket._names import is_valid_name
+from aiorocket._names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, is_valid_name
+from aiorocket._protocol import properties as mp
+from aiorocket._protocol.lite import is_lite_queue
 from aiorocket._protocol.message import MessageRecord, decode_message
 from aiorocket.embedded.commit_log import CommitLog
 from aiorocket.embedded.consume_queue import MAX_QUEUE_ID, ConsumeQueue
 from aiorocket.embedded.flush import read_checkpoint
 from aiorocket.errors import ConfigurationError, InvalidNameError, RemoteProtocolError
 
-__all__ = ["RecoveryReport", "recover"]
+__all__ = ["RecoveryReport", "dispatch_queues", "is_queue_name", "recover"]
 
 _log = logging.getLogger("aiorocket.embedded.store")
 
 _Key = tuple[str, int]
+# MixAll.topicAllowsLMQ: records of these topics are never dispatched to light message queues
+_NO_LMQ_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_")
+
+
+def is_queue_name(topic: str) -> bool:
+    """Whether the store keeps queues of ``topic``: a valid topic name, or the light message
+    queue of a lite topic (``%LMQ%$<parent>$<lite topic>``, docs/protocol.md §12.8). Never
+    raises."""
+    return is_valid_name(topic) or is_lite_queue(topic)
+
+
+def dispatch_queues(record: MessageRecord) -> list[str]:
+    """The lite topics' queues ``record`` is also indexed in: those its
+    ``INNER_MULTI_DISPATCH`` names when its topic allows light message queues (not a retry,
+    dead-letter, ``rmq_sys_`` or schedule topic) and every name is a lite topic's queue; else
+    none (the property is then a plain one). Never raises."""
+    names = record.properties.get(mp.INNER_MULTI_DISPATCH)
+    topic = record.topic
+    if not names or topic.startswith(_NO_LMQ_PREFIXES) or topic == SCHEDULE_TOPIC:
+        return []
+    queues = names.split(mp.LMQ_SEPARATOR)
+    return queues if all(is_lite_queue(q) for q in queues) else []
+
+
+def _index_keys(record: MessageRecord) -> list[tuple[_Key, int]]:
+    """Every (queue, offset) a stored record is indexed at: its own, then its light message
+    queues' from ``INNER_MULTI_QUEUE_OFFSET`` (a malformed list is left out)."""
+    out = [((record.topic, record.queue_id), record.queue_offset)]
+    names = dispatch_queues(record)
+    if names:
+        offsets = record.properties.get(mp.INNER_MULTI_QUEUE_OFFSET, "").split(mp.LMQ_SEPARATOR)
+        if len(offsets) == len(names) and all(o.isascii() and o.isdigit() for o in offsets):
+            out += [((name, 0), int(o)) for name, o in zip(names, offsets, strict=True)]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +125,7 @@ class _Recovery:
             for (topic, qid), mx in checkpoint.queues.items():
                 queue = self._queues.get((topic, qid))
                 if queue is None:
-                    if not is_valid_name(topic) or not 0 <= qid <= MAX_QUEUE_ID:
+                    if not is_queue_name(topic) or not 0 <= qid <= MAX_QUEUE_ID:
                         continue
                     queue = self._queues[(topic, qid)] = self._make_queue(topic, qid)
                 if queue.max_offset < mx:
@@ -126,7 +162,7 @@ class _Recovery:
         with os.scandir(self._cq_root) as topics:
             for topic_entry in topics:
                 topic = topic_entry.name
-                if not topic_entry.is_dir(follow_symlinks=False) or not is_valid_name(topic):
+                if not topic_entry.is_dir(follow_symlinks=False) or not is_queue_name(topic):
                     continue
                 with os.scandir(topic_entry.path) as ids:
                     for id_entry in ids:
@@ -141,6 +177,47 @@ class _Recovery:
                         if not queue.load():
                             damaged.add((topic, qid))
         return damaged
+
+    def _index(
+        self,
+        record: MessageRecord,
+        clo: int,
+        size: int,
+        key: _Key,
+        qo: int,
+        start: int,
+        damaged: set[_Key],
+        last_seen: dict[_Key, int],
+        gaps: set[_Key],
+    ) -> None:
+        """(Re)write the entry of ``record`` (at log offset ``clo``) at offset ``qo`` of queue
+        ``key`` if it is missing or different.
+
+        Raises:
+            InvalidNameError, ConfigurationError: the record's queue cannot exist.
+        """
+        rebuild = key in damaged
+        if clo < start and not rebuild:
+            return
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = self._make_queue(*key)
+        if not rebuild and key not in last_seen and qo > queue.max_offset:
+            # The index lost entries the checkpoint did not know about.
+            gaps.add(key)
+            return
+        if key in gaps:
+            return
+        existing = queue.entry(qo) if qo < queue.max_offset else None
+        if (
+            existing is None
+            or existing.commit_log_offset != clo
+            or existing.size != size
+            or existing.store_timestamp != record.store_timestamp
+        ):
+            queue.write_at(qo, clo, size, self._tags_code_of(record), record.store_timestamp)
+            self._reindexed += 1
+        last_seen[key] = qo
 
     def _reindex(self, start: int, damaged: set[_Key], floors: dict[_Key, int]) -> set[_Key]:
         """Scan the log and re-index; return queues found to have a gap before ``start``.
@@ -161,36 +238,12 @@ class _Recovery:
             except RemoteProtocolError as exc:
                 stop_reason = str(exc)
                 break
-            key = (record.topic, record.queue_id)
-            rebuild = key in damaged
-            if clo < start and not rebuild:
-                continue
-            queue = self._queues.get(key)
-            if queue is None:
-                try:
-                    queue = self._make_queue(record.topic, record.queue_id)
-                except (InvalidNameError, ConfigurationError) as exc:
-                    stop_reason = str(exc)
-                    break
-                self._queues[key] = queue
-            qo = record.queue_offset
-            if not rebuild and key not in last_seen and qo > queue.max_offset:
-                # The index lost entries the checkpoint did not know about.
-                gaps.add(key)
-                continue
-            if key in gaps:
-                continue
-            size = len(data)
-            existing = queue.entry(qo) if qo < queue.max_offset else None
-            if (
-                existing is None
-                or existing.commit_log_offset != clo
-                or existing.size != size
-                or existing.store_timestamp != record.store_timestamp
-            ):
-                queue.write_at(qo, clo, size, self._tags_code_of(record), record.store_timestamp)
-                self._reindexed += 1
-            last_seen[key] = qo
+            try:
+                for key, qo in _index_keys(record):
+                    self._index(record, clo, len(data), key, qo, start, damaged, last_seen, gaps)
+            except (InvalidNameError, ConfigurationError) as exc:
+                stop_reason = str(exc)
+                break
         # On an early break the scanner is parked at the bad record: scan_end is its start.
         scanner.close()
         end = log.scan_end

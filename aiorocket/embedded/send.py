@@ -21,6 +21,7 @@ from aiorocket._protocol.headers import (
     SendMessageRequestHeader,
     decode_send_header,
 )
+from aiorocket._protocol.lite import MAX_LITE_TOPIC_LENGTH, is_valid_lite_topic, lite_queue_name
 from aiorocket._protocol.message import MessageRecord, decode_batch_body, decode_message
 from aiorocket._protocol.msgid import make_offset_msg_id
 from aiorocket._protocol.properties import message_kind
@@ -274,6 +275,18 @@ class SendProcessor(SendChecks):
                 queue_id = 0
                 props.pop(mp.DELAY, None)
         props[mp.CLUSTER] = self._config.cluster_name
+        lite = props.get(mp.LITE_TOPIC)
+        if lite and self._config.timers_enabled:
+            # SendMessageProcessor (5.5): a lite topic's message is also indexed in its light
+            # message queue (docs/protocol.md §12.8); its name becomes a directory here.
+            if not is_valid_lite_topic(lite):
+                return self._response(
+                    cmd,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "lite topic can only contain alphanumeric characters, hyphens(-), and "
+                    f"underscores(_), at most {MAX_LITE_TOPIC_LENGTH}: {lite!r}",
+                )
+            props[mp.INNER_MULTI_DISPATCH] = lite_queue_name(header.topic, lite)
         # 4.9.8 drops WAIT from the stored copy of single messages (docs/protocol.md §6.2 step 6).
         wait = props.pop(mp.WAIT, None)
         rec = self._record(

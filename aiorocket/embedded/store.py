@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from aiorocket._concurrency import AsyncResource, Service
-from aiorocket._names import SCHEDULE_TOPIC, is_valid_name, now_ms
+from aiorocket._names import SCHEDULE_TOPIC, now_ms
+from aiorocket._protocol import properties as mp
+from aiorocket._protocol.lite import LITE_QUEUE_PREFIX
 from aiorocket._protocol.message import MessageRecord, encode_message
 from aiorocket.embedded import read_plan
 from aiorocket.embedded.commit_log import CommitLog, FileCache
@@ -45,7 +47,7 @@ from aiorocket.embedded.config import DEFAULT_DELAY_LEVELS
 from aiorocket.embedded.consume_queue import ENTRY, MAX_QUEUE_ID, ConsumeQueue, QueueEntry
 from aiorocket.embedded.delays import indexed_tags_code
 from aiorocket.embedded.flush import CHECKPOINT_INTERVAL, Flusher
-from aiorocket.embedded.recovery import RecoveryReport, recover
+from aiorocket.embedded.recovery import RecoveryReport, dispatch_queues, is_queue_name, recover
 from aiorocket.errors import ClientClosedError, ConfigurationError, InvalidNameError
 
 __all__ = [
@@ -115,6 +117,9 @@ class PutResult:
     store_timestamp: int
     store_size: int
     commit_log_end: int
+    #: the light message queues (queue 0) the record was also indexed in, with its offset in
+    #: each (multi-dispatch, docs/protocol.md §12.8)
+    dispatched: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,9 +380,12 @@ class MessageStore(AsyncResource):
 
         Assigns ``queue_offset`` (the queue's next), ``commit_log_offset``,
         ``store_timestamp`` (from the clock), ``store_size`` and ``body_crc`` in ``record``,
-        appends it to the log and indexes it with ``tags_code``. The record is in the page
-        cache when this returns: a killed process loses nothing, a power loss may lose what
-        `wait_durable` has not covered.
+        appends it to the log and indexes it with ``tags_code``. A record whose
+        ``INNER_MULTI_DISPATCH`` names lite topics' queues (and whose topic allows them) is
+        indexed in each of those too, queue 0, its offsets there written to
+        ``INNER_MULTI_QUEUE_OFFSET`` first (``LmqDispatch``, docs/protocol.md §12.8). The record
+        is in the page cache when this returns: a killed process loses nothing, a power loss
+        may lose what `wait_durable` has not covered.
 
         Raises:
             ClientClosedError: the store is not open.
@@ -393,43 +401,58 @@ class MessageStore(AsyncResource):
         failure = self._flusher.failure
         if failure is not None:
             raise OSError(f"the message store failed to flush: {failure}")
-        key = (record.topic, record.queue_id)
-        queue = self._queues.get(key)
-        new = queue is None
-        if queue is None:
-            queue = self._make_queue(record.topic, record.queue_id)
+        keys = [(record.topic, record.queue_id)]
+        keys += [(name, 0) for name in dispatch_queues(record)]
+        queues = [self._queue_for_put(*k) for k in keys]
+        if len(queues) > 1:
+            # LmqDispatch.wrapLmqDispatch: the record carries its offset in each LMQ.
+            record.properties[mp.INNER_MULTI_QUEUE_OFFSET] = mp.LMQ_SEPARATOR.join(
+                str(q.max_offset) for q in queues[1:]
+            )
         now = self._clock()
         log = self._log
         offset = log.end
-        record.queue_offset = queue.max_offset
+        record.queue_offset = queues[0].max_offset
         record.commit_log_offset = offset
         record.store_timestamp = now
         data = encode_message(record)
         size = len(data)
         log.append(data, now)
+        appended: list[tuple[ConsumeQueue, int]] = []
         try:
-            queue_offset = queue.append(offset, size, tags_code, now)
+            for queue in queues:
+                appended.append((queue, queue.max_offset))
+                queue.append(offset, size, tags_code, now)
         except BaseException:
-            self._undo_append(offset)
+            self._undo_append(offset, appended)
             raise
-        if new:
-            self._queues[key] = queue
+        for key, queue in zip(keys, queues, strict=True):
+            self._queues.setdefault(key, queue)
         record.store_size = size
         record.body_crc = int.from_bytes(data[8:12], "big")
         self._puts += 1
         self._put_bytes += size
-        return PutResult(queue_offset, offset, now, size, log.end)
+        lmqs = zip(keys[1:], appended[1:], strict=True)
+        dispatched = tuple((key[0], start) for key, (_, start) in lmqs)
+        return PutResult(appended[0][1], offset, now, size, log.end, dispatched)
 
-    def _undo_append(self, offset: int) -> None:
+    def _undo_append(self, offset: int, appended: list[tuple[ConsumeQueue, int]]) -> None:
         try:
+            for queue, before in appended:
+                if queue.max_offset > before:
+                    queue.truncate(before)
             self._log.truncate(offset)
         except OSError as exc:
             # The log now holds a record no index knows; recovery will index it at restart.
             _log.exception("message store: cannot undo an append at %d", offset)
             self._flusher.failure = exc
 
+    def _queue_for_put(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self._queues.get((topic, queue_id))
+        return self._make_queue(topic, queue_id) if queue is None else queue
+
     def _make_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        if not is_valid_name(topic):
+        if not is_queue_name(topic):
             raise InvalidNameError(f"invalid topic name {topic!r}")
         if not 0 <= queue_id <= MAX_QUEUE_ID:
             raise ConfigurationError(f"queue id {queue_id} out of range")
@@ -536,7 +559,7 @@ class MessageStore(AsyncResource):
             max_bytes,
             self._log.min_offset,
             matches,
-            queue_id,
+            -1 if topic.startswith(LITE_QUEUE_PREFIX) else queue_id,  # an LMQ's: others'
             self._log.read_span,
             messages,
             codes,

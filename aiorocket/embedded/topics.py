@@ -9,7 +9,7 @@ start (docs/protocol.md §6.1).
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -23,7 +23,7 @@ from aiorocket._names import (
     reply_topic,
     retry_topic,
 )
-from aiorocket._protocol.attributes import MESSAGE_TYPE_ATTRIBUTE, parse_attributes
+from aiorocket._protocol.attributes import MESSAGE_TYPE
 from aiorocket._protocol.codes import Perm
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.files import PersistedTable, write_json_atomically
@@ -44,7 +44,6 @@ __all__ = [
     "TIMER_TOPIC",
     "TopicConfig",
     "TopicTable",
-    "altered_attributes",
     "dlq_topic",
     "is_valid_name",
     "retry_topic",
@@ -110,14 +109,14 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
-    #: 5.x attributes (``TopicAttributes``: ``message.type`` ...), sorted ``(name, value)`` pairs
-    attributes: tuple[tuple[str, str], ...] = ()
+    #: 5.x attributes (``message.type``, ``lite.topic.expiration``, ...)
+    attributes: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def message_type(self) -> str:
         """``TopicConfig.getTopicMessageType``: the ``message.type`` attribute, ``NORMAL`` when
         unset."""
-        return dict(self.attributes).get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL")
+        return self.attributes.get(MESSAGE_TYPE, "NORMAL")
 
     @property
     def queue_count(self) -> int:
@@ -133,62 +132,6 @@ class TopicConfig:
     def writable(self) -> bool:
         """PermName.isWriteable."""
         return bool(self.perm & Perm.WRITE)
-
-
-# TopicAttributes.ALL: each attribute's allowed values (a set) or range, and whether an update
-# may change it (EnumAttribute / LongRangeAttribute "changeable").
-_TOPIC_ATTRIBUTES: Final[dict[str, tuple[frozenset[str] | tuple[int, int], bool]]] = {
-    MESSAGE_TYPE_ATTRIBUTE: (
-        frozenset(
-            {"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE", "MIXED"}
-        ),
-        True,
-    ),
-    "queue.type": (frozenset({"BatchCQ", "SimpleCQ"}), False),
-    "cleanup.policy": (frozenset({"DELETE", "COMPACTION"}), False),
-    "reserve.time": ((-1, 2**63 - 1), True),
-    "lite.topic.expiration": ((-1, 30 * 24 * 60), True),
-}
-
-
-def altered_attributes(current: dict[str, str] | None, change: str | None) -> dict[str, str]:
-    """A topic's attributes after UPDATE_AND_CREATE_TOPIC's ``attributes`` (``current`` is
-    ``None`` when the topic is new), checked as Java's ``AttributeUtil.alterCurrentAttributes``
-    checks them.
-
-    Raises:
-        ValueError: an unknown attribute, a bad value, removing on creation, removing one that
-            is not set, or changing an unchangeable one (the message is Java's).
-        RemoteProtocolError: a malformed ``attributes`` string.
-    """
-    out = dict(current or {})
-    for name, value in parse_attributes(change).items():
-        if name not in _TOPIC_ATTRIBUTES:
-            raise ValueError(f"unsupported key: {name}")
-        allowed, changeable = _TOPIC_ATTRIBUTES[name]
-        if value is None:
-            if current is None:
-                raise ValueError(
-                    f"only add attribute is supported while creating topic. key: {name}"
-                )
-            if name not in out:
-                raise ValueError(f"attempt to delete a nonexistent key: {name}")
-            del out[name]
-            continue
-        if current is not None and name in out and not changeable and out[name] != value:
-            raise ValueError(f"attempt to update an unchangeable attribute. key: {name}")
-        if isinstance(allowed, frozenset):
-            if value not in allowed:
-                raise ValueError(f"value is not in set: {sorted(allowed)}")
-        else:
-            try:
-                number = int(value)
-            except ValueError:
-                raise ValueError(f"value is not a number: {value}") from None
-            if not allowed[0] <= number <= allowed[1]:
-                raise ValueError(f"value is not in range({allowed[0]}, {allowed[1]})")
-        out[name] = value
-    return out
 
 
 class TopicTable(PersistedTable):
@@ -266,9 +209,7 @@ class TopicTable(PersistedTable):
                 topic_filter_type=str(raw.get("topic_filter_type", "SINGLE_TAG")),
                 topic_sys_flag=int(raw.get("topic_sys_flag", 0)),
                 order=bool(raw.get("order", False)),
-                attributes=tuple(
-                    (str(k), str(v)) for k, v in sorted(dict(raw.get("attributes", {})).items())
-                ),
+                attributes={str(k): str(v) for k, v in (raw.get("attributes") or {}).items()},
             )
             if name in self._system:
                 continue  # rebuilt from the configuration

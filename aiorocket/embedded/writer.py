@@ -188,7 +188,8 @@ class MessageWriter:
         return requested_level(props, len(self._levels))
 
     def store_message(self, rec: MessageRecord) -> PutResult:
-        """Store ``rec`` as is (tags code from its ``TAGS``) and wake held pulls; synchronous.
+        """Store ``rec`` as is (tags code from its ``TAGS``) and wake held pulls, those of the
+        lite topics' queues it is dispatched to too; synchronous.
 
         Raises:
             the errors of `MessageStore.put`.
@@ -196,6 +197,8 @@ class MessageWriter:
         code = tags_code(rec.properties.get(mp.TAGS))
         result = self._store.put(rec, tags_code=code)
         self._waiters.notify(rec.topic, rec.queue_id, result.queue_offset, code)
+        for lmq, offset in result.dispatched:
+            self._waiters.notify(lmq, 0, offset, code)  # a lite topic's queue (§12.8)
         return result
 
     def store_half(self, rec: MessageRecord) -> PutResult:
