@@ -8,6 +8,7 @@ extra raises ImportError saying ``pip install "aiorocketmq[spark]"``.
 """
 
 from aiorocket.integrations.spark import ARROW_SCHEMA as ARROW_SCHEMA
+from aiorocket.integrations.spark import ROCKETMQ_SPARK_SCHEMA as ROCKETMQ_SPARK_SCHEMA
 from aiorocket.integrations.spark import SCHEMA as SCHEMA
 from aiorocket.integrations.spark import ForwarderStatistics as ForwarderStatistics
 from aiorocket.integrations.spark import RocketMQDataSource as RocketMQDataSource

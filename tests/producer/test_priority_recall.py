@@ -69,10 +69,12 @@ def test_a_priority_message_has_no_other_kind() -> None:
     for bad in (-1, True, 1.5):
         with pytest.raises(ConfigurationError, match="priority must be an int >= 0"):
             rmq.Message("T", b"x", priority=bad)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="no delay_level or message_group"):
+    with pytest.raises(ConfigurationError, match="no delay_level, message_group or lite_topic"):
         rmq.Message("T", b"x", priority=1, delay_level=2)
-    with pytest.raises(ConfigurationError, match="no delay_level or message_group"):
+    with pytest.raises(ConfigurationError, match="no delay_level, message_group or lite_topic"):
         rmq.Message("T", b"x", priority=1, message_group="g")
+    with pytest.raises(ConfigurationError, match="no delay_level, message_group or lite_topic"):
+        rmq.Message("T", b"x", priority=1, lite_topic="conv-1")
 
 
 async def test_priority_picks_the_queue_and_pop_reads_the_highest_first(

@@ -59,8 +59,6 @@ ROCKETMQ_SPARK: Final = "rocketmq-spark"
 #: rocketmq-spark's option names (lower case, as Spark hands options over) and ours
 _ALIASES: Final = {"nameserver": "namesrv", "subexpression": "tags"}
 
-#: rocketmq-spark's source rows (its ``RocketMQSource.schema``; every column nullable): what
-#: ``schema=rocketmq-spark`` reads
 ROCKETMQ_SPARK_SCHEMA: Final = StructType(
     [
         StructField("topic", StringType()),
@@ -74,6 +72,9 @@ ROCKETMQ_SPARK_SCHEMA: Final = StructType(
         StructField("storeTimestamp", TimestampType()),
     ]
 )
+"""rocketmq-spark's source rows (its ``RocketMQSource.schema``; every column nullable): what
+``option("schema", "rocketmq-spark")`` reads, instead of
+[`SCHEMA`][aiorocket.integrations.spark.SCHEMA]."""
 
 
 def _arrow_schema() -> pa.Schema:
