@@ -71,9 +71,12 @@ docs: export NO_MKDOCS_2_WARNING := 1
 docs: $(INSTALLED)-with-docs
 	$(VENV)/bin/mkdocs build --strict
 
-# The suite but the Apache RocketMQ interop tests, which `make interop` runs per version.
+# The suite but the Apache RocketMQ interop tests, which `make interop` runs per version; in
+# UNIT_WORKERS processes (pytest-xdist, a module's tests in one process): most tests wait on
+# sockets and timers, so two workers halve the time on two cores. UNIT_WORKERS=0: one process.
+UNIT_WORKERS ?= 2
 unit: $(INSTALLED)-with-$(EXTRAS)
-	$(VENV)/bin/pytest --ignore=tests/interop/apache $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --ignore=tests/interop/apache -n $(UNIT_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck importlint docs unit
 
