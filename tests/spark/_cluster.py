@@ -9,10 +9,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,3 +211,26 @@ def two_workers(work: Path) -> Iterator[Cluster]:
         yield c
     for pgid in c.pgids:
         assert group_alive(pgid) == [], f"processes of group {pgid} still run"
+
+
+def cluster_spark_session(master: str, app_name: str, pythonpath: str) -> Any:
+    """A SparkSession on the standalone cluster at ``master``: loopback only, two one-core
+    executors of 512 MB running this Python with ``pythonpath``, tasks retried up to 8 times
+    (an executor is killed on purpose)."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.executor.cores", "1")
+        .config("spark.cores.max", "2")
+        .config("spark.executor.memory", "512m")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.executorEnv.PYTHONPATH", pythonpath)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.task.maxFailures", "8")
+        .getOrCreate()
+    )

@@ -36,26 +36,12 @@ def main() -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = path
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
     from aiorocket.integrations.spark import register
+    from tests.spark._cluster import cluster_spark_session
 
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("exactly-once-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.executor.cores", "1")
-        .config("spark.cores.max", "2")
-        .config("spark.executor.memory", "512m")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.executorEnv.PYTHONPATH", path)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.task.maxFailures", "8")
-        .getOrCreate()
-    )
+    spark = cluster_spark_session(args.master, "exactly-once-driver", path)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     query = (

@@ -24,7 +24,13 @@ from aiorocket import ReceivedMessage, SyncQueueReader
 from aiorocket.embedded import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for_blocking
-from tests.spark._cluster import Cluster, executor_pids, group_alive, standalone_cluster
+from tests.spark._cluster import (
+    Cluster,
+    cluster_spark_session,
+    executor_pids,
+    group_alive,
+    standalone_cluster,
+)
 from tests.spark._exactly_once import run_scenario
 from tests.spark._support import ROOT, BrokerThread, produce, spark_missing
 
@@ -69,28 +75,12 @@ def cluster_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("PYTHONPATH", path)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     from aiorocket.integrations.spark import register
 
     work = tmp_path / "cluster"
     work.mkdir()
     with standalone_cluster(work, workers=2, cores=1) as cluster:
-        spark = (
-            SparkSession.builder.master(cluster.url)
-            .appName("sink-cluster")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.executor.cores", "1")
-            .config("spark.cores.max", "2")
-            .config("spark.executor.memory", "512m")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.executorEnv.PYTHONPATH", path)
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.task.maxFailures", "8")
-            .getOrCreate()
-        )
+        spark = cluster_spark_session(cluster.url, "sink-cluster", path)
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         try:

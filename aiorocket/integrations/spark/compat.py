@@ -114,22 +114,15 @@ def normalize(options: Mapping[str, str]) -> dict[str, str]:
             if name in opts and opts[name].strip() != value.strip():
                 raise ConfigurationError(f"options {alias} and {name} differ; give one")
             opts[name] = value
+    # (options.py reads the normalized options, so it imports this module, not the reverse)
+    from aiorocket.integrations.spark.options import positive_int
+
     if "pulltimeoutms" in opts:
-        ms = _positive(opts.pop("pulltimeoutms"), "pullTimeoutMs")
+        ms = positive_int(opts.pop("pulltimeoutms"), "pullTimeoutMs")
         opts.setdefault("requesttimeout", str(ms / 1000))
     if "pullbatchsize" in opts:
-        _positive(opts.pop("pullbatchsize"), "pullBatchSize")
+        positive_int(opts.pop("pullbatchsize"), "pullBatchSize")
     return opts
-
-
-def _positive(raw: str, name: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"option {name} must be an integer, not {raw!r}") from None
-    if value <= 0:
-        raise ConfigurationError(f"option {name} must be positive")
-    return value
 
 
 def flat_offsets(spec: str) -> str:

@@ -17,7 +17,15 @@ from aiorocket.integrations.spark.compat import NATIVE, flat_offsets, normalize
 from aiorocket.models import validate_name
 from aiorocket.settings import ProducerSettings, build_settings
 
-__all__ = ["SinkOptions", "SourceOptions", "client_settings", "flag", "positive", "seconds"]
+__all__ = [
+    "SinkOptions",
+    "SourceOptions",
+    "client_settings",
+    "flag",
+    "positive",
+    "positive_int",
+    "seconds",
+]
 
 #: The producer group of sinks that name none.
 DEFAULT_GROUP: Final = "SPARK_ROCKETMQ_SINK"
@@ -44,8 +52,15 @@ def positive(raw: str | None, name: str) -> int | None:
     Raises:
         ConfigurationError: not an integer, or not positive.
     """
-    if raw is None:
-        return None
+    return None if raw is None else positive_int(raw, name)
+
+
+def positive_int(raw: str, name: str) -> int:
+    """A positive integer option.
+
+    Raises:
+        ConfigurationError: not an integer, or not positive.
+    """
     try:
         value = int(raw)
     except ValueError:
