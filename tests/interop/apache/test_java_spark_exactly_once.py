@@ -23,7 +23,7 @@ from tests.interop.apache.cluster import JavaCluster
 from tests.spark._cluster import Cluster, two_workers
 from tests.spark._exactly_once import run_scenario
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 N = int(os.environ.get("AIOROCKET_EO_MESSAGES", "8000"))
 QUEUES = 4

@@ -17,7 +17,7 @@ from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 N = 100_000
 QUEUES = 4
@@ -101,9 +101,17 @@ def test_batch_and_streaming_writes_read_by_aiorocket_and_java(
 
     asyncio.run(topics())
 
-    _rows(spark).write.format("rocketmq").mode("append").option("namesrv", ns).option(
-        "topic", batch_topic
-    ).save()
+    # 30 s per send rather than 3: one failed send fails the write (a local session does not
+    # retry tasks), and a loaded CI machine can hold a Java broker's answer for seconds.
+    (
+        _rows(spark)
+        .write.format("rocketmq")
+        .mode("append")
+        .option("namesrv", ns)
+        .option("topic", batch_topic)
+        .option("sendTimeout", "30")
+        .save()
+    )
     _check_aiorocket(ns, batch_topic)
 
     query = (
@@ -117,6 +125,7 @@ def test_batch_and_streaming_writes_read_by_aiorocket_and_java(
         .writeStream.format("rocketmq")
         .option("namesrv", ns)
         .option("topic", stream_topic)
+        .option("sendTimeout", "30")
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)
         .start()
