@@ -235,7 +235,9 @@ def _wait_reported(
 ) -> None:
     deadline = time.monotonic() + timeout
     next_look = 0.0
-    while (report := record.reported(key)) is None:
+    # Until every row is committed: a report with rows pending (commits unanswered, found out
+    # later by reading the target queues or by the broker's check) is not the end yet.
+    while (report := record.reported(key)) is None or report.get("pending", 0):
         now = time.monotonic()
         if now > deadline:
             log.warning(
@@ -256,12 +258,7 @@ def _wait_reported(
                     log.error("rocketmq sink: cannot restart the coordinator: %s", exc)
             next_look = now + 1.0
         time.sleep(_REPORT_POLL)
-    log.info(
-        "rocketmq sink: %s committed %d messages (%d waiting for the broker's check)",
-        what,
-        report.get("applied", 0),
-        report.get("pending", 0),
-    )
+    log.info("rocketmq sink: %s committed %d messages", what, report.get("applied", 0))
 
 
 def abort_write(target: TxTarget, messages: Sequence[Any], what: str) -> None:
