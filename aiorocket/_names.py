@@ -17,6 +17,7 @@ from typing import Final
 from aiorocket.errors import ConfigurationError, InvalidNameError
 
 __all__ = [
+    "CREATE_TOPIC_KEY",
     "DLQ_PREFIX",
     "RESERVED_GROUPS",
     "RETRY_PREFIX",
@@ -44,6 +45,10 @@ __all__ = [
 RETRY_PREFIX: Final = "%RETRY%"
 #: ``MixAll.DLQ_GROUP_TOPIC_PREFIX``.
 DLQ_PREFIX: Final = "%DLQ%"
+#: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``: the template topic through which a send to an
+#: unknown topic has the broker create it (the producer's ``createTopicKey``, docs/protocol.md
+#: §7.3).
+CREATE_TOPIC_KEY: Final = "TBW102"
 #: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue = level - 1.
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 #: ``TimerMessageStore.TIMER_TOPIC`` (5.x): timer messages wait here, one queue
@@ -54,11 +59,11 @@ TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
 # names (retry, dead-letter, namespaced) contain them.
 _NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
-# TopicValidator.SYSTEM_TOPIC_SET (4.9) with the create-topic key TBW102, the system topic
+# TopicValidator.SYSTEM_TOPIC_SET (4.9) with the create-topic key, the system topic
 # prefix and MixAll's system group prefix: NamespaceUtil.isSystemResource.
 _SYSTEM_TOPICS: Final = frozenset(
     {
-        "TBW102",
+        CREATE_TOPIC_KEY,
         SCHEDULE_TOPIC,
         "BenchmarkTest",
         "RMQ_SYS_TRANS_HALF_TOPIC",

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from aiorocket._names import CREATE_TOPIC_KEY
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import MessageQueue
 
@@ -150,7 +151,7 @@ class ProducerSettings(ClientSettings):
     compress_level: int = Field(default=5, ge=0, le=9)
     max_message_size: int = Field(default=4 * 1024 * 1024, gt=0)
     default_topic_queue_nums: int = Field(default=4, gt=0)
-    create_topic_key: str = "TBW102"
+    create_topic_key: str = CREATE_TOPIC_KEY
 
 
 class TransactionProducerSettings(ProducerSettings):

@@ -33,6 +33,7 @@ from typing import Final
 from aiorocket._client.instance import ClientInstance
 from aiorocket._client.pull import PullStatus, to_received
 from aiorocket._names import (
+    CREATE_TOPIC_KEY,
     DLQ_PREFIX,
     RETRY_PREFIX,
     dlq_topic,
@@ -380,7 +381,7 @@ async def _resend(client: ClientInstance, entry: DlqEntry, seq: int) -> ResendOu
     header = SendMessageRequestHeader(
         producer_group=RESEND_GROUP,
         topic=topic,
-        default_topic="TBW102",
+        default_topic=CREATE_TOPIC_KEY,
         default_topic_queue_nums=4,
         queue_id=mq.queue_id,
         sys_flag=0,  # the body was decompressed when read

@@ -14,7 +14,7 @@ import random
 import time
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._names import retry_topic, wrap_namespace
+from aiorocket._names import CREATE_TOPIC_KEY, retry_topic, wrap_namespace
 from aiorocket._protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from aiorocket._protocol.properties import (
     DELAY,
@@ -121,7 +121,7 @@ class SendBack:
         header = SendMessageRequestHeader(
             producer_group=_INNER_PRODUCER,
             topic=self._retry_topic,
-            default_topic="TBW102",
+            default_topic=CREATE_TOPIC_KEY,
             default_topic_queue_nums=4,
             queue_id=mq.queue_id,
             sys_flag=0,

@@ -16,6 +16,7 @@ import types
 from collections.abc import Mapping
 from typing import Self
 
+from aiorocket._names import CREATE_TOPIC_KEY
 from aiorocket._protocol.codes import RequestCode
 from aiorocket._protocol.schema import Header, WireField, WireKind, header_class, wire
 
@@ -102,7 +103,7 @@ class SendMessageRequestHeader(Header):
     producer_group: str = wire("producerGroup", required=True, short="a")
     topic: str = wire("topic", required=True, short="b")
     #: the template topic for auto-creation (``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``).
-    default_topic: str = wire("defaultTopic", required=True, default="TBW102", short="c")
+    default_topic: str = wire("defaultTopic", required=True, default=CREATE_TOPIC_KEY, short="c")
     default_topic_queue_nums: int = wire(
         "defaultTopicQueueNums", _INT, required=True, default=4, short="d"
     )
@@ -193,7 +194,7 @@ class ReplyMessageRequestHeader(Header):
 
     producer_group: str = wire("producerGroup", required=True)
     topic: str = wire("topic", required=True)
-    default_topic: str = wire("defaultTopic", required=True, default="TBW102")
+    default_topic: str = wire("defaultTopic", required=True, default=CREATE_TOPIC_KEY)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", _INT, required=True, default=4)
     queue_id: int = wire("queueId", _INT, required=True)
     sys_flag: int = wire("sysFlag", _INT, required=True, default=0)
@@ -544,7 +545,7 @@ class CreateTopicRequestHeader(Header):
     """UPDATE_AND_CREATE_TOPIC (17) — Java's ``CreateTopicRequestHeader``."""
 
     topic: str = wire("topic", required=True)
-    default_topic: str = wire("defaultTopic", required=True, default="TBW102")
+    default_topic: str = wire("defaultTopic", required=True, default=CREATE_TOPIC_KEY)
     read_queue_nums: int = wire("readQueueNums", _INT, required=True)
     write_queue_nums: int = wire("writeQueueNums", _INT, required=True)
     #: permission bits (PermName): 2 read, 4 write, 6 both.

@@ -21,6 +21,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Coroutine,
     Iterable,
     Mapping,
     Sequence,
@@ -47,9 +48,12 @@ from aiorocket.settings import ClientSettings, build_settings
 
 __all__ = [
     "DEFAULT_PULL_GROUP",
+    "Chunk",
     "QueueReader",
+    "RangeRead",
     "RawChunk",
     "ReadBatch",
+    "ReadRange",
     "ReadStatus",
 ]
 
@@ -110,6 +114,30 @@ class ReadBatch:
     next_offset: int
     min_offset: int
     max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """What a range read reads: the arguments of
+    [`QueueReader.read_range_batches`][aiorocket.QueueReader.read_range_batches], checked, as one
+    value (every range read, async or blocking, passes this on).
+
+    Raises:
+        ConfigurationError: ``start`` < 0 or ``pipeline`` outside 1..64.
+    """
+
+    mq: MessageQueue
+    start: int
+    end: int
+    expression: str = "*"
+    tolerate_loss: bool = False
+    pipeline: int = 8
+
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            raise ConfigurationError(f"offset {self.start} is negative")
+        if not 1 <= self.pipeline <= 64:
+            raise ConfigurationError("pipeline must be in 1..64")
 
 
 class QueueReader(ClientOwner):
@@ -387,9 +415,8 @@ class QueueReader(ClientOwner):
             BrokerError, TransportError, RemoteProtocolError, ClientClosedError: as
                 [`read`][aiorocket.QueueReader.read].
         """
-        async for chunk in self._range_chunks(
-            mq, start, end, expression, tolerate_loss, pipeline, raw=False
-        ):
+        rng = ReadRange(mq, start, end, expression, tolerate_loss, pipeline)
+        async for chunk in self.open_range(rng).chunks():
             yield chunk.msgs
 
     async def read_range_raw(
@@ -416,43 +443,22 @@ class QueueReader(ClientOwner):
             RocketError: as [`read_range_batches`][aiorocket.QueueReader.read_range_batches]
                 (malformed bodies are the caller's to find).
         """
-        async for chunk in self._range_chunks(
-            mq, start, end, expression, tolerate_loss, pipeline, raw=True
-        ):
-            yield RawChunk(chunk.msgs, chunk.hi, chunk.tags)  # type: ignore[arg-type]
+        rng = ReadRange(mq, start, end, expression, tolerate_loss, pipeline)
+        async for chunk in self.open_range(rng, raw=True).chunks():
+            yield chunk.as_raw()
 
-    async def _range_chunks(
-        self,
-        mq: MessageQueue,
-        start: int,
-        end: int,
-        expression: str,
-        tolerate_loss: bool,
-        pipeline: int,
-        *,
-        raw: bool,
-    ) -> AsyncIterator[_Chunk]:
-        rng = _RangeRead(self, mq, start, end, expression, tolerate_loss, pipeline, raw)
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                rng.fill(loop)
-                if not rng.pending:
-                    return
-                chunk = await rng.pending.popleft()
-                if rng.accept(chunk):
-                    yield chunk
-                if rng.done:
-                    return
-        finally:
-            await rng.cancel()
+    def open_range(self, rng: ReadRange, *, raw: bool = False) -> RangeRead:
+        """The chunk reads of ``rng`` before they start: what
+        [`read_range_batches`][aiorocket.QueueReader.read_range_batches] (``raw``:
+        [`read_range_raw`][aiorocket.QueueReader.read_range_raw]) iterates, for a caller that runs
+        the event loop its own way (the blocking readers)."""
+        return RangeRead(rng, lambda lo, hi: self._read_chunk(rng, lo, hi, raw))
 
-    async def _read_chunk(
-        self, mq: MessageQueue, lo: int, hi: int, expression: str, raw: bool = False
-    ) -> _Chunk:
-        """The messages of ``[lo, hi)`` (or, ``raw``, the bodies that hold them); several
-        pulls when the broker serves fewer (its byte cap) or a part is gone."""
-        tag_filter = self._filter(expression)
+    async def _read_chunk(self, rng: ReadRange, lo: int, hi: int, raw: bool) -> Chunk:
+        """The messages of ``[lo, hi)`` of ``rng`` (or, ``raw``, the bodies that hold them);
+        several pulls when the broker serves fewer (its byte cap) or a part is gone."""
+        mq = rng.mq
+        tag_filter = self._filter(rng.expression)
         offset = lo
         out: list[Any] = []
         removed: int | None = None
@@ -488,8 +494,8 @@ class QueueReader(ClientOwner):
                 offset = h.min_offset
             else:
                 # NO_NEW, or OFFSET_ILLEGAL past the end: the queue ends before `hi`.
-                return _Chunk(out, removed, h.max_offset, hi, tag_filter)
-        return _Chunk(out, removed, None, hi, tag_filter)
+                return Chunk(out, removed, h.max_offset, hi, tag_filter)
+        return Chunk(out, removed, None, hi, tag_filter)
 
     async def read_range(
         self,
@@ -507,10 +513,9 @@ class QueueReader(ClientOwner):
         Raises:
             RocketError: as [`read_range_batches`][aiorocket.QueueReader.read_range_batches].
         """
-        async for msgs in self.read_range_batches(
-            mq, start, end, expression=expression, tolerate_loss=tolerate_loss, pipeline=pipeline
-        ):
-            for m in msgs:
+        rng = ReadRange(mq, start, end, expression, tolerate_loss, pipeline)
+        async for chunk in self.open_range(rng).chunks():
+            for m in chunk.msgs:
                 yield m
 
     # -- consumer-group offsets ---------------------------------------------------------------
@@ -584,72 +589,78 @@ class QueueReader(ClientOwner):
         await asyncio.gather(*(self.commit(group, mq, off) for mq, off in offsets.items()))
 
 
-class _RangeRead:
-    """The chunks of a range being read: up to ``pipeline`` chunk reads under way, in
-    offset order, and the checks a finished chunk passes before it is handed over."""
+class RangeRead:
+    """The chunks of a range being read: up to ``pipeline`` chunk reads under way, in offset
+    order, and the checks a finished chunk passes before it is handed over. Made by
+    [`QueueReader.open_range`][aiorocket.QueueReader.open_range]; iterated on the running loop
+    with `chunks`, or driven with `fill`, `pending`, `accept` and `cancel` by a caller that runs
+    the loop itself."""
 
     def __init__(
-        self,
-        reader: QueueReader,
-        mq: MessageQueue,
-        start: int,
-        end: int,
-        expression: str,
-        tolerate_loss: bool,
-        pipeline: int,
-        raw: bool,
+        self, rng: ReadRange, read_chunk: Callable[[int, int], Coroutine[Any, Any, Chunk]]
     ) -> None:
-        if start < 0:
-            raise ConfigurationError(f"offset {start} is negative")
-        if not 1 <= pipeline <= 64:
-            raise ConfigurationError("pipeline must be in 1..64")
-        self._reader = reader
-        self._mq = mq
-        self._start = start
-        self._end = end
-        self._expression = expression
-        self._tolerate_loss = tolerate_loss
-        self._pipeline = pipeline
-        self._raw = raw
-        self._starts = iter(range(start, end, _PULL_BATCH))
+        self._rng = rng
+        self._read_chunk = read_chunk
+        self._starts = iter(range(rng.start, rng.end, _PULL_BATCH))
         self._warned_removed = False
-        self.pending: collections.deque[asyncio.Future[_Chunk]] = collections.deque()
+        self.pending: collections.deque[asyncio.Future[Chunk]] = collections.deque()
         #: the range ended early (the queue ends before ``end``): no chunk follows
         self.done = False
+
+    async def chunks(self) -> AsyncIterator[Chunk]:
+        """The chunks handed over, in order, read on the running loop.
+
+        Raises:
+            RocketError: as
+                [`QueueReader.read_range_batches`][aiorocket.QueueReader.read_range_batches].
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                self.fill(loop)
+                if not self.pending:
+                    return
+                chunk = await self.pending.popleft()
+                if self.accept(chunk):
+                    yield chunk
+                if self.done:
+                    return
+        finally:
+            await self.cancel()
 
     def fill(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start chunk reads on ``loop`` until ``pipeline`` are under way."""
         pending = self.pending
         if self.done:
             return
-        while len(pending) < self._pipeline:
+        while len(pending) < self._rng.pipeline:
             lo = next(self._starts, None)
             if lo is None:
                 break
-            hi = min(lo + _PULL_BATCH, self._end)
-            read = self._reader._read_chunk(self._mq, lo, hi, self._expression, self._raw)
-            pending.append(loop.create_task(read))
+            hi = min(lo + _PULL_BATCH, self._rng.end)
+            pending.append(loop.create_task(self._read_chunk(lo, hi)))
 
-    def accept(self, chunk: _Chunk) -> bool:
+    def accept(self, chunk: Chunk) -> bool:
         """Check a finished chunk (the next in order); whether it is handed over.
 
         Raises:
             PullOffsetMovedError, PullNotFoundError: (without ``tolerate_loss``) see
                 [`QueueReader.read_range_batches`][aiorocket.QueueReader.read_range_batches].
         """
-        mq = self._mq
+        rng = self._rng
+        mq = rng.mq
         if chunk.removed_below is not None:
             what = f"{mq}: offsets below {chunk.removed_below} are no longer stored"
-            if not self._tolerate_loss:
+            if not rng.tolerate_loss:
                 raise broker_error(
-                    int(PullStatus.OFFSET_ILLEGAL), f"{what} (range {self._start}..{self._end})"
+                    int(PullStatus.OFFSET_ILLEGAL), f"{what} (range {rng.start}..{rng.end})"
                 )
             if not self._warned_removed:
                 log.warning("%s; skipping them", what)
                 self._warned_removed = True
         if chunk.ended_at is not None:
-            what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {self._end}"
-            if not self._tolerate_loss:
+            what = f"{mq}: the queue ends at offset {chunk.ended_at}, before {rng.end}"
+            if not rng.tolerate_loss:
                 raise broker_error(int(PullStatus.NO_NEW_MSG), what)
             log.warning("%s; stopping there", what)
             self.done = True
@@ -666,8 +677,8 @@ class _RangeRead:
 
 
 @dataclass(frozen=True, slots=True)
-class _Chunk:
-    """What `QueueReader._read_chunk` found: the messages, the queue's min offset if
+class Chunk:
+    """What one chunk read of a `RangeRead` found: the messages, the queue's min offset if
     part of the chunk was below it, and the queue's end if it ends inside the chunk."""
 
     msgs: list[ReceivedMessage]  # (raw: the pull bodies)
@@ -680,6 +691,11 @@ class _Chunk:
     def tags(self) -> frozenset[str] | None:
         """The tag strings rows must have, ``None`` for all."""
         return None if self.filter.match_all else self.filter.tags
+
+    def as_raw(self) -> RawChunk:
+        """The chunk of a raw read (``msgs`` holds pull bodies) as
+        [`QueueReader.read_range_raw`][aiorocket.QueueReader.read_range_raw] yields it."""
+        return RawChunk(self.msgs, self.hi, self.tags)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

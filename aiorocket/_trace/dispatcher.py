@@ -34,7 +34,7 @@ from collections import deque
 from typing import Final
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._names import without_namespace, wrap_namespace
+from aiorocket._names import CREATE_TOPIC_KEY, without_namespace, wrap_namespace
 from aiorocket._protocol.codes import MessageSysFlag
 from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import compress_body
@@ -73,9 +73,8 @@ _RETAINED_BYTES: Final = 64 << 20
 _COMPRESS_OVER: Final = 4096
 #: the trace producer's send timeout (Java: 5 s).
 _SEND_TIMEOUT: Final = 5.0
-#: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`` and the producer's default queue count:
-#: a trace topic without a route is sent through TBW102 so that the broker creates it.
-_TEMPLATE_TOPIC: Final = "TBW102"
+#: the producer's default queue count: a trace topic without a route is sent through
+#: `CREATE_TOPIC_KEY` so that the broker creates it with that many queues.
 _DEFAULT_QUEUES: Final = 4
 _counter = itertools.count(1)
 
@@ -277,7 +276,7 @@ class TraceDispatcher:
             queues = route.publish_queues(self._wire_topic)
             via_template = False
         except TopicNotExistError:
-            route = await client.fetch_route(_TEMPLATE_TOPIC)
+            route = await client.fetch_route(CREATE_TOPIC_KEY)
             queues = [
                 q for q in route.publish_queues(self._wire_topic) if q.queue_id < _DEFAULT_QUEUES
             ]
@@ -306,7 +305,7 @@ class TraceDispatcher:
         header = SendMessageRequestHeader(
             producer_group=self._group,
             topic=self._wire_topic,
-            default_topic=_TEMPLATE_TOPIC,
+            default_topic=CREATE_TOPIC_KEY,
             default_topic_queue_nums=_DEFAULT_QUEUES,
             queue_id=mq.queue_id,
             sys_flag=sys_flag,

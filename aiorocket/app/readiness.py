@@ -30,15 +30,12 @@ import anyio
 
 from aiorocket._client.owner import ClientOwner
 from aiorocket._consumer import PushConsumer
+from aiorocket._names import CREATE_TOPIC_KEY
 from aiorocket.errors import BrokerError, RocketError, TopicNotExistError
 from aiorocket.models import MessageQueue
 from aiorocket.settings import ClientSettings
 
 __all__ = ["ReadinessProbe"]
-
-#: the route looked up when the app has no topic yet (Java's template topic, which a name
-#: server may not know: its TOPIC_NOT_EXIST answer still shows it is reachable)
-_ANY_TOPIC = "TBW102"
 
 
 class ReadinessProbe(ClientOwner):
@@ -97,7 +94,9 @@ class ReadinessProbe(ClientOwner):
         """One round of checks."""
         client = self._require()
         now = self._clock()
-        topics = list(dict.fromkeys(self._topics())) or [_ANY_TOPIC]
+        # With no topic yet, the template topic's route is asked: a name server that does not
+        # know it still answers (TOPIC_NOT_EXIST), which shows it is reachable.
+        topics = list(dict.fromkeys(self._topics())) or [CREATE_TOPIC_KEY]
         namesrv_error: str | None = None
         for topic in topics:
             try:

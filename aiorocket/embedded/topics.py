@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from aiorocket._names import (
+    CREATE_TOPIC_KEY,
     DLQ_PREFIX,
     RETRY_PREFIX,
     SCHEDULE_TOPIC,
@@ -40,7 +41,6 @@ __all__ = [
     "REVIVE_TOPIC_PREFIX",
     "SCHEDULE_TOPIC",
     "SELF_TEST_TOPIC",
-    "TEMPLATE_TOPIC",
     "TIMER_TOPIC",
     "TopicConfig",
     "TopicTable",
@@ -50,8 +50,6 @@ __all__ = [
     "revive_topic",
 ]
 
-#: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``: the template of auto-created topics.
-TEMPLATE_TOPIC: Final = "TBW102"
 #: ``TopicValidator.RMQ_SYS_SELF_TEST_TOPIC``.
 SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
 #: ``TopicValidator.RMQ_SYS_OFFSET_MOVED_EVENT``.
@@ -189,7 +187,7 @@ class TopicTable(PersistedTable):
             n = max(config.template_topic_queues, config.default_queues)
             out.append(
                 TopicConfig(
-                    name=TEMPLATE_TOPIC,
+                    name=CREATE_TOPIC_KEY,
                     read_queue_nums=n,
                     write_queue_nums=n,
                     perm=int(Perm.INHERIT | Perm.READ | Perm.WRITE),

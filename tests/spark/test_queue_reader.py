@@ -272,3 +272,24 @@ def test_inline_reader_raw_chunks(broker_in_thread: BrokerThread) -> None:
     with pytest.raises(ClientClosedError):
         list(reader.read_range_raw(mq, 0, 10))
     reader.close()  # a second close is harmless
+
+
+@pytest.mark.parametrize("blocking", [SyncQueueReader, InlineReader])
+def test_both_blocking_readers_have_every_method(
+    broker_in_thread: BrokerThread, blocking: type[SyncQueueReader | InlineReader]
+) -> None:
+    """One blocking face, two places for its loop: what one reader answers, the other does."""
+    addr = broker_in_thread.address
+    mq = MessageQueue("BothT", "broker-a", 3)
+    produce(addr, "BothT", 100, queue=mq)
+    with blocking(namesrv=addr) as reader:
+        assert reader.queues("BothT")[3] == mq
+        assert reader.max_offsets([mq]) == {mq: 100}
+        raw = list(reader.read_range_raw(mq, 10, 90, expression="a"))
+        decoded = [m.queue_offset for c in raw for m in c.messages(mq.broker_name)]
+        assert decoded == [m.queue_offset for m in reader.read_range(mq, 10, 90, expression="a")]
+        assert decoded == list(range(10, 90, 2))
+        with pytest.raises(ConfigurationError):
+            next(reader.read_range_batches(mq, 0, 10, pipeline=0))
+        reader.commit_many("both-group", {mq: 40})
+        assert reader.committed_offset("both-group", mq) == 40
