@@ -227,15 +227,22 @@ def _check_user_properties(properties: Mapping[str, str]) -> None:
 
 
 class SendStatus(enum.Enum):
-    """How the broker stored a sent message (Java ``SendStatus``).
+    """How the broker stored a sent message (Java ``SendStatus``): a
+    [`SendResult`][aiorocket.SendResult]'s ``status``.
 
-    Anything but ``SEND_OK`` means the message *was stored* but a flush or replication
-    step did not complete in time (response codes 10, 11, 12).
+    Every status means the message *was stored*; anything but ``SEND_OK`` says a flush or
+    replication step did not complete in time (a send the broker refused raises instead).
+    Compare members with ``is`` (``result.status is SendStatus.SEND_OK``); a member's
+    ``value`` is its Java name.
     """
 
+    #: stored, flushed and replicated as the broker is configured to (response code 0)
     SEND_OK = "SEND_OK"
+    #: stored, but the synchronous flush to disk timed out (code 10)
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    #: stored, but the synchronous replication to the slave timed out (code 12)
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    #: stored, but no slave was there to replicate it to (code 11)
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 

@@ -11,7 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
+from aiorocket._client.instance import ClientInstance, is_retriable
+from aiorocket._client.send import SendResponse
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._names import now_ms, validate_group, without_namespace, wrap_namespace
@@ -84,7 +85,6 @@ from aiorocket.models import (
     MessageQueue,
     ReceivedMessage,
     SendResult,
-    SendStatus,
     validate_name,
 )
 from aiorocket.settings import ProducerSettings, build_settings
@@ -96,12 +96,6 @@ log = logging.getLogger("aiorocket.producer")
 #: seconds close() gives the brokers to unregister the producer
 _UNREGISTER_TIMEOUT = 3.0
 
-_STATUS = {
-    0: SendStatus.SEND_OK,
-    10: SendStatus.FLUSH_DISK_TIMEOUT,
-    11: SendStatus.SLAVE_NOT_AVAILABLE,
-    12: SendStatus.FLUSH_SLAVE_TIMEOUT,
-}
 #: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
 _BUSY_BACKOFF = 0.05
 
@@ -876,7 +870,7 @@ class Producer(AsyncResource):
     def _result(self, resp: SendResponse, mq: MessageQueue, uniq: str) -> SendResult:
         h = resp.header
         return SendResult(
-            status=_STATUS.get(resp.code, SendStatus.SEND_OK),
+            status=resp.status,
             msg_id=uniq,
             offset_msg_id=h.msg_id,
             # Without the namespace, as Java's processSendResponse builds it.
