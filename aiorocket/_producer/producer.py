@@ -17,13 +17,16 @@ from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
 from aiorocket._names import now_ms, validate_group, without_namespace, wrap_namespace
 from aiorocket._producer.checks import (
-    check_lite,
+    Release,
+    check_batch,
+    check_send,
     check_sharding_key,
+    check_size,
     deliver_ms,
     group_key,
-    has_timer,
     message_properties,
     msg_type,
+    needed_release,
     split_batch,
 )
 from aiorocket._producer.hooks import (
@@ -47,21 +50,13 @@ from aiorocket._producer.recall import recall_message
 from aiorocket._producer.request import PendingRequests, create_reply_message, request_reply
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
-from aiorocket._protocol.codes import (
-    VERSION_V5_0_0_SNAPSHOT,
-    VERSION_V5_4_0,
-    MessageSysFlag,
-    RequestCode,
-)
+from aiorocket._protocol.codes import MessageSysFlag, RequestCode
 from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.message import compress_body, encode_batch_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import (
-    LITE_TOPIC,
     MSG_TYPE,
-    PRIORITY,
     REPLY_MESSAGE_FLAG,
-    TIMER_DELIVER_MS,
     UNIQ_KEY,
     WAIT,
     encode_properties,
@@ -70,10 +65,8 @@ from aiorocket._remoting import Dispatcher, RequestHandler
 from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     ClientClosedError,
-    ConfigurationError,
     ConnectError,
     FlowControlError,
-    MessageTooLargeError,
     RequestTimeoutError,
     RocketError,
     ServiceNotAvailableError,
@@ -98,28 +91,6 @@ _UNREGISTER_TIMEOUT = 3.0
 
 #: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
 _BUSY_BACKOFF = 0.05
-
-
-#: a broker release a message needs: its MQVersion ordinal, its name, what older ones cannot do
-_Release = tuple[int, str, str]
-_TIMER_RELEASE: _Release = (
-    VERSION_V5_0_0_SNAPSHOT,
-    "5.0",
-    "deliver a message at a time; it would deliver it at once",
-)
-_PRIORITY_RELEASE: _Release = (
-    VERSION_V5_4_0,
-    "5.4",
-    "order messages by priority; it would keep the priority as a plain property",
-)
-
-
-def _needed_release(props: dict[str, str]) -> _Release | None:
-    if has_timer(props):
-        return _TIMER_RELEASE
-    if PRIORITY in props:
-        return _PRIORITY_RELEASE
-    return None
 
 
 class Producer(AsyncResource):
@@ -386,31 +357,8 @@ class Producer(AsyncResource):
             MessageTooLargeError: a single message exceeds ``max_message_size``.
             BrokerError, TransportError, ClientClosedError: as [`send`][aiorocket.Producer.send].
         """
-        if not msgs:
-            raise ConfigurationError("send_batch needs at least one message")
+        sharding_key = check_batch(msgs, sharding_key, self.settings.max_message_size)
         topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
-            raise ConfigurationError("all messages of a batch must have the same topic")
-        if any(m.delay_level for m in msgs):
-            raise ConfigurationError("delayed messages cannot be sent in a batch")
-        if any(has_timer(m.properties) for m in msgs):
-            # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
-            raise ConfigurationError("timer messages cannot be sent in a batch")
-        if any(m.lite_topic is not None for m in msgs):
-            # SendMessageProcessor dispatches single messages only (docs/protocol.md §12.8).
-            raise ConfigurationError("lite messages cannot be sent in a batch")
-        groups = {m.message_group for m in msgs}
-        if len(groups) > 1:
-            raise ConfigurationError("all messages of a batch must have the same message_group")
-        sharding_key = group_key(groups.pop(), sharding_key)
-        validate_name(topic)
-        check_sharding_key(sharding_key)
-        limit = self.settings.max_message_size
-        for m in msgs:
-            if len(m.body) > limit:
-                raise MessageTooLargeError(
-                    f"message body of {len(m.body)} bytes exceeds {limit} bytes"
-                )
         fields = [message_properties(m, self._uniq_of(m), None, sharding_key) for m in msgs]
         call = None
         if self._call_hooks:
@@ -630,47 +578,20 @@ class Producer(AsyncResource):
         validate_name(msg.topic)
         sharding_key = group_key(msg.message_group, sharding_key)
         check_sharding_key(sharding_key)
-        if delay_level is not None and not 0 <= delay_level <= 18:
-            raise ConfigurationError("delay_level must be within 0..18")
-        if msg.priority is not None and (
-            sharding_key is not None or delay_level or deliver_ms or msg.lite_topic is not None
-        ):
-            # TopicMessageType: a message is of one kind; a broker would drop its priority
-            # (SendMessageProcessor clears it from a FIFO or delay message).
-            raise ConfigurationError(
-                "a priority message has no sharding key, message group, delay, delivery time or "
-                "lite topic"
-            )
-        if msg.lite_topic is not None:
-            check_lite(sharding_key, selector, queue, delay_level, deliver_ms)
-            extra = {**(extra or {}), LITE_TOPIC: msg.lite_topic}
-        if deliver_ms is not None:
-            if delay_level or (delay_level is None and msg.delay_level):
-                raise ConfigurationError("a message has either a delivery time or a delay level")
-            if sharding_key is not None:
-                # 5.x MessageBuilderImpl: "messageGroup and deliveryTimestamp should not be set
-                # at same time" (a FIFO message is not a delay message).
-                raise ConfigurationError(
-                    "a message has either a delivery time or a message group / sharding key"
-                )
-            if has_timer(msg.properties):
-                raise ConfigurationError("the message's properties already set a delivery time")
-            extra = {**(extra or {}), TIMER_DELIVER_MS: str(deliver_ms)}
+        derived = check_send(msg, sharding_key, selector, queue, delay_level, deliver_ms)
         s = self.settings
-        if len(msg.body) > s.max_message_size:
-            # Java's Validators.checkMessage refuses before compressing.
-            raise MessageTooLargeError(
-                f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
-            )
+        check_size(msg, s.max_message_size)
         uniq = self._uniq_of(msg)
         fields = message_properties(msg, uniq, delay_level, sharding_key)
         if extra:
             fields.update(extra)
+        if derived:
+            fields.update(derived)
         call = None
         if self._call_hooks:
             call = SendCallContext(s.group, msg.topic, (msg,), [fields], oneway=oneway)
             run_send_prepare(self._call_hooks, call)
-        needs = _needed_release(fields)
+        needs = needed_release(fields)
         props = encode_properties(fields)
         body = msg.body
         if s.compress_threshold and len(body) >= s.compress_threshold:
@@ -719,7 +640,7 @@ class Producer(AsyncResource):
         *,
         batch: bool,
         oneway: bool,
-        needs: _Release | None = None,
+        needs: Release | None = None,
         msg_type: str = "Normal",
         batch_msgs: Sequence[Message] = (),
         reply: bool = False,
@@ -849,7 +770,7 @@ class Producer(AsyncResource):
         run_send_after(self._hooks, hook)
         return result
 
-    async def _require_release(self, addr: str, needs: _Release) -> None:
+    async def _require_release(self, addr: str, needs: Release) -> None:
         # An older broker stores timer or priority properties as plain ones (delivering at
         # once, in no priority order): refuse instead. Its release is the version of its
         # responses (docs/protocol.md §0.3).
