@@ -230,19 +230,20 @@ class SendStatus(enum.Enum):
     """How the broker stored a sent message (Java ``SendStatus``): a
     [`SendResult`][aiorocket.SendResult]'s ``status``.
 
-    Every status means the message *was stored*; anything but ``SEND_OK`` says a flush or
-    replication step did not complete in time (a send the broker refused raises instead).
+    Every status means the message *was stored* (a send the broker refused raises instead):
+
+    * ``SEND_OK`` (response code 0): flushed and replicated as the broker is configured to;
+    * ``FLUSH_DISK_TIMEOUT`` (10): the synchronous flush to disk timed out;
+    * ``FLUSH_SLAVE_TIMEOUT`` (12): the synchronous replication to the slave timed out;
+    * ``SLAVE_NOT_AVAILABLE`` (11): no slave was there to replicate it to.
+
     Compare members with ``is`` (``result.status is SendStatus.SEND_OK``); a member's
     ``value`` is its Java name.
     """
 
-    #: stored, flushed and replicated as the broker is configured to (response code 0)
     SEND_OK = "SEND_OK"
-    #: stored, but the synchronous flush to disk timed out (code 10)
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    #: stored, but the synchronous replication to the slave timed out (code 12)
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    #: stored, but no slave was there to replicate it to (code 11)
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
