@@ -227,10 +227,18 @@ def _check_user_properties(properties: Mapping[str, str]) -> None:
 
 
 class SendStatus(enum.Enum):
-    """How the broker stored a sent message (Java ``SendStatus``).
+    """How the broker stored a sent message (Java ``SendStatus``): a
+    [`SendResult`][aiorocket.SendResult]'s ``status``.
 
-    Anything but ``SEND_OK`` means the message *was stored* but a flush or replication
-    step did not complete in time (response codes 10, 11, 12).
+    Every status means the message *was stored* (a send the broker refused raises instead):
+
+    * ``SEND_OK`` (response code 0): flushed and replicated as the broker is configured to;
+    * ``FLUSH_DISK_TIMEOUT`` (10): the synchronous flush to disk timed out;
+    * ``FLUSH_SLAVE_TIMEOUT`` (12): the synchronous replication to the slave timed out;
+    * ``SLAVE_NOT_AVAILABLE`` (11): no slave was there to replicate it to.
+
+    Compare members with ``is`` (``result.status is SendStatus.SEND_OK``); a member's
+    ``value`` is its Java name.
     """
 
     SEND_OK = "SEND_OK"

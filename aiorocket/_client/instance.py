@@ -16,9 +16,9 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from aiorocket._client.pull import PreparedPull, PullResponse, pull_response
+from aiorocket._client.send import SendResponse, send_response
 from aiorocket._names import is_system_resource
 from aiorocket._protocol import acl
 from aiorocket._protocol.bodies import (
@@ -49,7 +49,6 @@ from aiorocket._protocol.headers import (
     SearchOffsetRequestHeader,
     SearchOffsetResponseHeader,
     SendMessageRequestHeader,
-    SendMessageResponseHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
@@ -74,7 +73,7 @@ from aiorocket.models import MessageQueue
 from aiorocket.settings import ClientSettings, closest_name
 from aiorocket.tls import client_context
 
-__all__ = ["ClientInstance", "SendResponse", "local_ipv4"]
+__all__ = ["ClientInstance", "local_ipv4"]
 
 log = logging.getLogger("aiorocket.client")
 
@@ -95,14 +94,6 @@ def local_ipv4() -> str:
     except OSError:
         pass
     return "127.0.0.1"
-
-
-@dataclass(frozen=True, slots=True)
-class SendResponse:
-    """A send's response code (0, 10, 11 or 12) and header."""
-
-    code: int
-    header: SendMessageResponseHeader
 
 
 def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
@@ -457,7 +448,7 @@ class ClientInstance:
         Returns ``None`` for a oneway send.
 
         Raises:
-            BrokerError: a code other than 0, 10, 11, 12.
+            BrokerError: the message was not stored (`send_response`).
             TransportError: the connection failed or timed out.
         """
         code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE_V2
@@ -467,8 +458,7 @@ class ClientInstance:
         if oneway:
             await self.invoke_oneway(addr, cmd)
             return None
-        resp = _check(await self.invoke(addr, cmd, timeout=timeout), 0, 10, 11, 12)
-        return SendResponse(resp.code, SendMessageResponseHeader.from_ext(resp.ext_fields))
+        return send_response(await self.invoke(addr, cmd, timeout=timeout))
 
     async def pull_message(
         self, addr: str, header: PullMessageRequestHeader, *, timeout: float

@@ -1,6 +1,6 @@
 """What the producer checks and derives from a send's arguments: timer times, message types,
-sharding keys, the properties a message is sent with, how a batch splits (kept apart from
-``producer.py``, which sends)."""
+sharding keys, the properties a message is sent with, the broker release it needs, how a batch
+splits (kept apart from ``producer.py`` and ``sender.py``, which send)."""
 
 from __future__ import annotations
 
@@ -10,30 +10,40 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from aiorocket._protocol.codes import VERSION_V5_0_0_SNAPSHOT, VERSION_V5_4_0
 from aiorocket._protocol.message import BatchItem
 from aiorocket._protocol.properties import (
     DELAY,
     KEYS,
+    LITE_TOPIC,
     PRIORITY,
     SHARDING_KEY,
     TAGS,
+    TIMER_DELIVER_MS,
     TIMER_KEYS,
     TRAN_MSG,
     UNIQ_KEY,
     WAIT,
     encode_properties,
 )
-from aiorocket.errors import ConfigurationError
-from aiorocket.models import Message
+from aiorocket.errors import ConfigurationError, MessageTooLargeError
+from aiorocket.models import Message, validate_name
 
 __all__ = [
+    "PRIORITY_RELEASE",
+    "TIMER_RELEASE",
+    "Release",
+    "check_batch",
     "check_lite",
+    "check_send",
     "check_sharding_key",
+    "check_size",
     "deliver_ms",
     "group_key",
     "has_timer",
     "message_properties",
     "msg_type",
+    "needed_release",
     "split_batch",
 ]
 
@@ -41,6 +51,21 @@ _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 #: per-message overhead Java's ``MessageBatch`` size check adds besides body and properties
 _BATCH_ITEM_OVERHEAD: Final = 22
 _MS: Final = datetime.timedelta(milliseconds=1)
+
+#: a broker release a message needs: its MQVersion ordinal, its name, what older ones cannot do
+Release = tuple[int, str, str]
+#: what a timer message needs (RocketMQ 5.0's timer store)
+TIMER_RELEASE: Final[Release] = (
+    VERSION_V5_0_0_SNAPSHOT,
+    "5.0",
+    "deliver a message at a time; it would deliver it at once",
+)
+#: what a priority message needs (RocketMQ 5.4)
+PRIORITY_RELEASE: Final[Release] = (
+    VERSION_V5_4_0,
+    "5.4",
+    "order messages by priority; it would keep the priority as a plain property",
+)
 
 
 def deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None) -> int | None:
@@ -74,6 +99,105 @@ def deliver_ms(deliver_at: datetime.datetime | None, deliver_after: float | None
     ):
         raise ConfigurationError(f"deliver_after must be >= 0 seconds, not {deliver_after!r}")
     return -(-time.time_ns() // 1_000_000) + math.ceil(deliver_after * 1000)
+
+
+def check_send(
+    msg: Message,
+    sharding_key: str | None,
+    selector: object | None,
+    queue: object | None,
+    delay_level: int | None,
+    deliver: int | None,
+) -> dict[str, str] | None:
+    """Check a single send's arguments (``sharding_key`` already resolved by `group_key`);
+    returns the properties they add (``LITE_TOPIC``, ``TIMER_DELIVER_MS``), ``None`` for none.
+
+    Raises:
+        ConfigurationError: a delay level outside 0..18, or arguments of message types that
+            exclude each other (priority, FIFO, delay, timer, lite: 5.x's
+            ``TopicMessageType``).
+    """
+    if delay_level is not None and not 0 <= delay_level <= 18:
+        raise ConfigurationError("delay_level must be within 0..18")
+    if msg.priority is not None and (
+        sharding_key is not None or delay_level or deliver or msg.lite_topic is not None
+    ):
+        # TopicMessageType: a message is of one kind; a broker would drop its priority
+        # (SendMessageProcessor clears it from a FIFO or delay message).
+        raise ConfigurationError(
+            "a priority message has no sharding key, message group, delay, delivery time or "
+            "lite topic"
+        )
+    extra = None
+    if msg.lite_topic is not None:
+        check_lite(sharding_key, selector, queue, delay_level, deliver)
+        extra = {LITE_TOPIC: msg.lite_topic}
+    if deliver is not None:
+        if delay_level or (delay_level is None and msg.delay_level):
+            raise ConfigurationError("a message has either a delivery time or a delay level")
+        if sharding_key is not None:
+            # 5.x MessageBuilderImpl: "messageGroup and deliveryTimestamp should not be set
+            # at same time" (a FIFO message is not a delay message).
+            raise ConfigurationError(
+                "a message has either a delivery time or a message group / sharding key"
+            )
+        if has_timer(msg.properties):
+            raise ConfigurationError("the message's properties already set a delivery time")
+        extra = {TIMER_DELIVER_MS: str(deliver)}
+    return extra
+
+
+def check_batch(msgs: Sequence[Message], sharding_key: str | None, limit: int) -> str | None:
+    """Check [`Producer.send_batch`][aiorocket.Producer.send_batch]'s arguments; returns the
+    key the batch is ordered by (its messages' common message group, else ``sharding_key``).
+
+    Raises:
+        ConfigurationError: see [`Producer.send_batch`][aiorocket.Producer.send_batch].
+        InvalidNameError: a bad topic.
+        MessageTooLargeError: a body exceeds ``limit`` bytes.
+    """
+    if not msgs:
+        raise ConfigurationError("send_batch needs at least one message")
+    topic = msgs[0].topic
+    if any(m.topic != topic for m in msgs):
+        raise ConfigurationError("all messages of a batch must have the same topic")
+    if any(m.delay_level for m in msgs):
+        raise ConfigurationError("delayed messages cannot be sent in a batch")
+    if any(has_timer(m.properties) for m in msgs):
+        # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
+        raise ConfigurationError("timer messages cannot be sent in a batch")
+    if any(m.lite_topic is not None for m in msgs):
+        # SendMessageProcessor dispatches single messages only (docs/protocol.md §12.8).
+        raise ConfigurationError("lite messages cannot be sent in a batch")
+    groups = {m.message_group for m in msgs}
+    if len(groups) > 1:
+        raise ConfigurationError("all messages of a batch must have the same message_group")
+    key = group_key(groups.pop(), sharding_key)
+    validate_name(topic)
+    check_sharding_key(key)
+    for m in msgs:
+        check_size(m, limit)
+    return key
+
+
+def check_size(msg: Message, limit: int) -> None:
+    """Refuse a body over ``limit`` bytes (``max_message_size``).
+
+    Raises:
+        MessageTooLargeError: it is larger.
+    """
+    # Java's Validators.checkMessage refuses before compressing.
+    if len(msg.body) > limit:
+        raise MessageTooLargeError(f"message body of {len(msg.body)} bytes exceeds {limit} bytes")
+
+
+def needed_release(props: Mapping[str, str]) -> Release | None:
+    """The broker release a message with these properties needs (``None``: any)."""
+    if has_timer(props):
+        return TIMER_RELEASE
+    if PRIORITY in props:
+        return PRIORITY_RELEASE
+    return None
 
 
 def check_lite(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import os
@@ -11,82 +10,49 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from aiorocket._client.instance import ClientInstance, SendResponse, is_retriable
+from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic, Service, bounded
 from aiorocket._concurrency.service import AsyncResource
-from aiorocket._names import now_ms, validate_group, without_namespace, wrap_namespace
+from aiorocket._names import validate_group, wrap_namespace
 from aiorocket._producer.checks import (
-    check_lite,
+    check_batch,
+    check_send,
     check_sharding_key,
+    check_size,
     deliver_ms,
     group_key,
-    has_timer,
     message_properties,
     msg_type,
+    needed_release,
     split_batch,
 )
 from aiorocket._producer.hooks import (
     SendCallContext,
     SendCallHook,
     SendHook,
-    SendHookContext,
-    run_send_after,
-    run_send_before,
     run_send_done,
     run_send_prepare,
 )
 from aiorocket._producer.publish import (
+    ROUND_ROBIN,
     PublishRoutes,
+    QueueChoice,
     QueueSelector,
     TopicPublishInfo,
-    queue_for_key,
-    queue_for_lite_topic,
 )
 from aiorocket._producer.recall import recall_message
 from aiorocket._producer.request import PendingRequests, create_reply_message, request_reply
+from aiorocket._producer.sender import Outgoing, Sender
 from aiorocket._producer.trace_hook import SendTraceHook
 from aiorocket._protocol.bodies import HeartbeatData, ProducerData
-from aiorocket._protocol.codes import (
-    VERSION_V5_0_0_SNAPSHOT,
-    VERSION_V5_4_0,
-    MessageSysFlag,
-    RequestCode,
-)
-from aiorocket._protocol.headers import SendMessageRequestHeader
-from aiorocket._protocol.message import compress_body, encode_batch_body
+from aiorocket._protocol.codes import MessageSysFlag, RequestCode
+from aiorocket._protocol.message import compress_body
 from aiorocket._protocol.msgid import UniqKeyGenerator
-from aiorocket._protocol.properties import (
-    LITE_TOPIC,
-    MSG_TYPE,
-    PRIORITY,
-    REPLY_MESSAGE_FLAG,
-    TIMER_DELIVER_MS,
-    UNIQ_KEY,
-    WAIT,
-    encode_properties,
-)
+from aiorocket._protocol.properties import MSG_TYPE, REPLY_MESSAGE_FLAG, UNIQ_KEY, encode_properties
 from aiorocket._remoting import Dispatcher, RequestHandler
 from aiorocket._trace import TraceDispatcher
-from aiorocket.errors import (
-    ClientClosedError,
-    ConfigurationError,
-    ConnectError,
-    FlowControlError,
-    MessageTooLargeError,
-    RequestTimeoutError,
-    RocketError,
-    ServiceNotAvailableError,
-    SystemBusyError,
-    UnsupportedFeatureError,
-)
-from aiorocket.models import (
-    Message,
-    MessageQueue,
-    ReceivedMessage,
-    SendResult,
-    SendStatus,
-    validate_name,
-)
+from aiorocket.errors import ClientClosedError, RocketError
+from aiorocket.models import Message, MessageQueue, ReceivedMessage, SendResult, validate_name
 from aiorocket.settings import ProducerSettings, build_settings
 
 __all__ = ["Producer"]
@@ -95,37 +61,6 @@ log = logging.getLogger("aiorocket.producer")
 
 #: seconds close() gives the brokers to unregister the producer
 _UNREGISTER_TIMEOUT = 3.0
-
-_STATUS = {
-    0: SendStatus.SEND_OK,
-    10: SendStatus.FLUSH_DISK_TIMEOUT,
-    11: SendStatus.SLAVE_NOT_AVAILABLE,
-    12: SendStatus.FLUSH_SLAVE_TIMEOUT,
-}
-#: first pause before retrying a send a broker refused as busy; doubles per attempt, jittered
-_BUSY_BACKOFF = 0.05
-
-
-#: a broker release a message needs: its MQVersion ordinal, its name, what older ones cannot do
-_Release = tuple[int, str, str]
-_TIMER_RELEASE: _Release = (
-    VERSION_V5_0_0_SNAPSHOT,
-    "5.0",
-    "deliver a message at a time; it would deliver it at once",
-)
-_PRIORITY_RELEASE: _Release = (
-    VERSION_V5_4_0,
-    "5.4",
-    "order messages by priority; it would keep the priority as a plain property",
-)
-
-
-def _needed_release(props: dict[str, str]) -> _Release | None:
-    if has_timer(props):
-        return _TIMER_RELEASE
-    if PRIORITY in props:
-        return _PRIORITY_RELEASE
-    return None
 
 
 class Producer(AsyncResource):
@@ -190,6 +125,14 @@ class Producer(AsyncResource):
                 namespace=self.settings.namespace,
             )
             self._hooks.append(SendTraceHook(self.tracer))
+        self._sender = Sender(
+            self._client,
+            self._routes,
+            self.settings,
+            self._hooks,
+            heartbeat_data=self._heartbeat_data,
+            check_running=self._check_running,
+        )
 
     def register_hook(self, hook: SendHook | SendCallHook) -> None:
         """Add a send hook (`aiorocket._producer.hooks`): its ``send_before`` /
@@ -392,38 +335,23 @@ class Producer(AsyncResource):
             MessageTooLargeError: a single message exceeds ``max_message_size``.
             BrokerError, TransportError, ClientClosedError: as [`send`][aiorocket.Producer.send].
         """
-        if not msgs:
-            raise ConfigurationError("send_batch needs at least one message")
+        s = self.settings
+        sharding_key = check_batch(msgs, sharding_key, s.max_message_size)
         topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
-            raise ConfigurationError("all messages of a batch must have the same topic")
-        if any(m.delay_level for m in msgs):
-            raise ConfigurationError("delayed messages cannot be sent in a batch")
-        if any(has_timer(m.properties) for m in msgs):
-            # CommitLog.asyncPutMessages never parks a batch: they would arrive at once.
-            raise ConfigurationError("timer messages cannot be sent in a batch")
-        if any(m.lite_topic is not None for m in msgs):
-            # SendMessageProcessor dispatches single messages only (docs/protocol.md §12.8).
-            raise ConfigurationError("lite messages cannot be sent in a batch")
-        groups = {m.message_group for m in msgs}
-        if len(groups) > 1:
-            raise ConfigurationError("all messages of a batch must have the same message_group")
-        sharding_key = group_key(groups.pop(), sharding_key)
-        validate_name(topic)
-        check_sharding_key(sharding_key)
-        limit = self.settings.max_message_size
-        for m in msgs:
-            if len(m.body) > limit:
-                raise MessageTooLargeError(
-                    f"message body of {len(m.body)} bytes exceeds {limit} bytes"
-                )
         fields = [message_properties(m, self._uniq_of(m), None, sharding_key) for m in msgs]
         call = None
         if self._call_hooks:
-            call = SendCallContext(self.settings.group, topic, msgs, fields, batch=True)
+            call = SendCallContext(s.group, topic, msgs, fields, batch=True)
             run_send_prepare(self._call_hooks, call)
         try:
-            results = await self._send_chunks(topic, msgs, fields, sharding_key, queue, timeout)
+            # the hooks prepared the properties: only now are they encoded
+            chunks = split_batch(msgs, fields, s.max_message_size)
+            results = await self._sender.send_chunks(
+                self._wire_topic(topic),
+                chunks,
+                self._choice(topic, sharding_key, None, queue, None),
+                timeout or s.send_timeout,
+            )
         except BaseException as exc:
             self._call_done(call, exc)
             raise
@@ -437,52 +365,6 @@ class Producer(AsyncResource):
         if call is not None:
             call.exception = exc
             run_send_done(self._call_hooks, call)
-
-    async def _send_chunks(
-        self,
-        topic: str,
-        msgs: Sequence[Message],
-        fields: list[dict[str, str]],
-        sharding_key: str | None,
-        queue: MessageQueue | None,
-        timeout: float | None,
-    ) -> list[SendResult]:
-        # send_batch's sends, its messages' properties built (and prepared by the hooks).
-        chunks = split_batch(msgs, fields, self.settings.max_message_size)
-        results = []
-        # One budget for the whole call, as for send(): each sub-batch gets what is left.
-        loop = asyncio.get_running_loop()
-        budget = timeout or self.settings.send_timeout
-        deadline = loop.time() + budget
-        for i, chunk in enumerate(chunks):
-            body = encode_batch_body([it for it, _, _ in chunk])
-            uniqs = ",".join(u for _, u, _ in chunk)
-            remaining = deadline - loop.time()
-            try:
-                if remaining <= 0:
-                    raise RequestTimeoutError(f"send_batch: the {budget:g} s budget ran out")
-                results.append(
-                    await self._send_with_retries(
-                        topic,
-                        body,
-                        0,
-                        encode_properties({WAIT: "true"}),
-                        uniqs,
-                        None,
-                        sharding_key,
-                        None,
-                        queue,
-                        remaining,
-                        batch=True,
-                        oneway=False,
-                        batch_msgs=[m for _, _, m in chunk],
-                    )
-                )
-            except RocketError as exc:
-                if i:
-                    exc.add_note(f"{i} of {len(chunks)} sub-batches were stored before this one")
-                raise
-        return [r for r in results if r is not None]
 
     async def recall(
         self, target: SendResult | str, *, topic: str | None = None, timeout: float | None = None
@@ -633,75 +515,44 @@ class Producer(AsyncResource):
         sys_flag: int = 0,
         deliver_ms: int | None = None,
     ) -> SendResult | None:
+        # DefaultMQProducerImpl.sendDefaultImpl's preparation: check, build the properties
+        # (the call hooks see them first), encode and compress once for every attempt.
         validate_name(msg.topic)
         sharding_key = group_key(msg.message_group, sharding_key)
         check_sharding_key(sharding_key)
-        if delay_level is not None and not 0 <= delay_level <= 18:
-            raise ConfigurationError("delay_level must be within 0..18")
-        if msg.priority is not None and (
-            sharding_key is not None or delay_level or deliver_ms or msg.lite_topic is not None
-        ):
-            # TopicMessageType: a message is of one kind; a broker would drop its priority
-            # (SendMessageProcessor clears it from a FIFO or delay message).
-            raise ConfigurationError(
-                "a priority message has no sharding key, message group, delay, delivery time or "
-                "lite topic"
-            )
-        if msg.lite_topic is not None:
-            check_lite(sharding_key, selector, queue, delay_level, deliver_ms)
-            extra = {**(extra or {}), LITE_TOPIC: msg.lite_topic}
-        if deliver_ms is not None:
-            if delay_level or (delay_level is None and msg.delay_level):
-                raise ConfigurationError("a message has either a delivery time or a delay level")
-            if sharding_key is not None:
-                # 5.x MessageBuilderImpl: "messageGroup and deliveryTimestamp should not be set
-                # at same time" (a FIFO message is not a delay message).
-                raise ConfigurationError(
-                    "a message has either a delivery time or a message group / sharding key"
-                )
-            if has_timer(msg.properties):
-                raise ConfigurationError("the message's properties already set a delivery time")
-            extra = {**(extra or {}), TIMER_DELIVER_MS: str(deliver_ms)}
+        derived = check_send(msg, sharding_key, selector, queue, delay_level, deliver_ms)
         s = self.settings
-        if len(msg.body) > s.max_message_size:
-            # Java's Validators.checkMessage refuses before compressing.
-            raise MessageTooLargeError(
-                f"message body of {len(msg.body)} bytes exceeds {s.max_message_size} bytes"
-            )
+        check_size(msg, s.max_message_size)
         uniq = self._uniq_of(msg)
         fields = message_properties(msg, uniq, delay_level, sharding_key)
         if extra:
             fields.update(extra)
+        if derived:
+            fields.update(derived)
         call = None
         if self._call_hooks:
             call = SendCallContext(s.group, msg.topic, (msg,), [fields], oneway=oneway)
             run_send_prepare(self._call_hooks, call)
-        needs = _needed_release(fields)
-        props = encode_properties(fields)
         body = msg.body
         if s.compress_threshold and len(body) >= s.compress_threshold:
             body = compress_body(body, s.compress_level)
             sys_flag |= MessageSysFlag.COMPRESSED
+        out = Outgoing(
+            self._wire_topic(msg.topic),
+            body,
+            encode_properties(fields),
+            uniq,
+            msg,
+            sys_flag,
+            msg_type=msg_type(fields),
+            needs=needed_release(fields),
+            oneway=oneway,
+            # MQClientAPIImpl.sendMessage: a MSG_TYPE=reply message goes as a reply
+            reply=fields.get(MSG_TYPE) == REPLY_MESSAGE_FLAG,
+        )
+        choice = self._choice(msg.topic, sharding_key, selector, queue, msg.lite_topic)
         try:
-            result = await self._send_with_retries(
-                msg.topic,
-                body,
-                sys_flag,
-                props,
-                uniq,
-                msg,
-                sharding_key,
-                selector,
-                queue,
-                timeout,
-                batch=False,
-                oneway=oneway,
-                needs=needs,
-                msg_type=msg_type(fields),
-                # MQClientAPIImpl.sendMessage: a MSG_TYPE=reply message goes as a reply
-                reply=fields.get(MSG_TYPE) == REPLY_MESSAGE_FLAG,
-                lite_topic=msg.lite_topic,
-            )
+            result = await self._sender.send(out, choice, timeout or s.send_timeout)
         except BaseException as exc:
             self._call_done(call, exc)
             raise
@@ -710,183 +561,27 @@ class Producer(AsyncResource):
         self._call_done(call)
         return result
 
-    async def _send_with_retries(
+    def _choice(
         self,
         topic: str,
-        body: bytes,
-        sys_flag: int,
-        props: str,
-        uniq: str,
-        msg: Message | None,
         sharding_key: str | None,
         selector: QueueSelector | None,
         queue: MessageQueue | None,
-        timeout: float | None,
-        *,
-        batch: bool,
-        oneway: bool,
-        needs: _Release | None = None,
-        msg_type: str = "Normal",
-        batch_msgs: Sequence[Message] = (),
-        reply: bool = False,
-        lite_topic: str | None = None,
-    ) -> SendResult | None:
+        lite_topic: str | None,
+    ) -> QueueChoice:
+        # How each attempt picks its queue; an explicit queue is the user's, named here on
+        # the wire (its topic may be given without the namespace).
+        if queue is None and sharding_key is None and selector is None and lite_topic is None:
+            return ROUND_ROBIN
+        if queue is not None:
+            queue = MessageQueue(self._wire_topic(topic), queue.broker_name, queue.queue_id)
+        return QueueChoice(queue, sharding_key, selector, lite_topic)
+
+    def _check_running(self) -> None:
         if self._closed or not self._started:
             raise ClientClosedError(
                 "the producer is closed" if self._closed else "the producer is not started"
             )
-        s = self.settings
-        timeout = timeout or s.send_timeout
-        wire_topic = self._wire_topic(topic)
-        pinned = (
-            queue is not None
-            or sharding_key is not None
-            or selector is not None
-            or lite_topic is not None
-        )
-        attempts = 1 if oneway else 1 + s.retries
-        # Java's sendMsgTimeout is the budget of the whole call, retries included
-        # (DefaultMQProducerImpl.sendDefaultImpl): each attempt gets what is left of it.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        last_broker: str | None = None
-        last_exc: BaseException | None = None
-        try:
-            for attempt in range(attempts):
-                info = await self._publish_info(
-                    wire_topic, refresh=attempt > 0 and last_exc is not None
-                )
-                if queue is not None:
-                    mq = MessageQueue(wire_topic, queue.broker_name, queue.queue_id)
-                elif sharding_key is not None:
-                    mq = queue_for_key(info.queues, sharding_key)
-                elif lite_topic is not None:
-                    mq = queue_for_lite_topic(info.queues, lite_topic)
-                elif selector is not None:
-                    mq = selector(info.queues, msg, sharding_key)
-                else:
-                    mq = info.next_queue(avoid_broker=last_broker)
-                header = SendMessageRequestHeader(
-                    producer_group=self._wire_group(),
-                    topic=wire_topic,
-                    default_topic=s.create_topic_key,
-                    default_topic_queue_nums=s.default_topic_queue_nums,
-                    queue_id=mq.queue_id,
-                    sys_flag=sys_flag,
-                    born_timestamp=int(time.time() * 1000),
-                    flag=0,
-                    properties=props,
-                    reconsume_times=0,
-                    unit_mode=False,
-                    batch=batch,
-                    broker_name=mq.broker_name,
-                )
-                remaining = deadline - loop.time()
-                if remaining <= 0 and last_exc is not None:
-                    raise last_exc
-                hook = None
-                try:
-                    # sends need the master; without one the route is asked again at once
-                    addr = await self._client.find_broker(mq.broker_name, wire_topic, master=True)
-                    if needs is not None:
-                        await self._require_release(addr, needs)
-                    if self._hooks:
-                        hook = SendHookContext(
-                            s.group,
-                            # a sub-batch is seen as one message, as Java's MessageBatch
-                            msg if msg is not None else Message(topic, body),
-                            mq,
-                            addr,
-                            msg_type,
-                            started=now_ms(),
-                            batch=batch_msgs,
-                        )
-                        run_send_before(self._hooks, hook)
-                    resp = await self._client.send_message(
-                        addr,
-                        header,
-                        body,
-                        timeout=max(remaining, 0.001),
-                        oneway=oneway,
-                        reply=reply,
-                    )
-                except RocketError as exc:
-                    if hook is not None:
-                        hook.exception = exc
-                        self._hook_after(hook, None, mq, uniq)
-                    last_exc, last_broker = exc, mq.broker_name
-                    remaining = deadline - loop.time()
-                    if oneway or not is_retriable(exc) or attempt + 1 >= attempts or remaining <= 0:
-                        raise
-                    # A keyed, selected or explicit queue stays the same on retry: moving the
-                    # message elsewhere would break the order its key promises.
-                    log.info("send to %s failed (%s); retry %d/%d", mq, exc, attempt + 1, s.retries)
-                    if pinned:
-                        last_broker = None
-                    if isinstance(exc, SystemBusyError | FlowControlError):
-                        # An overloaded broker (full send queue, busy page cache): back off before
-                        # asking again, within what is left of the budget.
-                        pause = _BUSY_BACKOFF * 2**attempt * random.uniform(0.5, 1.0)
-                        await asyncio.sleep(min(pause, remaining / 2))
-                    elif isinstance(exc, ConnectError | ServiceNotAvailableError):
-                        # the master is gone or unknown: the next attempt's route refresh may
-                        # name a new one (a DLedger group elects it in seconds); give it time
-                        await asyncio.sleep(min(s.route_retry_interval, remaining / 2))
-                    continue
-                if hook is not None:
-                    return self._hook_after(hook, resp, mq, uniq)
-                if resp is None:
-                    return None
-                return self._result(resp, mq, uniq)
-            raise AssertionError("unreachable")  # pragma: no cover
-        finally:
-            # The raised error's traceback holds this frame: unbound, no cycle is left.
-            last_exc = hook = None
-
-    def _hook_after(
-        self, hook: SendHookContext, resp: SendResponse | None, mq: MessageQueue, uniq: str
-    ) -> SendResult | None:
-        # DefaultMQProducerImpl.sendKernelImpl: the after-hooks see the result or the error.
-        hook.cost_ms = now_ms() - hook.started
-        result = None
-        if resp is not None:
-            hook.result = result = self._result(resp, mq, uniq)
-            hook.region_id, hook.trace_on = resp.header.msg_region, resp.header.trace_on
-        run_send_after(self._hooks, hook)
-        return result
-
-    async def _require_release(self, addr: str, needs: _Release) -> None:
-        # An older broker stores timer or priority properties as plain ones (delivering at
-        # once, in no priority order): refuse instead. Its release is the version of its
-        # responses (docs/protocol.md §0.3).
-        needed, release, what = needs
-        version = self._client.server_version(addr)
-        if version is None:
-            # It never answered us (its first heartbeat may still be on its way): ask it now.
-            version = await self._client.heartbeat(addr, self._heartbeat_data())
-        if version < needed:
-            raise UnsupportedFeatureError(
-                f"broker {addr} answers as MQVersion ordinal {version}, older than {release} "
-                f"({needed}): it cannot {what}",
-                broker=addr,
-                version=version,
-                needed=needed,
-            )
-
-    def _result(self, resp: SendResponse, mq: MessageQueue, uniq: str) -> SendResult:
-        h = resp.header
-        return SendResult(
-            status=_STATUS.get(resp.code, SendStatus.SEND_OK),
-            msg_id=uniq,
-            offset_msg_id=h.msg_id,
-            # Without the namespace, as Java's processSendResponse builds it.
-            queue=MessageQueue(self._user_topic(mq.topic), mq.broker_name, h.queue_id),
-            queue_offset=h.queue_offset,
-            recall_handle=h.recall_handle,
-        )
-
-    def _user_topic(self, topic: str) -> str:
-        return without_namespace(self.settings.namespace, topic)
 
     async def _publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
         return await self._routes.get(topic, refresh=refresh)

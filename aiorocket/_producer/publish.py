@@ -8,6 +8,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.tags import java_hash
@@ -15,7 +16,9 @@ from aiorocket.errors import RocketError, TopicNotExistError
 from aiorocket.models import MessageQueue
 
 __all__ = [
+    "ROUND_ROBIN",
     "PublishRoutes",
+    "QueueChoice",
     "QueueSelector",
     "TopicPublishInfo",
     "consistent_hash",
@@ -98,6 +101,48 @@ class TopicPublishInfo:
         mq = self.queues[self._next % n]
         self._next = (self._next + 1) % (1 << 31)
         return mq
+
+
+@dataclass(frozen=True, slots=True)
+class QueueChoice:
+    """How a send picks its queue at each attempt: ``queue`` itself (a wire queue), the queue
+    of ``sharding_key`` or of ``lite_topic``, ``selector``'s pick, else round-robin
+    (`ROUND_ROBIN`), the first that applies."""
+
+    queue: MessageQueue | None = None
+    sharding_key: str | None = None
+    selector: QueueSelector | None = None
+    lite_topic: str | None = None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a retry keeps the queue: a keyed, selected or explicit queue must not change,
+        moving the message elsewhere would break the order its key promises."""
+        return (
+            self.queue is not None
+            or self.sharding_key is not None
+            or self.selector is not None
+            or self.lite_topic is not None
+        )
+
+    def pick(
+        self, info: TopicPublishInfo, message: object, avoid_broker: str | None
+    ) -> MessageQueue:
+        """The queue of this attempt; round-robin skips ``avoid_broker``, the broker the
+        previous attempt failed on (``selectOneMessageQueue(tpInfo, lastBrokerName)``)."""
+        if self.queue is not None:
+            return self.queue
+        if self.sharding_key is not None:
+            return queue_for_key(info.queues, self.sharding_key)
+        if self.lite_topic is not None:
+            return queue_for_lite_topic(info.queues, self.lite_topic)
+        if self.selector is not None:
+            return self.selector(info.queues, message, self.sharding_key)
+        return info.next_queue(avoid_broker=avoid_broker)
+
+
+#: the choice of a send without queue, key, lite topic or selector (shared: no allocation)
+ROUND_ROBIN: Final = QueueChoice()
 
 
 class PublishRoutes:
