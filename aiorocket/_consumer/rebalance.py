@@ -271,13 +271,13 @@ class Rebalancer:
         # findConsumerIdList asks one broker hosting the topic, the master preferred.
         route = self._client.route(topic)
         names = sorted({bd.broker_name for bd in route.broker_datas}) if route else []
+        client, group = self._client, self._group
         last: Exception | None = None
         for name in names:
-            addr = self._client.broker_address_for_pull(name)
-            if addr is None:
-                continue
             try:
-                return await self._client.get_consumer_list(addr, self._group)
+                return await client.call_broker(
+                    name, topic, lambda addr: client.get_consumer_list(addr, group)
+                )
             except (TransportError, BrokerError) as exc:
                 last = exc
         if last is not None:
@@ -344,10 +344,13 @@ class Rebalancer:
         if policy == "zero":
             return 0
         # max and search offset: the master, else a slave (it has the same queues)
-        addr = await self._client.find_broker(mq.broker_name, mq.topic)
+        client = self._client
         if policy == "max":
-            return await self._client.get_max_offset(addr, mq)
+            return await client.call_broker(
+                mq.broker_name, mq.topic, lambda addr: client.get_max_offset(addr, mq)
+            )
         assert isinstance(self._consume_from, datetime)
-        return await self._client.search_offset(
-            addr, mq, int(self._consume_from.timestamp() * 1000)
+        at_ms = int(self._consume_from.timestamp() * 1000)
+        return await client.call_broker(
+            mq.broker_name, mq.topic, lambda addr: client.search_offset(addr, mq, at_ms)
         )
