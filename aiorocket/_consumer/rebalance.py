@@ -8,7 +8,7 @@ stop pulling, persist the offset), then adds (start offset from the store or the
 policy, a new process queue and its pull task).
 
 A topic whose inputs could not be gathered this round (no route yet, the broker did not
-answer) keeps what it holds; the next round tries again.
+answer), or whose allocation strategy raised, keeps what it holds; the next round tries again.
 
 Orderly consumption in clustering mode passes a `QueueLocker`: the queues to add are
 locked on their brokers (LOCK_BATCH_MQ) before anything else happens to them, and a queue
@@ -259,12 +259,23 @@ class Rebalancer:
                 continue
             if self._client.client_id not in cids:
                 log.info("rebalance of %s: this client is not registered yet", topic)
-            allocated[topic] = allocate_topic(
-                mq_all=mq_all,
-                cid_all=cids,
-                client_id=self._client.client_id,
-                strategy=self._strategy,
-            )
+            try:
+                allocated[topic] = allocate_topic(
+                    mq_all=mq_all,
+                    cid_all=cids,
+                    client_id=self._client.client_id,
+                    strategy=self._strategy,
+                )
+            except Exception as exc:
+                # RebalanceImpl.rebalanceByTopic: a throwing strategy is logged and the topic
+                # keeps its queues; the next round asks it again.
+                strategy = self._strategy
+                log.error(
+                    "rebalance of %s: allocation strategy %s failed, keeping the queues held: %r",
+                    topic,
+                    getattr(strategy, "__qualname__", None) or type(strategy).__qualname__,
+                    exc,
+                )
         return plan_rebalance(self._host.held(), allocated, topics)
 
     async def _consumer_ids(self, topic: str) -> list[str]:
