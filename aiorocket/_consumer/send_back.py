@@ -85,7 +85,7 @@ class SendBack:
         stores it in ``%RETRY%<group>`` with ``delay_level``, or in ``%DLQ%<group>`` for level
         -1 or past ``max_reconsume_times``. No fallback. ``topic``: the wire topic whose route
         names the broker (default: the message's own), refreshed if its address is stale
-        ([`call_broker`][aiorocket._client.instance.ClientInstance.call_broker]).
+        (`ClientInstance.call_broker`).
 
         Raises:
             BrokerError, TransportError: the request failed.
