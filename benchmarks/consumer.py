@@ -137,8 +137,7 @@ async def raw_bodies(addr: str) -> list[bytes]:
     bodies: list[bytes] = []
     try:
         await client.fetch_route(TOPIC)
-        broker = client.broker_address_for_pull("broker-a")
-        assert broker is not None
+        broker = await client.find_broker("broker-a", TOPIC)
         for q in range(8):
             offset = 0
             while True:

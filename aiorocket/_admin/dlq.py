@@ -46,7 +46,7 @@ from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import PullSysFlag
 from aiorocket._protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from aiorocket._protocol.message import decode_messages
-from aiorocket.errors import BrokerError, ConfigurationError
+from aiorocket.errors import BrokerError, ConfigurationError, ServiceNotAvailableError
 from aiorocket.models import MessageQueue, ReceivedMessage
 
 __all__ = [
@@ -217,9 +217,10 @@ async def _dlq_queues(client: ClientInstance, topic: str) -> list[tuple[MessageQ
     route = await client.fetch_route(topic)
     out = []
     for mq in route.subscribe_queues(topic):
-        addr = client.broker_address_for_pull(mq.broker_name)
-        if addr is not None:
-            out.append((mq, addr))
+        try:
+            out.append((mq, await client.find_broker(mq.broker_name, topic)))
+        except ServiceNotAvailableError:
+            continue  # the broker left the route meanwhile
     return out
 
 
@@ -374,9 +375,10 @@ async def _resend(client: ClientInstance, entry: DlqEntry, seq: int) -> ResendOu
     if not queues:
         return ResendOutcome(entry, error=f"topic {topic} has no writable queue")
     mq = queues[seq % len(queues)]
-    addr = client.master_address(mq.broker_name)
-    if addr is None:
-        return ResendOutcome(entry, error=f"no master address for broker {mq.broker_name}")
+    try:
+        addr = await client.find_broker(mq.broker_name, topic, master=True)
+    except ServiceNotAvailableError as exc:
+        return ResendOutcome(entry, error=exc.remark)
     props = {k: v for k, v in msg.properties.items() if k not in _NOT_RESENT}
     header = SendMessageRequestHeader(
         producer_group=RESEND_GROUP,

@@ -15,7 +15,8 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from aiorocket._client.pull import PreparedPull, PullResponse, pull_response
 from aiorocket._client.send import SendResponse, send_response
@@ -65,6 +66,7 @@ from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
     ConnectError,
+    ConnectionClosedError,
     RocketError,
     TransportError,
     broker_error,
@@ -78,6 +80,8 @@ __all__ = ["ClientInstance", "local_ipv4"]
 log = logging.getLogger("aiorocket.client")
 
 _instance_counter = itertools.count(1)
+
+_T = TypeVar("_T")
 
 
 def local_ipv4() -> str:
@@ -353,13 +357,9 @@ class ClientInstance:
         return self._routes.get(topic)
 
     def master_address(self, broker_name: str) -> str | None:
-        """The address of ``broker_name``'s master (broker id 0), if known (§7.4)."""
+        """The cached address of ``broker_name``'s master (broker id 0), if any (§7.4): for
+        labels; requests look their address up with `find_broker` or `call_broker`."""
         return self._broker_addrs.get(broker_name, {}).get(0)
-
-    def broker_address_for_pull(self, broker_name: str, broker_id: int = 0) -> str | None:
-        """``findBrokerAddressInSubscribe``: the suggested id, else the master, else any."""
-        addrs = self._broker_addrs.get(broker_name, {})
-        return addrs.get(broker_id) or addrs.get(0) or next(iter(addrs.values()), None)
 
     def broker_names(self) -> list[str]:
         """Every broker name known from routes."""
@@ -411,7 +411,8 @@ class ClientInstance:
         ``broker_id`` (the broker's ``suggestWhichBrokerId``) or the master, and without
         either any broker of the group, as Java's ``findBrokerAddressInSubscribe`` after a
         route refresh (``RemoteBrokerOffsetStore``: master first, then ``onlyThisBroker``
-        false). A missing address first refreshes the route (`refresh_route`).
+        false). A missing address first refreshes the route (`refresh_route`); a dead one is
+        `call_broker`'s.
 
         Raises:
             ServiceNotAvailableError: no such address, even after the refresh.
@@ -429,6 +430,50 @@ class ClientInstance:
         raise broker_error(
             ResponseCode.SERVICE_NOT_AVAILABLE, f"no {what} for broker {broker_name}"
         )
+
+    async def call_broker(
+        self,
+        broker_name: str,
+        topic: str,
+        call: Callable[[str], Awaitable[_T]],
+        *,
+        master: bool = False,
+        broker_id: int = 0,
+        after_close: bool = True,
+    ) -> _T:
+        """``call`` with the address of ``broker_name`` (`find_broker`'s arguments); once
+        more at the new address when the cached one is dead.
+
+        A cached address stays until a route names another, so after a failover (the master
+        restarted elsewhere and registered there) it is present but dead; Java learns the new
+        one at its next route poll (30 s). Here a connection-level failure
+        ([`ConnectError`][aiorocket.errors.ConnectError], and
+        [`ConnectionClosedError`][aiorocket.errors.ConnectionClosedError] unless
+        ``after_close`` is false: a request the broker may have run must not run twice)
+        refreshes ``topic``'s route (`refresh_route`) and, when the address changed, calls
+        again there.
+
+        Raises:
+            ServiceNotAvailableError: no address for ``broker_name``, even after a refresh.
+            BrokerError, TransportError: what ``call`` raised.
+        """
+        addr = await self.find_broker(broker_name, topic, master=master, broker_id=broker_id)
+        try:
+            return await call(addr)
+        except (ConnectError, ConnectionClosedError) as exc:
+            if isinstance(exc, ConnectionClosedError) and not after_close:
+                raise
+            await self.refresh_route(topic)
+            try:
+                moved = await self.find_broker(
+                    broker_name, topic, master=master, broker_id=broker_id
+                )
+            except BrokerError:
+                raise exc from None  # gone from the route: the failure says more
+            if moved == addr:
+                raise
+            log.info("broker %s moved from %s to %s (%s); retrying", broker_name, addr, moved, exc)
+        return await call(moved)
 
     # -- broker RPCs --------------------------------------------------------------------------
 

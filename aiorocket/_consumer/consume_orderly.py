@@ -425,12 +425,8 @@ class OrderlyConsumeService(ConsumeServiceBase[OrderlyHandler]):
     async def _send_to_dlq(self, pq: ProcessQueue, msg: ReceivedMessage) -> bool:
         # ConsumeMessageOrderlyService.sendMessageBack past maxReconsumeTimes: the broker
         # stores the message in %DLQ%<group> (delay level -1), never to be delivered again.
-        broker_name = pq.queue.broker_name
-        addr = self._client.master_address(broker_name)
-        if addr is None:
-            return False
         try:
-            await self._sender.request(addr, msg, -1, broker_name)
+            await self._sender.request(msg, -1, pq.queue.broker_name, topic=pq.queue.topic)
         except (BrokerError, TransportError) as exc:
             log.warning("could not dead-letter %s (%s); retrying it", msg.msg_id, exc)
             self._stats.send_back_failures += 1

@@ -53,16 +53,20 @@ class BrokerLocks:
     ) -> tuple[set[MessageQueue], float] | None:
         """One LOCK_BATCH_MQ: the granted queues and when the request was sent, or ``None``
         when the broker could not be asked (logged)."""
-        addr = self._client.master_address(broker_name)
-        if addr is None:
-            log.warning("cannot lock %d queue(s): no master for %s", len(queues), broker_name)
-            return None
+        client, group = self._client, self._group
         async with self._rpc:
+            # (a lock granted by the retry at a moved master was sent later: trusting it from
+            # here on is the safe side)
             sent = asyncio.get_running_loop().time()
             try:
-                ok = await self._client.lock_batch(addr, self._group, queues)
+                ok = await client.call_broker(
+                    broker_name,
+                    queues[0].topic,
+                    lambda addr: client.lock_batch(addr, group, queues),
+                    master=True,
+                )
             except (TransportError, BrokerError) as exc:
-                log.warning("locking %d queue(s) on %s failed: %s", len(queues), addr, exc)
+                log.warning("locking %d queue(s) on %s failed: %s", len(queues), broker_name, exc)
                 return None
         return ok, sent
 
@@ -120,13 +124,19 @@ class BrokerLocks:
         """Release ``mqs`` (``RebalanceImpl.unlock``); failures are logged (the broker lease
         then runs out on its own)."""
         for broker_name, queues in self._by_broker(mqs).items():
-            addr = self._client.master_address(broker_name)
-            if addr is None:
-                continue
-            async with self._rpc:
-                try:
-                    await self._client.unlock_batch(addr, self._group, queues)
-                except (TransportError, BrokerError) as exc:
-                    log.warning("unlocking %d queue(s) on %s failed: %s", len(queues), addr, exc)
-                    continue
-            log.info("unlocked %s", ", ".join(str(mq) for mq in queues))
+            await self._unlock_on(broker_name, queues)
+
+    async def _unlock_on(self, broker_name: str, queues: list[MessageQueue]) -> None:
+        client, group = self._client, self._group
+        async with self._rpc:
+            try:
+                await client.call_broker(
+                    broker_name,
+                    queues[0].topic,
+                    lambda addr: client.unlock_batch(addr, group, queues),
+                    master=True,
+                )
+            except (TransportError, BrokerError) as exc:
+                log.warning("unlocking %d queue(s) on %s failed: %s", len(queues), broker_name, exc)
+                return
+        log.info("unlocked %s", ", ".join(str(mq) for mq in queues))

@@ -111,15 +111,16 @@ class RemoteOffsetStore(_MemoryTable):
     def close(self) -> None:
         return None
 
-    async def _address(self, mq: MessageQueue) -> str:
-        # RemoteBrokerOffsetStore: the master, else (after a route refresh) any broker of the
-        # group; a slave answers queries, and what is committed there while the master is down
-        # is committed again to the master by the next persist (the table keeps it)
-        return await self._client.find_broker(mq.broker_name, mq.topic)
+    # Both requests go to the master, else (after a route refresh) any broker of the group
+    # (RemoteBrokerOffsetStore): a slave answers queries, and what is committed there while
+    # the master is down is committed again to the master by the next persist (the table
+    # keeps it).
 
     async def read_stored(self, mq: MessageQueue) -> int | None:
-        addr = await self._address(mq)
-        offset = await self._client.query_consumer_offset(addr, self._group, mq)
+        client, group = self._client, self._group
+        offset = await client.call_broker(
+            mq.broker_name, mq.topic, lambda addr: client.query_consumer_offset(addr, group, mq)
+        )
         if offset is not None:
             self._table[mq] = offset
         return offset
@@ -128,10 +129,14 @@ class RemoteOffsetStore(_MemoryTable):
         offset = self._table.get(mq)
         if offset is None:
             return
+        client, group = self._client, self._group
         try:
-            addr = await self._address(mq)
-            await self._client.update_consumer_offset(
-                addr, self._group, mq, offset, oneway=not sync
+            await client.call_broker(
+                mq.broker_name,
+                mq.topic,
+                lambda addr: client.update_consumer_offset(
+                    addr, group, mq, offset, oneway=not sync
+                ),
             )
         except (TransportError, BrokerError) as exc:
             log.warning("persisting offset %d of %s failed: %s", offset, mq, exc)

@@ -269,8 +269,7 @@ class PopClient:
     async def _dead_letter(self, msg: PoppedMessage) -> None:
         # ConsumerProcessor's TO_DLQ: send back with delay level -1, then ack.
         try:
-            addr = await self._client.find_broker(msg.broker_name, msg._popped_topic, master=True)
-            await self._sender.request(addr, msg, -1, msg.broker_name)
+            await self._sender.request(msg, -1, msg.broker_name, topic=msg._popped_topic)
         except (BrokerError, TransportError) as exc:
             log.warning("dead-lettering %s failed (%s); it comes back later", msg.msg_id, exc)
             return

@@ -41,14 +41,14 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._client.pull import PreparedPull, PullStatus, to_received
+from aiorocket._client.pull import PreparedPull, PullResponse, PullStatus, to_received
 from aiorocket._concurrency import Backoff
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import is_retry_topic
 from aiorocket._protocol.codes import PullSysFlag
-from aiorocket._protocol.headers import PullMessageRequestHeader
+from aiorocket._protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from aiorocket._protocol.message import decode_messages
 from aiorocket.errors import (
     BrokerError,
@@ -151,6 +151,7 @@ class PullLoop:
         self._on_offset_illegal = on_offset_illegal
         self._gate = gate
         self._retry_queue = is_retry_topic(pq.queue.topic)
+        self._tag_filter = None if subscription.filter.match_all else subscription.filter
         self._clustering = settings.message_model == "clustering"
         #: the offset the next pull asks for
         self.next_offset = 0
@@ -188,7 +189,6 @@ class PullLoop:
         mq = pq.queue
         s = self._settings
         client = self._client
-        stats = self._stats
         loop = asyncio.get_running_loop()
         self._runs += 1
         run = self._runs
@@ -196,69 +196,29 @@ class PullLoop:
         self.last_active = loop.time()
         backoff = Backoff(initial=0.05, maximum=s.pull_retry_max_delay)
         broker_id = 0
-        suspend_ms = int(s.pull_suspend_timeout * 1000)
         # Plain ints: IntFlag arithmetic runs Python code per pull.
         base_flag = int(PullSysFlag.SUSPEND) | (
             int(PullSysFlag.SUBSCRIPTION) if s.post_subscription else 0
         )
         commit_flag = int(PullSysFlag.COMMIT_OFFSET)
-        # Only the offset, the flag and the commit offset change from pull to pull.
-        prepared = PreparedPull(
-            PullMessageRequestHeader(
-                consumer_group=self._group,
-                topic=mq.topic,
-                queue_id=mq.queue_id,
-                queue_offset=0,
-                max_msg_nums=s.pull_batch_size,
-                sys_flag=base_flag,
-                commit_offset=0,
-                suspend_timeout_millis=suspend_ms,
-                subscription=self._sub.expression if s.post_subscription else None,
-                sub_version=self._sub.sub_version,
-                expression_type=self._sub.expression_type,
-                broker_name=mq.broker_name,
-            )
-        )
-        tag_filter = None if self._sub.filter.match_all else self._sub.filter
-        namespace = s.namespace
+        prepared = self._prepared(base_flag)
         gate = self._gate
         locked_first = False
         while pq.active and self._runs == run:
             if pq.paused and await self._wait(pq.wait_resumed()):
                 continue  # (re-check: the queue may have stopped meanwhile)
             if gate is not None:
-                # DefaultMQPushConsumerImpl.pullMessage (orderly): an unlocked queue is not
-                # pulled; the first pull once locked starts from the broker's offset.
-                if not gate.pullable(pq):
-                    await self._wait(gate.wait_pullable(pq))
-                    continue
-                if not locked_first:
-                    try:
-                        offset = await gate.locked_first_offset(pq)
-                    except (TransportError, BrokerError) as exc:
-                        await self._failed(exc, backoff)
-                        continue
-                    if pq.dropped or pq.draining:
-                        return
-                    if offset != self.next_offset:
-                        log.info(
-                            "%s: first pull after locking starts at %d (was %d)",
-                            mq,
-                            offset,
-                            self.next_offset,
-                        )
-                    self.next_offset = offset
-                    locked_first = True
+                if not await self._pass_gate(gate, backoff, first=not locked_first):
+                    continue  # (re-check: the queue may have stopped meanwhile)
+                locked_first = True
             limits = self._limits()
             if not pq.has_capacity(limits):
                 await self._wait(pq.wait_has_capacity(limits))
-                stats.flow_control_pauses += 1
+                self._stats.flow_control_pauses += 1
                 continue  # re-check: the queue may have stopped meanwhile
-            addr = client.broker_address_for_pull(mq.broker_name, broker_id)
+            addr = await self._address(broker_id, backoff)
             if addr is None:
-                addr = await self._refresh_address(backoff)
-                if addr is None:
-                    continue
+                continue
             commit = self._offsets.read(mq) if self._clustering else -1
             started = loop.time()
             pq.last_pull_time = self.last_active = started
@@ -282,79 +242,152 @@ class PullLoop:
                 continue
             if pq.dropped or pq.draining:
                 return
-            h = resp.header
-            broker_id = h.suggest_which_broker_id
-            pq.broker_max_offset = h.max_offset  # the lag statistics' broker side
-            code = resp.code
-            if pq.paused and code is PullStatus.FOUND:
+            broker_id = resp.header.suggest_which_broker_id
+            pq.broker_max_offset = resp.header.max_offset  # the lag statistics' broker side
+            if pq.paused and resp.code is PullStatus.FOUND:
                 continue  # paused meanwhile: pulled again from the same offset once resumed
-            if code is PullStatus.FOUND:
-                try:
-                    records = decode_messages(resp.body)
-                except RemoteProtocolError as exc:
-                    # Nothing of a bad body is delivered; the same offset is pulled again.
-                    await self._failed(exc, backoff)
-                    continue
-                backoff.reset()
-                stats.pulled(mq.topic, loop.time() - started, len(records))
-                prev = self.next_offset
-                self.next_offset = h.next_begin_offset
-                if h.next_begin_offset < prev or (records and records[0].queue_offset < prev):
-                    log.warning(
-                        "%s: pull result goes backwards (asked %d, next %d, first %d)",
-                        mq,
-                        prev,
-                        h.next_begin_offset,
-                        records[0].queue_offset if records else -1,
-                    )
-                msgs = to_received(
-                    records,
-                    broker_name=mq.broker_name,
-                    tag_filter=tag_filter,
-                    retry_queue=self._retry_queue,
-                    namespace=namespace,
-                )
-                if msgs:
-                    pq.put(msgs)
-                    self._dispatch.submit(pq, msgs)
-                elif pq.cached_count == 0:
-                    # Everything was filtered out by tag: the offset may move past it.
-                    self._offsets.update(mq, self.next_offset)
-                if s.pull_interval > 0:
-                    await self._wait(asyncio.sleep(s.pull_interval))
-            elif code is PullStatus.NO_NEW_MSG or code is PullStatus.NO_MATCHED_MSG:
-                backoff.reset()
-                stats.pulled(mq.topic, loop.time() - started, 0)
-                self.next_offset = h.next_begin_offset
-                if pq.cached_count == 0:
-                    # DefaultMQPushConsumerImpl.correctTagsOffset
-                    self._offsets.update(mq, self.next_offset)
-            elif code is PullStatus.OFFSET_ILLEGAL:
-                # PullCallback OFFSET_ILLEGAL: restart where the broker suggests (the oldest
-                # message still stored when the offset fell below it, Java's behaviour), or at
-                # the queue's end when the application would rather skip what it missed.
-                target = h.next_begin_offset
-                below = self.next_offset < h.min_offset
-                if below and s.offset_out_of_range == "last":
-                    target = max(h.max_offset, target)
-                log.warning(
-                    "%s: offset %d is out of range (the queue holds %d..%d); "
-                    "restarting at %d (offset_out_of_range=%r) in %.1f s",
-                    mq,
-                    self.next_offset,
-                    h.min_offset,
-                    h.max_offset,
-                    target,
-                    s.offset_out_of_range if below else "beyond the end: the broker's offset",
-                    s.offset_illegal_delay,
-                )
-                self.next_offset = target
-                pq.mark_dropped()
-                await asyncio.sleep(s.offset_illegal_delay)
-                await self._on_offset_illegal(pq, self.next_offset)
+            if not await self._on_result(resp, loop.time() - started, backoff):
                 return
-            else:  # pragma: no cover - pull_message raises for any other code
-                raise AssertionError(f"unexpected pull code {code}")
+
+    def _prepared(self, sys_flag: int) -> PreparedPull:
+        """The queue's PULL_MESSAGE, encoded once: only the offset, the flag and the commit
+        offset change from pull to pull."""
+        s = self._settings
+        mq = self.pq.queue
+        return PreparedPull(
+            PullMessageRequestHeader(
+                consumer_group=self._group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=0,
+                max_msg_nums=s.pull_batch_size,
+                sys_flag=sys_flag,
+                commit_offset=0,
+                suspend_timeout_millis=int(s.pull_suspend_timeout * 1000),
+                subscription=self._sub.expression if s.post_subscription else None,
+                sub_version=self._sub.sub_version,
+                expression_type=self._sub.expression_type,
+                broker_name=mq.broker_name,
+            )
+        )
+
+    async def _pass_gate(self, gate: PullGate, backoff: Backoff, *, first: bool) -> bool:
+        """Whether the queue may be pulled now (orderly): False after waiting for its lock, or
+        when the ``first`` pull's offset after locking could not be read (retried)."""
+        # DefaultMQPushConsumerImpl.pullMessage (orderly): an unlocked queue is not pulled;
+        # the first pull once locked starts from the broker's offset.
+        pq = self.pq
+        if not gate.pullable(pq):
+            await self._wait(gate.wait_pullable(pq))
+            return False
+        if not first:
+            return True
+        try:
+            offset = await gate.locked_first_offset(pq)
+        except (TransportError, BrokerError) as exc:
+            await self._failed(exc, backoff)
+            return False
+        if not pq.active:
+            return False
+        if offset != self.next_offset:
+            log.info(
+                "%s: first pull after locking starts at %d (was %d)",
+                pq.queue,
+                offset,
+                self.next_offset,
+            )
+        self.next_offset = offset
+        return True
+
+    async def _on_result(self, resp: PullResponse, took: float, backoff: Backoff) -> bool:
+        """Act on a pull's status (``PullCallback.onSuccess``); False when the loop ends."""
+        code = resp.code
+        if code is PullStatus.FOUND:
+            await self._found(resp, took, backoff)
+        elif code is PullStatus.NO_NEW_MSG or code is PullStatus.NO_MATCHED_MSG:
+            backoff.reset()
+            self._stats.pulled(self.pq.queue.topic, took, 0)
+            self._move_to(resp.header.next_begin_offset)
+        elif code is PullStatus.OFFSET_ILLEGAL:
+            await self._offset_illegal(resp.header)
+            return False
+        else:  # pragma: no cover - pull_message raises for any other code
+            raise AssertionError(f"unexpected pull code {code}")
+        return True
+
+    def _move_to(self, offset: int) -> None:
+        """The next pull starts at ``offset``; with nothing cached, that is also the consume
+        offset (``DefaultMQPushConsumerImpl.correctTagsOffset``)."""
+        self.next_offset = offset
+        if self.pq.cached_count == 0:
+            self._offsets.update(self.pq.queue, offset)
+
+    async def _found(self, resp: PullResponse, took: float, backoff: Backoff) -> None:
+        """FOUND: decode, filter and cache the messages and hand them to the consume service."""
+        pq = self.pq
+        mq = pq.queue
+        try:
+            records = decode_messages(resp.body)
+        except RemoteProtocolError as exc:
+            # Nothing of a bad body is delivered; the same offset is pulled again.
+            await self._failed(exc, backoff)
+            return
+        backoff.reset()
+        self._stats.pulled(mq.topic, took, len(records))
+        h = resp.header
+        prev = self.next_offset
+        if h.next_begin_offset < prev or (records and records[0].queue_offset < prev):
+            log.warning(
+                "%s: pull result goes backwards (asked %d, next %d, first %d)",
+                mq,
+                prev,
+                h.next_begin_offset,
+                records[0].queue_offset if records else -1,
+            )
+        msgs = to_received(
+            records,
+            broker_name=mq.broker_name,
+            tag_filter=self._tag_filter,
+            retry_queue=self._retry_queue,
+            namespace=self._settings.namespace,
+        )
+        if msgs:
+            self.next_offset = h.next_begin_offset
+            pq.put(msgs)
+            self._dispatch.submit(pq, msgs)
+        else:
+            # Everything was filtered out by tag: the offset may move past it.
+            self._move_to(h.next_begin_offset)
+        if self._settings.pull_interval > 0:
+            await self._wait(asyncio.sleep(self._settings.pull_interval))
+
+    async def _offset_illegal(self, h: PullMessageResponseHeader) -> None:
+        """OFFSET_ILLEGAL: drop the queue, and after ``offset_illegal_delay`` hand it back to
+        be re-seated at the offset to restart from."""
+        # PullCallback OFFSET_ILLEGAL: restart where the broker suggests (the oldest message
+        # still stored when the offset fell below it, Java's behaviour), or at the queue's end
+        # when the application would rather skip what it missed.
+        s = self._settings
+        pq = self.pq
+        target = h.next_begin_offset
+        below = self.next_offset < h.min_offset
+        if below and s.offset_out_of_range == "last":
+            target = max(h.max_offset, target)
+        log.warning(
+            "%s: offset %d is out of range (the queue holds %d..%d); "
+            "restarting at %d (offset_out_of_range=%r) in %.1f s",
+            pq.queue,
+            self.next_offset,
+            h.min_offset,
+            h.max_offset,
+            target,
+            s.offset_out_of_range if below else "beyond the end: the broker's offset",
+            s.offset_illegal_delay,
+        )
+        self.next_offset = target
+        pq.mark_dropped()
+        await asyncio.sleep(s.offset_illegal_delay)
+        await self._on_offset_illegal(pq, self.next_offset)
 
     async def _failed(self, exc: Exception, backoff: Backoff) -> None:
         self._stats.pull_errors += 1
@@ -364,10 +397,12 @@ class PullLoop:
         log.log(level, "pull %s failed: %s; retry in %.2f s", self.pq.queue, exc, delay)
         await asyncio.sleep(delay)
 
-    async def _refresh_address(self, backoff: Backoff) -> str | None:
+    async def _address(self, broker_id: int, backoff: Backoff) -> str | None:
+        """Where to pull (``findBrokerAddressInSubscribe``: the suggested broker, else the
+        master, else any), ``None`` after a pause when the broker is unknown."""
         mq = self.pq.queue
         try:
-            return await self._client.find_broker(mq.broker_name, mq.topic)
+            return await self._client.find_broker(mq.broker_name, mq.topic, broker_id=broker_id)
         except BrokerError as exc:
             await self._failed(exc, backoff)
             return None

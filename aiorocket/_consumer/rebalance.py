@@ -8,7 +8,7 @@ stop pulling, persist the offset), then adds (start offset from the store or the
 policy, a new process queue and its pull task).
 
 A topic whose inputs could not be gathered this round (no route yet, the broker did not
-answer) keeps what it holds; the next round tries again.
+answer), or whose allocation strategy raised, keeps what it holds; the next round tries again.
 
 Orderly consumption in clustering mode passes a `QueueLocker`: the queues to add are
 locked on their brokers (LOCK_BATCH_MQ) before anything else happens to them, and a queue
@@ -259,25 +259,36 @@ class Rebalancer:
                 continue
             if self._client.client_id not in cids:
                 log.info("rebalance of %s: this client is not registered yet", topic)
-            allocated[topic] = allocate_topic(
-                mq_all=mq_all,
-                cid_all=cids,
-                client_id=self._client.client_id,
-                strategy=self._strategy,
-            )
+            try:
+                allocated[topic] = allocate_topic(
+                    mq_all=mq_all,
+                    cid_all=cids,
+                    client_id=self._client.client_id,
+                    strategy=self._strategy,
+                )
+            except Exception as exc:
+                # RebalanceImpl.rebalanceByTopic: a throwing strategy is logged and the topic
+                # keeps its queues; the next round asks it again.
+                strategy = self._strategy
+                log.error(
+                    "rebalance of %s: allocation strategy %s failed, keeping the queues held: %r",
+                    topic,
+                    getattr(strategy, "__qualname__", None) or type(strategy).__qualname__,
+                    exc,
+                )
         return plan_rebalance(self._host.held(), allocated, topics)
 
     async def _consumer_ids(self, topic: str) -> list[str]:
         # findConsumerIdList asks one broker hosting the topic, the master preferred.
         route = self._client.route(topic)
         names = sorted({bd.broker_name for bd in route.broker_datas}) if route else []
+        client, group = self._client, self._group
         last: Exception | None = None
         for name in names:
-            addr = self._client.broker_address_for_pull(name)
-            if addr is None:
-                continue
             try:
-                return await self._client.get_consumer_list(addr, self._group)
+                return await client.call_broker(
+                    name, topic, lambda addr: client.get_consumer_list(addr, group)
+                )
             except (TransportError, BrokerError) as exc:
                 last = exc
         if last is not None:
@@ -344,10 +355,13 @@ class Rebalancer:
         if policy == "zero":
             return 0
         # max and search offset: the master, else a slave (it has the same queues)
-        addr = await self._client.find_broker(mq.broker_name, mq.topic)
+        client = self._client
         if policy == "max":
-            return await self._client.get_max_offset(addr, mq)
+            return await client.call_broker(
+                mq.broker_name, mq.topic, lambda addr: client.get_max_offset(addr, mq)
+            )
         assert isinstance(self._consume_from, datetime)
-        return await self._client.search_offset(
-            addr, mq, int(self._consume_from.timestamp() * 1000)
+        at_ms = int(self._consume_from.timestamp() * 1000)
+        return await client.call_broker(
+            mq.broker_name, mq.topic, lambda addr: client.search_offset(addr, mq, at_ms)
         )

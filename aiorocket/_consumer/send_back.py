@@ -25,7 +25,7 @@ from aiorocket._protocol.properties import (
     TRAN_MSG,
     encode_properties,
 )
-from aiorocket.errors import BrokerError, TransportError, broker_error
+from aiorocket.errors import BrokerError, TransportError
 from aiorocket.models import MessageQueue, ReceivedMessage
 from aiorocket.settings import ConsumerSettings
 
@@ -71,36 +71,43 @@ class SendBack:
             BrokerError, TransportError: the resend failed too (its error).
         """
         origin_topic = wrap_namespace(self._settings.namespace, msg.topic)
-        addr = self._client.master_address(broker_name)
-        if addr is not None:
-            try:
-                await self.request(addr, msg, delay_level, broker_name)
-                return
-            except (BrokerError, TransportError) as exc:
-                log.warning("send-back of %s failed (%s); resending it", msg.msg_id, exc)
+        try:
+            await self.request(msg, delay_level, broker_name)
+            return
+        except (BrokerError, TransportError) as exc:
+            log.warning("send-back of %s failed (%s); resending it", msg.msg_id, exc)
         await self._resend_to_retry_topic(msg, origin_topic, broker_name)
 
     async def request(
-        self, addr: str, msg: ReceivedMessage, delay_level: int, broker_name: str
+        self, msg: ReceivedMessage, delay_level: int, broker_name: str, *, topic: str | None = None
     ) -> None:
-        """CONSUMER_SEND_MSG_BACK of ``msg`` to ``addr``, the master of ``broker_name``: the
-        broker stores it in ``%RETRY%<group>`` with ``delay_level``, or in ``%DLQ%<group>``
-        for level -1 or past ``max_reconsume_times``. No fallback.
+        """CONSUMER_SEND_MSG_BACK of ``msg`` to the master of ``broker_name``: the broker
+        stores it in ``%RETRY%<group>`` with ``delay_level``, or in ``%DLQ%<group>`` for level
+        -1 or past ``max_reconsume_times``. No fallback. ``topic``: the wire topic whose route
+        names the broker (default: the message's own), refreshed if its address is stale
+        (`ClientInstance.call_broker`).
 
         Raises:
             BrokerError, TransportError: the request failed.
         """
+        origin_topic = wrap_namespace(self._settings.namespace, msg.topic)
         header = ConsumerSendMsgBackRequestHeader(
             offset=msg.commit_log_offset,
             group=self._group,
             delay_level=delay_level,
             origin_msg_id=msg.msg_id,
-            origin_topic=wrap_namespace(self._settings.namespace, msg.topic),
+            origin_topic=origin_topic,
             unit_mode=False,
             max_reconsume_times=self._max_reconsume,
             broker_name=broker_name,
         )
-        await self._client.send_back(addr, header, timeout=self._settings.send_back_timeout)
+        client, timeout = self._client, self._settings.send_back_timeout
+        await client.call_broker(
+            broker_name,
+            topic or origin_topic,
+            lambda addr: client.send_back(addr, header, timeout=timeout),
+            master=True,
+        )
 
     async def _resend_to_retry_topic(
         self, msg: ReceivedMessage, origin_topic: str, broker_name: str
@@ -115,9 +122,6 @@ class SendBack:
         route = self._client.route(self._retry_topic)
         queues = route.publish_queues(self._retry_topic) if route is not None else []
         mq = random.choice(queues) if queues else MessageQueue(self._retry_topic, broker_name, 0)
-        addr = self._client.master_address(mq.broker_name)
-        if addr is None:
-            raise broker_error(14, f"no master address for broker {mq.broker_name}")
         header = SendMessageRequestHeader(
             producer_group=_INNER_PRODUCER,
             topic=self._retry_topic,
@@ -134,6 +138,10 @@ class SendBack:
             batch=False,
             broker_name=mq.broker_name,
         )
-        await self._client.send_message(
-            addr, header, msg.body, timeout=self._settings.send_back_timeout
+        client, timeout = self._client, self._settings.send_back_timeout
+        await client.call_broker(
+            mq.broker_name,
+            self._retry_topic,
+            lambda addr: client.send_message(addr, header, msg.body, timeout=timeout),
+            master=True,
         )

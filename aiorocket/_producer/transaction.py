@@ -232,13 +232,13 @@ class TransactionProducer(Producer):
         else:
             # sendMessageInTransaction: a half message not stored SEND_OK is rolled back.
             state = TransactionState.ROLLBACK
-        await self._end(result, state, error)
+        addr = await self._end(result, state, error)
         if self.tracer is not None:
             self._trace_end(
                 msg.topic,
                 msg.tags,
                 msg.keys,
-                result.queue.broker_name,
+                addr or result.queue.broker_name,
                 result.msg_id,
                 result.msg_id,
                 state,
@@ -362,11 +362,6 @@ class TransactionProducer(Producer):
             raise ConfigurationError("end() takes COMMIT or ROLLBACK, not UNKNOWN")
         if self._closed or not self._started:
             raise ClientClosedError("the producer is closed or not started")
-        addr = await self._client.find_broker(
-            prepared.broker_name,
-            wrap_namespace(self.settings.namespace, prepared.topic),
-            master=True,
-        )
         header = EndTransactionRequestHeader(
             producer_group=prepared.group,
             tran_state_table_offset=prepared.queue_offset,
@@ -376,10 +371,17 @@ class TransactionProducer(Producer):
             msg_id=prepared.msg_id,
             transaction_id=prepared.msg_id,
         )
-        resp = await self._client.invoke(
-            addr,
-            RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext()),
-            timeout=timeout,
+        client = self._client
+        resp = await client.call_broker(
+            prepared.broker_name,
+            wrap_namespace(self.settings.namespace, prepared.topic),
+            lambda addr: client.invoke(
+                addr,
+                RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext()),
+                timeout=timeout,
+            ),
+            master=True,
+            after_close=False,  # it may have been committed: a second COMMIT delivers again
         )
         if resp.code != ResponseCode.SUCCESS:
             raise broker_error(resp.code, resp.remark)
@@ -399,17 +401,15 @@ class TransactionProducer(Producer):
 
     async def _end(
         self, result: SendResult, state: TransactionState, error: BaseException | None
-    ) -> None:
+    ) -> str | None:
+        """END_TRANSACTION of a transactional send; the address it went to, ``None`` when it
+        could not be sent (logged)."""
         # DefaultMQProducerImpl.endTransaction: to the master of the broker that stored it.
-        addr = self._client.master_address(result.queue.broker_name)
         try:
             commit_log_offset = parse_offset_msg_id(result.offset_msg_id)[2]
         except ValueError:
             log.error("cannot end transaction %s: bad offset id", result.msg_id)
-            return
-        if addr is None:
-            log.error("cannot end transaction %s: broker address unknown", result.msg_id)
-            return
+            return None
         header = EndTransactionRequestHeader(
             producer_group=self._wire_group(),
             tran_state_table_offset=result.queue_offset,
@@ -420,8 +420,21 @@ class TransactionProducer(Producer):
             transaction_id=result.msg_id,
         )
         remark = f"executeLocalTransactionBranch exception: {error!r}" if error else None
+        client = self._client
+
+        async def end_at(addr: str) -> str:
+            await client.end_transaction(addr, header, remark=remark)
+            return addr
+
         try:
-            await self._client.end_transaction(addr, header, remark=remark)
+            # (oneway: a closed connection raises before anything is written, so the retry
+            # at a moved master cannot end it twice)
+            return await client.call_broker(
+                result.queue.broker_name,
+                self._wire_topic(result.queue.topic),
+                end_at,
+                master=True,
+            )
         except RocketError as exc:
             log.warning(
                 "transaction %s is %s locally but END_TRANSACTION failed: %s",
@@ -429,13 +442,14 @@ class TransactionProducer(Producer):
                 state.name,
                 exc,
             )
+            return None
 
     def _trace_end(
         self,
         topic: str,
         tags: str | None,
         keys: Sequence[str],
-        broker: str,
+        broker_addr: str,
         msg_id: str,
         transaction_id: str | None,
         state: TransactionState,
@@ -451,7 +465,7 @@ class TransactionProducer(Producer):
             topic=topic,
             tags=tags,
             keys=" ".join(keys) if keys else None,
-            broker_addr=self._client.master_address(broker) or broker,
+            broker_addr=broker_addr,
             msg_id=msg_id,
             transaction_id=transaction_id,
             state=state.value,

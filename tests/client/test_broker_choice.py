@@ -10,7 +10,12 @@ import pytest
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.bodies import BrokerData, QueueData, TopicRouteData
-from aiorocket.errors import ServiceNotAvailableError
+from aiorocket.errors import (
+    ConnectError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    ServiceNotAvailableError,
+)
 from aiorocket.settings import ClientSettings
 
 MASTER, SLAVE = "10.0.0.1:10911", "10.0.0.2:10911"
@@ -109,11 +114,67 @@ async def test_a_failed_refresh_keeps_what_is_known() -> None:
     await ns.fetch("T")
 
     async def down(topic: str) -> TopicRouteData:
-        from aiorocket.errors import ConnectError
-
         raise ConnectError("name server down")
 
     c.fetch_route = down  # type: ignore[method-assign]
     await asyncio.sleep(0.25)
     assert await c.refresh_route("T") is ns.current
     assert await c.find_broker("broker-a", "T") == MASTER
+
+
+class Broker:
+    """A request function: each call is recorded and answered by ``outcomes`` in turn."""
+
+    def __init__(self, *outcomes: str | Exception) -> None:
+        self.calls: list[str] = []
+        self._outcomes = list(outcomes)
+
+    async def __call__(self, addr: str) -> str:
+        self.calls.append(addr)
+        outcome = self._outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+async def test_a_dead_cached_address_is_refreshed_and_the_request_sent_once_more() -> None:
+    c = client()
+    ns = NameServer(c, route({0: MASTER}))
+    await ns.fetch("T")
+    ns.current = route({0: SLAVE})  # the master restarted on another host
+    await asyncio.sleep(0.25)
+    call = Broker(ConnectError("refused"), "ok")
+    assert await c.call_broker("broker-a", "T", call, master=True) == "ok"
+    assert call.calls == [MASTER, SLAVE]
+
+
+async def test_a_dead_address_the_route_still_names_fails_without_a_second_request() -> None:
+    c = client()
+    ns = NameServer(c, route({0: MASTER}))
+    await ns.fetch("T")
+    await asyncio.sleep(0.25)
+    fetched = ns.fetches
+    call = Broker(ConnectionClosedError("closed"), "ok")
+    with pytest.raises(ConnectionClosedError):
+        await c.call_broker("broker-a", "T", call)
+    assert call.calls == [MASTER]
+    assert ns.fetches == fetched + 1  # it asked
+
+
+@pytest.mark.parametrize(
+    ("error", "after_close"),
+    [
+        (RequestTimeoutError("slow"), True),  # not the connection: the broker may be busy
+        (ConnectionClosedError("closed"), False),  # the broker may have run it
+    ],
+)
+async def test_what_may_not_be_sent_again_is_not(error: Exception, after_close: bool) -> None:
+    c = client()
+    ns = NameServer(c, route({0: MASTER}))
+    await ns.fetch("T")
+    ns.current = route({0: SLAVE})
+    await asyncio.sleep(0.25)
+    call = Broker(error, "ok")
+    with pytest.raises(type(error)):
+        await c.call_broker("broker-a", "T", call, master=True, after_close=after_close)
+    assert call.calls == [MASTER]
