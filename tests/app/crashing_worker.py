@@ -38,7 +38,7 @@ def buggy_put(original: _Put) -> _Put:
 
 
 if os.environ.get("CRASHING_WORKER") == "1":
-    ProcessQueue.put = buggy_put(ProcessQueue.put)  # type: ignore[method-assign]
+    ProcessQueue.put = buggy_put(ProcessQueue.put)  # type: ignore[method-assign, assignment]
 
 app = App()
 

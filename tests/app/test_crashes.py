@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +25,13 @@ from tests._harness.wait import wait_for
 from tests.app.crashing_worker import InjectedBug, buggy_put
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = {"rebalance_interval": 0.5, "pull_suspend_timeout": 1, "consume_from": "first"}
+FAST: dict[str, Any] = {
+    "rebalance_interval": 0.5,
+    "pull_suspend_timeout": 1,
+    "consume_from": "first",
+}
+#: how the App's crash is named: the app, its consumer, the error
+CRASH = "app crashed: consumer crashing crashed: InjectedBug: the pull task met a bug"
 
 
 class Bug(Exception):
@@ -73,10 +80,7 @@ async def test_a_worker_whose_pull_task_crashes_exits_non_zero_within_a_second(
     print(f"the worker exited {exited - crashed_at:.3f} s after the crash")
     assert exited - crashed_at < 1.0, err
     last = err.strip().splitlines()[-1]
-    assert last == (
-        "aiorocket worker crashed: app crashed: consumer crashing crashed: "
-        "InjectedBug: the pull task met a bug"
-    ), err
+    assert last == f"aiorocket worker crashed: {CRASH}", err
 
 
 async def test_readyz_names_the_crash_of_an_app_under_fastapi(
@@ -105,10 +109,7 @@ async def test_readyz_names_the_crash_of_an_app_under_fastapi(
         await wait_for(not_ready, timeout=20, what="/readyz to answer 503")
         body = (await client.get("/readyz")).json()
         assert body["ready"] is False
-        assert body["problems"] == {
-            "crash": "app crashed: consumer crashing crashed: "
-            "InjectedBug: the pull task met a bug"
-        }
+        assert body["problems"] == {"crash": CRASH}
         with pytest.raises(BaseExceptionGroup) as info:
             await asyncio.wait_for(rocket.wait_closed(), 10)
         assert info.value.subgroup(InjectedBug) is not None
