@@ -125,9 +125,7 @@ async def test_a_producer_crashing_in_the_background_leaves_its_starter_running(
     await asyncio.wait_for(producer.close(), 1.0)
 
 
-async def test_a_watched_child_crash_crashes_its_owner_and_a_shutdown_error_is_raised_by_close() -> (
-    None
-):
+async def test_a_watched_crash_crashes_the_owner_and_a_shutdown_error_is_raised() -> None:
     child: Service
 
     async def child_startup() -> None:
