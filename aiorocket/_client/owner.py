@@ -8,7 +8,7 @@ import logging
 from typing import ClassVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._concurrency import Service, ServiceOwner
 from aiorocket.errors import ClientClosedError
 from aiorocket.settings import ClientSettings
 
@@ -17,7 +17,7 @@ __all__ = ["ClientOwner"]
 log = logging.getLogger("aiorocket.client")
 
 
-class ClientOwner(AsyncResource):
+class ClientOwner(ServiceOwner):
     """Start/close, ``async with`` and `_require` for a class holding one client."""
 
     #: what the user calls the object, in error messages ("the queue reader is closed")
@@ -26,7 +26,6 @@ class ClientOwner(AsyncResource):
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         self._client: ClientInstance | None = None
-        self._closed = False
         # No broker requests are served; whatever the connection pool spawns all the same
         # runs in the lifecycle's task group and is awaited on close.
         self._lifecycle = Service(
@@ -43,7 +42,7 @@ class ClientOwner(AsyncResource):
         Raises:
             ClientClosedError: it was closed before.
         """
-        if self._closed:
+        if self._lifecycle.closing:
             raise ClientClosedError(f"the {self._what} is closed")
         if self._client is None:
             self._client = ClientInstance(self.settings)
@@ -52,7 +51,6 @@ class ClientOwner(AsyncResource):
     async def close(self) -> None:
         """Close every connection; later calls raise
         [`ClientClosedError`][aiorocket.errors.ClientClosedError]."""
-        self._closed = True
         await self._lifecycle.close()
         self._client = None
 
@@ -68,8 +66,8 @@ class ClientOwner(AsyncResource):
         await self._close_client()
 
     def _require(self) -> ClientInstance:
-        if self._client is None or self._closed:
+        if self._client is None or self._lifecycle.closing:
             raise ClientClosedError(
-                f"the {self._what} is closed" if self._closed else "not started"
+                f"the {self._what} is closed" if self._lifecycle.closing else "not started"
             )
         return self._client

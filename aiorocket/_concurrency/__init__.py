@@ -5,6 +5,20 @@ background tasks (a supervisor task owning a task group). Shielded, bounded clea
 
 from aiorocket._concurrency.backoff import Backoff
 from aiorocket._concurrency.periodic import Periodic
-from aiorocket._concurrency.service import AsyncResource, Service, bounded
+from aiorocket._concurrency.service import (
+    AsyncResource,
+    Service,
+    ServiceOwner,
+    bounded,
+    describe_crash,
+)
 
-__all__ = ["AsyncResource", "Backoff", "Periodic", "Service", "bounded"]
+__all__ = [
+    "AsyncResource",
+    "Backoff",
+    "Periodic",
+    "Service",
+    "ServiceOwner",
+    "bounded",
+    "describe_crash",
+]

@@ -15,15 +15,19 @@ self._service = Service(
 await self._service.start()      # returns when startup() returned; its error is raised
 self._service.start_soon()       # or so, from synchronous code (a failure is logged)
 self._service.spawn(coro, name="flush")   # a background task the service owns
-await self._service.close()      # shielded: stop, shutdown(), cancel what is left
+await self._service.close()      # shielded: stop, shutdown(), cancel what is left;
+                                 # raises what shutdown() raised (the close error)
 await self._service.wait_closed()          # re-raises a crash (a bug), once logged
+self._service.watch(child)       # a crash of child (its wait_closed()) crashes this one
 ```
+
+An owner derives from `ServiceOwner`, keeps its ``Service`` in ``self._lifecycle`` and gets
+``start``/``close``/``wait_closed``/``async with`` from it.
 
 `Service.spawn` works from ``startup()`` on (not before ``start()``; from synchronous
 code after ``start_soon()``, spawn inside ``startup()``) until the supervisor ends; it raises
 [`ClientClosedError`][aiorocket.errors.ClientClosedError] then. One ``Service`` runs once: to
-    restart, make
-a new one.
+restart, make a new one.
 
 The properties:
 
@@ -33,7 +37,9 @@ The properties:
 * A background task failing after start-up does not touch the task that called ``start()``
   (a FastAPI lifespan, a test): the group is cancelled, the crash is logged, ``abort()`` runs,
   ``on_crash`` is called, and `Service.wait_closed` / `Service.raise_crash`
-  re-raise it.
+  re-raise it: an exception group whose message names the service ("consumer g crashed"),
+  holding what failed (`describe_crash` makes one line of it).
+* ``shutdown()`` raising is no crash but the close error: ``close()`` raises it (once).
 * ``close()`` is idempotent and shielded: a caller in a cancelled anyio scope (a task group,
   a lifespan) still gets the whole shutdown, and its cancellation afterwards; a plain
   ``Task.cancel()`` of the caller returns early, the shutdown still finishes in the
@@ -50,13 +56,13 @@ import logging
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import anyio
 
 from aiorocket.errors import ClientClosedError, NeverStartedWarning
 
-__all__ = ["AsyncResource", "Service", "bounded"]
+__all__ = ["AsyncResource", "Service", "ServiceOwner", "bounded", "describe_crash"]
 
 _log = logging.getLogger("aiorocket")
 
@@ -78,6 +84,21 @@ async def bounded(
         logger.warning("%s did not finish within %.1f s", what, timeout)
         return False
     return True
+
+
+def describe_crash(exc: BaseException) -> str:
+    """One line naming what crashed and on what: ``"app crashed: consumer g crashed:
+    RuntimeError: boom"`` for the exception group of a crashed `Service` (the names of the
+    services it went through, then each error's type and message)."""
+    if isinstance(exc, BaseExceptionGroup):
+        inner = "; ".join(describe_crash(e) for e in exc.exceptions)
+        return f"{exc.message}: {inner}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Closable(Protocol):
+    def wait_closed(self) -> Awaitable[None]: ...
 
 
 class AsyncResource:
@@ -149,8 +170,6 @@ class Service:
         abort: run after a crash or a failed start-up (outside the task group); its argument
             says whether start-up had finished.
         finalize: run last, always (synchronous).
-        stopping: called synchronously when a stop is requested (``close()``, a failed or
-            cancelled ``start()``), before the supervisor is woken.
         on_crash: called with the error after a crash was logged and ``abort()`` ran.
         cleanup_timeout: how long a failed or cancelled ``start()`` waits for the clean-up.
         logger: where a crash is logged.
@@ -164,7 +183,6 @@ class Service:
         shutdown: Callable[[], Awaitable[None]] = _nothing,
         abort: Callable[[bool], Awaitable[None]] = _nothing_started,
         finalize: Callable[[], None] | None = None,
-        stopping: Callable[[], None] | None = None,
         on_crash: Callable[[BaseException], None] | None = None,
         cleanup_timeout: float = 3.0,
         logger: logging.Logger = _log,
@@ -174,7 +192,6 @@ class Service:
         self._shutdown = shutdown
         self._abort = abort
         self._finalize = finalize
-        self._stopping = stopping
         self._on_crash = on_crash
         self.cleanup_timeout = cleanup_timeout
         self._log = logger
@@ -183,10 +200,13 @@ class Service:
         self._tg: asyncio.TaskGroup | None = None
         #: the tasks of `spawn` still running
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._watches: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._crash: BaseException | None = None
         self._crash_reported = False
+        self._close_error: Exception | None = None
         self._closing = False
+        self._ready_once = False
 
     # -- state --------------------------------------------------------------------------------
 
@@ -194,6 +214,16 @@ class Service:
     def started(self) -> bool:
         """Whether `start` was called (successful or not)."""
         return self._runner is not None
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``startup()`` finished (it stays so after the service closed)."""
+        return self._ready_once
+
+    @property
+    def running(self) -> bool:
+        """Whether ``startup()`` finished and no stop was requested (nor a crash happened)."""
+        return self._ready_once and not self._closing
 
     @property
     def closing(self) -> bool:
@@ -233,6 +263,24 @@ class Service:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
+
+    def watch(self, child: _Closable, name: str | None = None) -> None:
+        """Crash this service when ``child`` (an object with ``wait_closed()``, another
+        service's owner) crashes: a spawned task waits for ``child.wait_closed()``, whose error
+        then fails this service's task group. A child that closes cleanly ends the watch; a
+        stop request ends it too (a crash while ``shutdown()`` closes the child is the close
+        error then, not a second crash cutting the shutdown short).
+
+        Raises:
+            ClientClosedError: the service is not running.
+        """
+
+        async def wait() -> None:
+            await child.wait_closed()
+
+        task = self.spawn(wait(), name=name or f"{self.name}: watch")
+        self._watches.add(task)
+        task.add_done_callback(self._watches.discard)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -286,7 +334,8 @@ class Service:
         """Stop gracefully; safe to call more than once, and before `start`.
 
         Raises:
-            Nothing: a crash is re-raised by `wait_closed` instead.
+            Exception: what ``shutdown()`` raised (once: to the first call after it); a
+                crash is re-raised by `wait_closed` instead.
         """
         if self._runner is None:
             self._closing = True
@@ -297,6 +346,9 @@ class Service:
         # supervisor nor swallows a cancellation of this call.
         with anyio.CancelScope(shield=True):
             await asyncio.wait([self._runner])
+        error, self._close_error = self._close_error, None
+        if error is not None:
+            raise error
 
     async def wait_closed(self) -> None:
         """Wait until the service has stopped (closed, or crashed).
@@ -319,10 +371,7 @@ class Service:
             raise self._crash
 
     def _request_stop(self) -> None:
-        if not self._closing:
-            self._closing = True
-            if self._stopping is not None:
-                self._stopping()
+        self._closing = True
         self._stop.set()
 
     async def _supervise(self, ready: asyncio.Future[None]) -> None:
@@ -338,15 +387,22 @@ class Service:
                     start_error = exc
                     raise
                 ready.set_result(None)
+                self._ready_once = True
                 phase = "running"
                 await self._stop.wait()
                 phase = "stopping"
-                await self._shutdown()
+                for task in list(self._watches):
+                    task.cancel()
+                try:
+                    await self._shutdown()
+                except Exception as exc:
+                    self._close_error = exc  # close() raises it: a failed flush, no bug
                 phase = "stopped"
                 for task in list(self.tasks):
                     task.cancel()
         except BaseException as exc:
             self._tg = None  # (finished: spawn() raises from now on)
+            self._closing = True  # (the owner's abort() sees it closing)
             crashed = False
             if not ready.done():
                 # Start-up failed: the error goes to start()'s caller, unwrapped if it was
@@ -358,10 +414,14 @@ class Service:
                 else:
                     ready.set_exception(exc)
             elif phase != "stopped" and not isinstance(exc, asyncio.CancelledError):
-                # A task of the group failed on something unexpected: a bug. Be loud.
-                self._crash = exc
+                # A task of the group failed on something unexpected: a bug. Be loud, and
+                # name this service in what the owner re-raises (an owner's owner adds its
+                # own name around it: "app crashed: consumer g crashed: ...").
+                errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+                named = BaseExceptionGroup(f"{self.name} crashed", errors)
+                self._crash = exc = named.with_traceback(exc.__traceback__)
                 crashed = True
-                self._log.error("%s crashed", self.name, exc_info=exc)
+                self._log.error("%s", describe_crash(exc), exc_info=exc)
             if phase != "stopped":
                 await self._abort(phase != "starting")
             if crashed and self._on_crash is not None:
@@ -373,3 +433,45 @@ class Service:
             self._closing = True
             if self._finalize is not None:
                 self._finalize()
+
+
+class ServiceOwner(AsyncResource):
+    """An `AsyncResource` whose background work runs in one `Service`, kept in ``self._lifecycle``
+    (set by the constructor): ``start``, ``close``, ``wait_closed``, the crash re-raised on a
+    clean exit of ``async with``, all from it. An owner overrides ``start``/``close`` only to
+    add its own checks around them."""
+
+    _lifecycle: Service
+
+    async def start(self) -> None:
+        """Start; returns once the start-up finished (its error is raised).
+
+        Raises:
+            ClientClosedError: it was closed before.
+        """
+        await self._lifecycle.start()
+
+    async def close(self) -> None:
+        """Stop gracefully; safe to call more than once, and before ``start``.
+
+        Raises:
+            Exception: a final step failed (a flush); a crash is re-raised by ``wait_closed``.
+        """
+        await self._lifecycle.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until it has stopped: closed, or crashed on an unexpected error (a bug).
+
+        Raises:
+            BaseExceptionGroup: it crashed (also logged); the group's message names what
+                crashed, its exceptions are what failed.
+        """
+        await self._lifecycle.wait_closed()
+
+    @property
+    def crash(self) -> BaseException | None:
+        """The unexpected error it crashed on (raised by ``wait_closed``), or ``None``."""
+        return self._lifecycle.crash
+
+    def _raise_crash(self) -> None:
+        self._lifecycle.raise_crash()

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Backoff, Periodic, Service, bounded
-from aiorocket._concurrency.service import AsyncResource
+from aiorocket._concurrency import Backoff, Periodic, Service, ServiceOwner, bounded
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
 from aiorocket._consumer.rebalance import Rebalancer, describe_queues
@@ -71,7 +70,7 @@ def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowL
     return FlowLimits(max_count=count, max_mib=mib, max_span=s.max_span if span else None)
 
 
-class GroupMember(AsyncResource):
+class GroupMember(ServiceOwner):
     """The group-membership half of a consumer (see the module docs).
 
     Subclasses implement `_check_startable`, `_build`, `_startup`,
@@ -92,10 +91,16 @@ class GroupMember(AsyncResource):
         self._clustering = s.message_model == "clustering"
         self._retry_topic = retry_topic(self._group)
         self._subscriptions: dict[str, Subscription] = {}
-        self._lifecycle: Service | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._started = False
-        self._closing = False
+        self._lifecycle = Service(
+            f"consumer {self._group}",
+            startup=self._start_up,
+            shutdown=self._shutdown,
+            abort=self._abort,
+            finalize=self._finalize,
+            cleanup_timeout=self._cleanup_timeout(),
+            logger=log,
+        )
+        self._tasks: set[asyncio.Task[Any]] = self._lifecycle.tasks
         self._start_wall = 0
         #: the message trace's sender (``trace=True``; push and pull consumers build it)
         self.tracer: TraceDispatcher | None = None
@@ -126,6 +131,16 @@ class GroupMember(AsyncResource):
         """This member's client id (``<ip>@<instance>``); empty before start."""
         return self._client.client_id if self._started else ""
 
+    @property
+    def _started(self) -> bool:
+        """Whether `start` was called (successful or not)."""
+        return self._lifecycle.started
+
+    @property
+    def _closing(self) -> bool:
+        """Whether a close was asked for, or the member stopped (closed, crashed)."""
+        return self._lifecycle.closing
+
     def _check_not_started(self, what: str) -> None:
         if self._started or self._closing:
             raise ConfigurationError(f"cannot {what} after the consumer started")
@@ -144,8 +159,8 @@ class GroupMember(AsyncResource):
         if not self._started:
             raise ConfigurationError("the consumer has not been started")
         if self._closing:
-            if self._crash is not None:
-                raise ClientClosedError("the consumer crashed") from self._crash
+            if self.crash is not None:
+                raise ClientClosedError("the consumer crashed") from self.crash
             raise ClientClosedError("the consumer is closed")
 
     # -- what subclasses provide --------------------------------------------------------------
@@ -255,22 +270,9 @@ class GroupMember(AsyncResource):
         """
         if self._closing:
             raise ClientClosedError("the consumer is closed")
-        if self._started:
-            return
-        self._check_startable()
-        self._build()
-        self._started = True
-        self._lifecycle = Service(
-            f"consumer {self._group}",
-            startup=self._start_up,
-            shutdown=self._shutdown,
-            abort=self._abort,
-            finalize=self._finalize,
-            stopping=self._stopping,
-            cleanup_timeout=self._cleanup_timeout(),
-            logger=log,
-        )
-        self._tasks = self._lifecycle.tasks
+        if not self._started:
+            self._check_startable()
+            self._build()
         await self._lifecycle.start()
 
     async def close(self) -> None:
@@ -279,34 +281,13 @@ class GroupMember(AsyncResource):
         Raises:
             Nothing: a crash of the consumer is re-raised by `wait_closed` instead.
         """
-        self._closing = True
-        if self._lifecycle is not None:
-            # Shielded, bounded by shutdown_grace and the cleanup timeouts.
-            await self._lifecycle.close()
-
-    async def wait_closed(self) -> None:
-        """Wait until the consumer has stopped (closed, or crashed).
-
-        Raises:
-            BaseExceptionGroup: the consumer crashed on an unexpected error (a bug), which
-                it also logged.
-        """
-        if self._lifecycle is not None:
-            await self._lifecycle.wait_closed()
-
-    def _raise_crash(self) -> None:
-        if self._lifecycle is not None:
-            self._lifecycle.raise_crash()
+        # Shielded, bounded by shutdown_grace and the cleanup timeouts.
+        await self._lifecycle.close()
 
     def _never_started(self) -> str | None:
         if self._started or self._closing:
             return None
         return f"{type(self).__name__} of group {self.settings.group!r}"
-
-    @property
-    def _crash(self) -> BaseException | None:
-        """The unexpected error the consumer crashed on, if any."""
-        return None if self._lifecycle is None else self._lifecycle.crash
 
     def _cleanup_timeout(self) -> float:
         return max(3.0, self.settings.request_timeout)
@@ -318,13 +299,11 @@ class GroupMember(AsyncResource):
         return await bounded(step, what, self._cleanup_timeout(), log)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
-        assert self._lifecycle is not None
         return self._lifecycle.spawn(coro, name)
 
     async def _start_up(self) -> None:
         """The supervisor's start-up: the client's inbound requests run in the task group."""
         client = self._client
-        assert self._lifecycle is not None
         client.start(self._lifecycle.task_group.create_task)
         await client.connect_namesrv()
         await self._startup()
@@ -351,14 +330,10 @@ class GroupMember(AsyncResource):
             parts.append(f"{topic} {sub.data().sub_string!r}{where}")
         return "; ".join(parts) or "nothing subscribed"
 
-    def _stopping(self) -> None:
-        self._closing = True
-
     async def _abort(self, started: bool) -> None:
         await self._emergency_cleanup(flush=started)
 
     def _finalize(self) -> None:
-        self._closing = True
         self._offsets.close()  # (the broadcasting offsets file's lock)
 
     async def _emergency_cleanup(self, *, flush: bool) -> None:
@@ -408,7 +383,7 @@ class GroupMember(AsyncResource):
                 changed = True
         if at_start and unreachable and len(unreachable) == len(self._subscriptions):
             raise unreachable[0]  # no name server answered: a start-up error
-        if changed and self._lifecycle is not None and not at_start:
+        if changed and not at_start:
             self._rebalance_timer.wake()
         self._watch_missing()
 
@@ -418,7 +393,7 @@ class GroupMember(AsyncResource):
     def _watch_missing(self) -> None:
         """Look up the subscribed topics that have no route yet in the background, until each
         has one (one task at a time; see `_look_up_missing`)."""
-        if self._closing or self._lifecycle is None or not self._missing_routes():
+        if self._closing or not self._started or not self._missing_routes():
             return
         if self._route_watch is None or self._route_watch.done():
             self._route_watch = self._spawn(self._look_up_missing(), name="missing routes")

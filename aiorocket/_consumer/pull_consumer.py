@@ -410,7 +410,6 @@ class PullConsumer(GroupMember):
         await super().__aexit__(exc_type, exc, tb)
 
     def _wake_readers(self) -> None:
-        self._closing = True
         self._queues.data.set()
 
     async def _shutdown(self) -> None:

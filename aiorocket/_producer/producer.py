@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic, Service, bounded
-from aiorocket._concurrency.service import AsyncResource
+from aiorocket._concurrency.service import ServiceOwner
 from aiorocket._names import validate_group, wrap_namespace
 from aiorocket._producer.checks import (
     check_batch,
@@ -63,7 +63,7 @@ log = logging.getLogger("aiorocket.producer")
 _UNREGISTER_TIMEOUT = 3.0
 
 
-class Producer(AsyncResource):
+class Producer(ServiceOwner):
     """Sends messages to RocketMQ topics.
 
     Use as an async context manager:
@@ -110,8 +110,6 @@ class Producer(AsyncResource):
             cleanup_timeout=_UNREGISTER_TIMEOUT,
             logger=log,
         )
-        self._started = False
-        self._closed = False
         self._hooks: list[SendHook] = []
         self._call_hooks: list[SendCallHook] = []
         #: the message trace's sender (``trace=True``)
@@ -153,6 +151,14 @@ class Producer(AsyncResource):
         """This producer's client id (``<ip>@<instance>``)."""
         return self._client.client_id
 
+    @property
+    def _started(self) -> bool:
+        return self._lifecycle.ready
+
+    @property
+    def _closed(self) -> bool:
+        return self._lifecycle.closing
+
     async def start(self) -> None:
         """Connect to a name server, then start background route refresh and heartbeats.
         Prefer ``async with``.
@@ -164,26 +170,21 @@ class Producer(AsyncResource):
         """
         if self._closed:
             raise ClientClosedError("the producer is closed")
-        if self._started:
-            return
-        s = self.settings
-        self._refresh = Periodic(
-            self._routes.refresh_all,
-            s.route_refresh_interval,
-            name="route refresh",
-            run_first=False,
-        )
-        self._heartbeat = Periodic(
-            self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
-        )
+        if not self._lifecycle.started:
+            s = self.settings
+            self._refresh = Periodic(
+                self._routes.refresh_all,
+                s.route_refresh_interval,
+                name="route refresh",
+                run_first=False,
+            )
+            self._heartbeat = Periodic(
+                self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
+            )
         await self._lifecycle.start()
-        self._started = True
 
     async def close(self) -> None:
         """Stop background work, unregister from brokers and close connections."""
-        if self._closed:
-            return
-        self._closed = True
         # Shielded: a caller being cancelled still unregisters and closes its connections
         # (nothing to do if start() was never called).
         await self._lifecycle.close()
@@ -209,14 +210,10 @@ class Producer(AsyncResource):
 
     async def _abort(self, started: bool) -> None:
         # A background task crashed (logged by the lifecycle): leave as close() would.
-        self._closed = True
         if started:
             await self._shutdown()
         else:
             await self._client.close()
-
-    def _raise_crash(self) -> None:
-        self._lifecycle.raise_crash()
 
     def _never_started(self) -> str | None:
         if self._lifecycle.started or self._closed:

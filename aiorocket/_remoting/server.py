@@ -10,7 +10,7 @@ import ssl
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._concurrency import Service, ServiceOwner
 from aiorocket._protocol.codes import ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_command_parts
@@ -145,7 +145,7 @@ class ServerConnection(Connection):
             coro.close()
 
 
-class Server(AsyncResource):
+class Server(ServiceOwner):
     """A TCP server whose connections serve requests with ``handler``.
 
     Use as an async context manager; `address` is the bound ``(host, port)`` (``port=0``
@@ -232,10 +232,6 @@ class Server(AsyncResource):
 
         conn.add_close_callback(lost)
         return conn
-
-    async def start(self) -> None:
-        """Listen and start accepting (``async with`` does it)."""
-        await self._lifecycle.start()
 
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -327,19 +323,6 @@ class Server(AsyncResource):
             sock.close()
             raise
 
-    async def close(self) -> None:
-        """Stop accepting, close every connection and cancel running handlers (idempotent)."""
-        await self._lifecycle.close()
-
-    async def wait_closed(self) -> None:
-        """Wait until the server has stopped (closed, or crashed).
-
-        Raises:
-            BaseExceptionGroup: a handler task crashed on an unexpected error (a bug), which
-                the server also logged; it stopped serving then.
-        """
-        await self._lifecycle.wait_closed()
-
     async def _abort(self, started: bool) -> None:
         # A handler crashed (logged by the lifecycle): release the port and the connections.
         await self._stop_serving()
@@ -371,9 +354,6 @@ class Server(AsyncResource):
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-
-    def _raise_crash(self) -> None:
-        self._lifecycle.raise_crash()
 
 
 async def _peek_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:

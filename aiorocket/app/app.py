@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from aiorocket._concurrency import AsyncResource, Periodic, Service
+from aiorocket._concurrency import Periodic, Service, ServiceOwner, describe_crash
 from aiorocket._consumer import PushConsumer
 from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.subscription import check_selector
@@ -69,7 +69,7 @@ _DELAY_LEVEL_SECONDS = (1, 5, 10, 30)
 _PUBLISHED_TOPICS = 64
 
 
-class App(AsyncResource):
+class App(ServiceOwner):
     """An application of typed subscribers sharing one producer.
 
     ```python
@@ -81,6 +81,11 @@ class App(AsyncResource):
     async with app:          # or FastAPI(lifespan=app.lifespan), or `aiorocket run`
         await app.publish("orders", Order(id=1), tags="created")
     ```
+
+    A crash of one of its clients (an unexpected error in a consumer's or the producer's
+    background task: a bug) crashes the app: it closes its other clients,
+    [`readiness`][aiorocket.app.App.readiness] names the crash, and
+    [`wait_closed`][aiorocket.app.App.wait_closed] raises it.
 
     Settings come from keyword arguments, then ``AIOROCKET_*`` environment variables
     ([`AppSettings`][aiorocket.app.AppSettings]).
@@ -95,10 +100,8 @@ class App(AsyncResource):
         self._publishers: list[Publisher] = []
         self._consumers: dict[str, PushConsumer] = {}
         self._producer: Producer | None = None
-        self._started = False
         self._stack: contextlib.AsyncExitStack | None = None
-        self._lifecycle: Service | None = None
-        self._stop_error: Exception | None = None
+        self._lifecycle = self._new_lifecycle()
         self._hooks: list[SendHook | SendCallHook | ConsumeHook] = []
         self._probe: ReadinessProbe | None = None
         self._probe_timer: Periodic | None = None
@@ -317,41 +320,41 @@ class App(AsyncResource):
             ConfigurationError: invalid settings for a consumer or the producer.
             RocketError: a client could not start (name server unreachable, …).
         """
-        if self._started:
-            return
+        if self._lifecycle.closing:  # stopped (or crashed) before: a new run
+            self._lifecycle = self._new_lifecycle()
+        await self._lifecycle.start()
+
+    def _new_lifecycle(self) -> Service:
         # The clients are entered and left in the lifecycle's supervisor task, not in the
         # caller's (a lifespan): see aiorocket._concurrency.service.
-        lifecycle = Service(
+        return Service(
             "app",
             startup=self._start_clients,
             shutdown=self._stop_clients,
             abort=self._abort,
             logger=log,
         )
-        self._lifecycle = lifecycle
-        try:
-            await lifecycle.start()
-        except BaseException:
-            self._lifecycle = None
-            raise
-        self._started = True
+
+    @property
+    def _started(self) -> bool:
+        return self._lifecycle.running
 
     async def close(self) -> None:
-        """Same as [`stop`][aiorocket.app.App.stop]."""
-        await self.stop()
+        """Stop consumers (in-flight handlers drain within their grace period, offsets are
+        flushed), then the producer.
+
+        Raises:
+            BaseExceptionGroup: a consumer crashed while it was being closed.
+        """
+        await self._lifecycle.close()
 
     async def stop(self) -> None:
-        """Stop consumers (in-flight handlers drain within their grace period, offsets are
-        flushed), then the producer."""
-        lifecycle, self._lifecycle = self._lifecycle, None
-        self._started = False
-        if lifecycle is not None:
-            await lifecycle.close()
-        self._producer = None
-        self._consumers.clear()
-        error, self._stop_error = self._stop_error, None
-        if error is not None:
-            raise error
+        """Same as [`close`][aiorocket.app.App.close] (kept for compatibility).
+
+        Raises:
+            BaseExceptionGroup: a consumer crashed while it was being closed.
+        """
+        await self.close()
 
     async def _start_clients(self) -> None:
         stack = contextlib.AsyncExitStack()
@@ -371,6 +374,9 @@ class App(AsyncResource):
                         consumer.register_hook(hook)  # type: ignore[arg-type]
                 await stack.enter_async_context(consumer)
                 self._consumers[group] = consumer
+            # A crash of a client (a bug in one of its tasks) crashes the app.
+            for client in (producer, *self._consumers.values()):
+                self._lifecycle.watch(client)
             s = self.settings
             probe = ReadinessProbe(
                 build_settings(ClientSettings, base),
@@ -385,7 +391,6 @@ class App(AsyncResource):
                 probe.check, s.readiness_interval, name="app readiness check", run_first=False
             )
             self._probe_timer = timer
-            assert self._lifecycle is not None
             self._lifecycle.spawn(timer.run(), name="app readiness check")
         except BaseException:
             await stack.aclose()
@@ -406,15 +411,20 @@ class App(AsyncResource):
             timer.stop()
         self._probe = None
         stack, self._stack = self._stack, None
-        if stack is not None:
-            try:
+        try:
+            if stack is not None:
+                # A consumer's crash, re-raised by leaving it: close() raises it, as is.
                 await stack.aclose()
-            except Exception as exc:
-                # A consumer's crash, re-raised by leaving it: stop() raises it, as is.
-                self._stop_error = exc
+        finally:
+            self._producer = None
+            self._consumers.clear()
 
     async def _abort(self, started: bool) -> None:
-        await self._stop_clients()
+        # After a crash (or a failed start): the other clients close as close() would.
+        try:
+            await self._stop_clients()
+        except Exception as exc:
+            log.error("app: another client crashed while closing: %s", describe_crash(exc))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _asgi_app: object = None) -> AsyncIterator[None]:
@@ -525,7 +535,11 @@ class App(AsyncResource):
         """What keeps the app from working besides stuck queues, by what it is about (``"name
         server"``, ``"broker <name> (<address>)"``, ``"pulls of group <group>"``) with the
         latest error: failing its checks for ``failing_after`` seconds or more
-        (`aiorocket.app.readiness`). Empty while the app is not running."""
+        (`aiorocket.app.readiness`); once the app crashed, ``"crash"`` and what it crashed
+        on. Empty while the app is not running."""
+        crash = self._lifecycle.crash
+        if crash is not None:
+            return {"crash": describe_crash(crash)}
         probe = self._probe
         return probe.problems() if probe is not None and self._started else {}
 

@@ -5,12 +5,15 @@ offsets are flushed, clients unregister); a second signal stops at once. A statu
 consumed/s, failures and lag per topic: live on a terminal, as periodic log lines otherwise.
 ``--metrics-port`` serves ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 Start-up failures (a bad ``module:app``, an unreachable name server) exit non-zero with one line.
+A crash of the app (an unexpected error in a background task of one of its clients: a bug)
+exits non-zero within a second, the last line naming it, so that a supervisor restarts it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -18,9 +21,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
+import anyio
+
+from aiorocket._concurrency import describe_crash
 from aiorocket._names import is_retry_topic
 from aiorocket.app import App
 from aiorocket.errors import RocketError
@@ -30,8 +36,19 @@ __all__ = ["add_run_parser", "load_app", "run_worker"]
 log = logging.getLogger("aiorocket.worker")
 
 
+#: how often the worker looks for a crash of the app (known before the app has closed its
+#: other clients, which may take their grace periods)
+_CRASH_POLL = 0.1
+#: how long a crashed app may close its other clients before the worker exits anyway
+_CRASH_CLEANUP = 0.5
+
+
 class StartupError(Exception):
     """Why the worker could not start (printed as one line)."""
+
+
+class _Crashed(Exception):
+    """The app crashed; printed as the worker's last line once the event loop is closed."""
 
 
 def add_run_parser(sub: Any) -> None:
@@ -203,17 +220,36 @@ async def _serve(
     status_task = asyncio.create_task(
         _status_loop(status, status_interval or app.settings.status_interval, tty)
     )
+    crash: BaseException | None = None
     try:
-        await stop.wait()
+        crash = await _until_stopped_or_crashed(stop, app)
     finally:
         status_task.cancel()
         if metrics_server is not None:
             metrics_server.close()
-        await app.stop()
+        if crash is None:
+            await app.close()
+    if crash is not None:
+        # The app closes its other clients meanwhile; bounded, so a supervisor sees the
+        # process go within a second.
+        with contextlib.suppress(Exception), anyio.move_on_after(_CRASH_CLEANUP):
+            await app.wait_closed()
+        if tty:
+            sys.stderr.write("\n")
+        raise _Crashed(describe_crash(crash))
     if tty:
         sys.stderr.write("\n")
     print(f"aiorocket worker stopped: {status.line()}", file=sys.stderr, flush=True)
     return 0
+
+
+async def _until_stopped_or_crashed(stop: asyncio.Event, app: App) -> BaseException | None:
+    """Wait for a stop signal (``None``) or a crash of the app (the crash)."""
+    while app.crash is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), _CRASH_POLL)
+            return None
+    return app.crash
 
 
 def _run_one(args: argparse.Namespace) -> int:
@@ -222,6 +258,7 @@ def _run_one(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"aiorocket run: {exc}", file=sys.stderr)
         return 2
+    run: Callable[[Coroutine[Any, Any, int]], int] = asyncio.run
     if args.loop in ("auto", "uvloop"):
         try:
             import uvloop
@@ -233,8 +270,13 @@ def _run_one(args: argparse.Namespace) -> int:
                 )
                 return 2
         else:
-            return int(uvloop.run(_serve(app, *_serve_options(args))))
-    return asyncio.run(_serve(app, *_serve_options(args)))
+            run = uvloop.run
+    try:
+        return int(run(_serve(app, *_serve_options(args))))
+    except _Crashed as exc:
+        # After the loop closed: nothing the clients log while they are cancelled comes later.
+        print(f"aiorocket worker crashed: {exc}", file=sys.stderr, flush=True)
+        return 1
 
 
 def _serve_options(args: argparse.Namespace) -> tuple[float | None, int | None, str]:

@@ -17,7 +17,9 @@ config/messageRequestMode.json                  PULL/POP mode per topic and grou
 Background work, all owned by the broker and stopped when it closes: one delivery task per
 delay level, the timer-message delivery task, a housekeeping task (expired channels and locks
 every ``channel_scan_interval``), and a task writing offsets and delay and timer progress
-every ``offsets_flush_interval``.
+every ``offsets_flush_interval``. A task failing on an unexpected error (a bug) crashes the
+broker: it is logged, the broker closes, and
+[`wait_closed`][aiorocket.embedded.EmbeddedBroker.wait_closed] re-raises it.
 
 Every response carries ``remoting_version`` (5.0.0 by default: the broker serves timer
 messages; clients tell a 4.x broker apart by it, docs/protocol.md §0.3, §12.4).
@@ -38,7 +40,7 @@ from collections.abc import Coroutine, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._concurrency import Service, ServiceOwner
 from aiorocket._names import now_ms
 from aiorocket._protocol import acl
 from aiorocket._protocol.codes import RequestCode, ResponseCode
@@ -102,14 +104,7 @@ def _primary_ipv4() -> str:
     return ip if ip not in ("0.0.0.0", "") else "127.0.0.1"
 
 
-async def _logged(coro: Coroutine[Any, Any, None], name: str) -> None:
-    try:
-        await coro
-    except Exception:
-        log.exception("broker task %s failed", name)
-
-
-class EmbeddedBroker(AsyncResource):
+class EmbeddedBroker(ServiceOwner):
     """An embedded broker + name server, as an async context manager.
 
     ```python
@@ -170,18 +165,20 @@ class EmbeddedBroker(AsyncResource):
         self._stats: BrokerStats | None = None
         self._transactions: TransactionService | None = None
         self._dispatcher = Dispatcher()
-        self._service = Service(
+        self._lifecycle = Service(
             "aiorocket-broker",
             startup=self._startup,
-            shutdown=self._shutdown,
+            shutdown=self._teardown,  # its error is raised by close(), no crash
             abort=self._abort,
             logger=log,
         )
-        self._close_error: Exception | None = None
-        self._running = False
-        self._started = False
 
     # -- public ------------------------------------------------------------------------------
+
+    @property
+    def _running(self) -> bool:
+        # Serving: bound (late in the start-up: the address is known) and not closing.
+        return self._server is not None and not self._lifecycle.closing
 
     @property
     def address(self) -> str:
@@ -352,16 +349,15 @@ class EmbeddedBroker(AsyncResource):
             OSError: the port cannot be bound or the data directory cannot be used.
             ValueError: a state file in the data directory is malformed.
         """
-        if self._started:
+        if self._lifecycle.started:
             raise ConfigurationError("an EmbeddedBroker can be started only once")
-        self._started = True
         if self._data_dir_arg is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="aiorocket-broker-"))
             self._own_dir = True
         else:
             self._data_dir = self._data_dir_arg
             self._data_dir.mkdir(parents=True, exist_ok=True)
-        await self._service.start()
+        await self._lifecycle.start()
 
     async def _startup(self) -> None:
         # In the service's supervisor task, which also runs the teardown: the server and the
@@ -494,10 +490,12 @@ class EmbeddedBroker(AsyncResource):
             adv = bound_host
         self._bound = (bound_host, bound_port)
         self._advertised = (adv, config.advertised_port or bound_port)
-        self._running = True
         await schedule.start()
         await timers.start()
         await pop.start()
+        # A crash of one of the parts (a bug in its task) crashes the broker, visibly.
+        for part in (store, server, schedule, timers, pop.context.revive):
+            self._lifecycle.watch(part)
         if lite is not None:
             lite.start()
             self._spawn(run_lite_expiry(ctx, lite), "aiorocket-broker-lite-expiry")
@@ -515,23 +513,11 @@ class EmbeddedBroker(AsyncResource):
         Raises:
             OSError: the final flush failed.
         """
-        self._running = False
-        if not self._service.started:
-            return
-        await self._service.close()
-        error, self._close_error = self._close_error, None
-        if error is not None:
-            raise error
-
-    async def _shutdown(self) -> None:
-        try:
-            await self._teardown()
-        except Exception as exc:
-            self._close_error = exc  # raised by close(), not reported as a crash
+        if self._lifecycle.started:
+            await self._lifecycle.close()
 
     async def _abort(self, started: bool) -> None:
         # A failed start-up (its error goes to start()'s caller) or a crash (logged).
-        self._running = False
         try:
             await self._teardown()
         except Exception:
@@ -539,20 +525,20 @@ class EmbeddedBroker(AsyncResource):
 
     async def _teardown(self) -> None:
         # The background tasks stop first, before what they use closes.
-        tasks = list(self._service.tasks)
+        tasks = list(self._lifecycle.tasks)
         for t in tasks:
             t.cancel()
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         if self._schedule is not None:
-            await self._schedule.stop()
+            await self._schedule.close()
         if self._timers is not None:
-            await self._timers.stop()
+            await self._timers.close()
         if self._pop is not None:
-            await self._pop.stop()
+            await self._pop.close()
         if self._lite is not None:
-            self._lite.stop()
+            self._lite.close()
         server, self._server = self._server, None
         if server is not None:
             await server.__aexit__(None, None, None)
@@ -594,10 +580,11 @@ class EmbeddedBroker(AsyncResource):
             self._timers.parked(queue_offset, due_ms, stored_ms)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        # A task of the broker's service; a failure of one is logged, never fatal to the
-        # broker. Once the broker stops, there is nothing left to run it for.
+        # A task of the broker's service: what it expects to fail it catches and logs itself
+        # (as Java's scheduled tasks do); anything else is a bug and crashes the broker. Once
+        # the broker stops, there is nothing left to run it for.
         try:
-            self._service.spawn(_logged(coro, name), name=name)
+            self._lifecycle.spawn(coro, name=name)
         except ClientClosedError:
             coro.close()
 
@@ -657,17 +644,15 @@ class EmbeddedBroker(AsyncResource):
         config = self._config
         while True:
             await asyncio.sleep(config.channel_scan_interval)
-            try:
-                now = time.monotonic()
-                assert self._groups is not None
-                assert self._locks is not None
-                for channel in self._groups.expire(now=now, max_idle=config.channel_expiry):
-                    if isinstance(channel, Connection):
-                        log.info("closing expired channel %s", channel.peer)
-                        channel.close()
-                self._locks.expire(now=now)
-            except Exception:
-                log.exception("broker housekeeping failed")
+            # In memory only: nothing here is expected to fail (a failure is a bug).
+            now = time.monotonic()
+            assert self._groups is not None
+            assert self._locks is not None
+            for channel in self._groups.expire(now=now, max_idle=config.channel_expiry):
+                if isinstance(channel, Connection):
+                    log.info("closing expired channel %s", channel.peer)
+                    channel.close()
+            self._locks.expire(now=now)
 
     async def _persist_loop(self) -> None:
         while True:
@@ -684,5 +669,7 @@ class EmbeddedBroker(AsyncResource):
                     await self._schedule.flush()
                 if self._timers is not None:
                     await self._timers.flush()
-            except Exception:
+            except OSError:
+                # A full or failing disk: logged, tried again next round (as Java's
+                # persist tasks do); anything else is a bug and crashes the broker.
                 log.exception("writing consumer offsets, delay or timer progress failed")

@@ -95,7 +95,7 @@ class LiteService:
         """Listen to the write path: an arrival in an LMQ is offered to its subscribers."""
         self._ctx.waiters.add_listener(self._on_arrival)
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """Stop listening and forget the pending offers (idempotent)."""
         self._ctx.waiters.remove_listener(self._on_arrival)
         for handle in self._due.values():

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from aiorocket._concurrency import Service
+from aiorocket._concurrency import Service, ServiceOwner
 from aiorocket._names import RETRY_PREFIX, now_ms, pop_retry_topic
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import MessageSysFlag
@@ -67,7 +67,7 @@ def normal_topic(popped: str, group: str) -> str:
     return popped
 
 
-class ReviveService:
+class ReviveService(ServiceOwner):
     """Re-puts the unacked messages of due checkpoints into their retry topics.
 
     Args:
@@ -100,20 +100,12 @@ class ReviveService:
         self._store_address = store_address
         self._event = asyncio.Event()
         self._planned = 0  # when the task wakes next (ms)
-        self._service = Service("aiorocket-pop-revive", startup=self._startup, logger=log)
+        self._lifecycle = Service("aiorocket-pop-revive", startup=self._startup, logger=log)
         #: messages re-put into retry topics since start
         self.revived = 0
 
-    async def start(self) -> None:
-        """Start the revive task."""
-        await self._service.start()
-
-    async def stop(self) -> None:
-        """Stop the revive task (idempotent; a no-op before `start`)."""
-        await self._service.close()
-
     async def _startup(self) -> None:
-        self._service.spawn(self._run(), name="aiorocket-pop-revive")
+        self._lifecycle.spawn(self._run(), name="aiorocket-pop-revive")
 
     def wake(self, due_ms: int) -> None:
         """A checkpoint due at ``due_ms`` was added: wake the task if it sleeps past it.

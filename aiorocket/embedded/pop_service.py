@@ -128,10 +128,10 @@ class PopService:
         self.context.pops.on_arrival(topic, queue_id, queue_offset, tags_code)
         self.context.notifications.on_arrival(topic, queue_id, queue_offset, tags_code)
 
-    async def stop(self) -> None:
+    async def close(self) -> None:
         """Stop reviving (idempotent); held requests end with their connections."""
         self._ctx.waiters.remove_listener(self._on_arrival)
-        await self.context.revive.stop()
+        await self.context.revive.close()
 
     async def flush(self) -> None:
         """Record the revive offset in the offset table (written after this by the caller)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiorocket._concurrency import Service
+from aiorocket._concurrency import Service, ServiceOwner
 from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import decode_message
@@ -37,14 +37,16 @@ log = logging.getLogger("aiorocket.embedded")
 _BATCH = 64
 
 
-class DueDelivery(PersistedTable):
+class DueDelivery(PersistedTable, ServiceOwner):
     """What the delay-level and timer services share: parked messages re-stored in their real
     topics when due, by tasks of one `Service`, and a progress table persisted only
     once the re-stores it covers are durable (Java's ``ScheduleMessageService`` and
     ``TimerMessageStore`` both persist their progress after their puts).
 
-    Subclasses give `_startup` (the tasks), `_progress` (the table to write, or
-    ``None`` when it did not move) and `_progress_written`.
+    ``start``/``close``/``wait_closed`` are the service's (`ServiceOwner`): closing stops the
+    tasks and keeps the progress (`flush` writes it). Subclasses give `_startup` (the
+    tasks), `_progress` (the table to write, or ``None`` when it did not move) and
+    `_progress_written`.
 
     Args:
         writer: stores the due messages in their real topics.
@@ -75,7 +77,7 @@ class DueDelivery(PersistedTable):
         self._store_address = store_address
         self._last_put: PutResult | None = None
         self._flush_lock = asyncio.Lock()
-        self._service = Service(name, startup=self._startup, logger=log)
+        self._lifecycle = Service(name, startup=self._startup, logger=log)
         #: messages re-stored in their real topics since start
         self.delivered = 0
 
@@ -87,19 +89,6 @@ class DueDelivery(PersistedTable):
 
     def _progress_written(self, table: dict[str, int]) -> None:
         raise NotImplementedError
-
-    async def start(self) -> None:
-        """Start the delivery tasks.
-
-        Raises:
-            ClientClosedError: the store is not open, or the service was stopped.
-        """
-        await self._service.start()
-
-    async def stop(self) -> None:
-        """Stop the delivery tasks (progress is kept; call `flush` afterwards).
-        Idempotent, and a no-op before `start`."""
-        await self._service.close()
 
     async def flush(self) -> None:
         """Persist the progress if it moved, after the re-stores it covers are durable.
@@ -176,7 +165,7 @@ class ScheduleService(DueDelivery):
         queues.update(self._store.queues().get(SCHEDULE_TOPIC, []))
         for q in sorted(queues):
             self._events[q] = asyncio.Event()
-            self._service.spawn(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
+            self._lifecycle.spawn(self._run_level(q), name=f"aiorocket-delay-{q + 1}")
 
     def _progress(self) -> dict[str, int] | None:
         if self._done == self._written:

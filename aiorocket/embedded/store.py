@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from aiorocket._concurrency import AsyncResource, Service
+from aiorocket._concurrency import Service, ServiceOwner
 from aiorocket._names import SCHEDULE_TOPIC, now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.lite import LITE_QUEUE_PREFIX
@@ -179,7 +179,7 @@ class _State(enum.Enum):
     CLOSED = 2
 
 
-class MessageStore(AsyncResource):
+class MessageStore(ServiceOwner):
     """A durable, segmented message store for one broker, used from one event loop.
 
     Args:
@@ -250,8 +250,7 @@ class MessageStore(AsyncResource):
         self._lock_fd: int | None = None
         self._flusher = Flusher(self._data_dir, self._log, self._files, self._queues)
         self._bg_task: asyncio.Task[Any] | None = None
-        self._close_error: OSError | None = None
-        self._service = Service(
+        self._lifecycle = Service(
             "aiorocket-store",
             startup=self._startup,
             shutdown=self._shutdown,
@@ -297,7 +296,7 @@ class MessageStore(AsyncResource):
         """
         if self._state is not _State.NEW:
             raise ConfigurationError("a MessageStore can be opened only once")
-        await self._service.start()
+        await self._lifecycle.start()
 
     async def close(self) -> None:
         """Flush and fsync everything, write a final checkpoint and close every file.
@@ -312,10 +311,7 @@ class MessageStore(AsyncResource):
             self._release()
             return
         self._state = _State.CLOSED
-        await self._service.close()
-        error, self._close_error = self._close_error, None
-        if error is not None:
-            raise error
+        await self._lifecycle.close()  # (raises the final flush's error)
 
     async def _startup(self) -> None:
         # In the service's supervisor task: recover, then run the background loop.
@@ -333,7 +329,7 @@ class MessageStore(AsyncResource):
         self._rec_seconds = time.monotonic() - started
         self._flusher.started()
         self._state = _State.OPEN
-        self._bg_task = self._service.spawn(self._background(), name="aiorocket-store-flush")
+        self._bg_task = self._lifecycle.spawn(self._background(), name="aiorocket-store-flush")
 
     async def _shutdown(self) -> None:
         # The background loop stops first: no flush round of its own may outlive the last.
@@ -344,11 +340,9 @@ class MessageStore(AsyncResource):
             with contextlib.suppress(asyncio.CancelledError):
                 await bg
         try:
-            await self._flusher.finish()
-        except OSError as exc:
-            self._close_error = exc  # raised by close(); the files are released anyway
+            await self._flusher.finish()  # an error is raised by close()
         finally:
-            self._release()
+            self._release()  # the files are released anyway
 
     async def _abort(self, started: bool) -> None:
         # A failed start-up released what it held (once its thread ended); after a crash of

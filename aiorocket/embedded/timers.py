@@ -191,7 +191,7 @@ class TimerService(DueDelivery):
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def _startup(self) -> None:
-        self._service.spawn(self._run(), name="aiorocket-timer-delivery")
+        self._lifecycle.spawn(self._run(), name="aiorocket-timer-delivery")
 
     def _progress(self) -> dict[str, int] | None:
         low: int = self._offsets[0] if self._offsets else self._store.max_offset(TIMER_TOPIC, 0)

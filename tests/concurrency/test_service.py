@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from aiorocket import Producer
-from aiorocket._concurrency import Service
+from aiorocket._concurrency import Service, describe_crash
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ClientClosedError
 
@@ -123,3 +123,35 @@ async def test_a_producer_crashing_in_the_background_leaves_its_starter_running(
     assert info.value.subgroup(Bug) is not None
     assert any("crashed" in r.getMessage() for r in caplog.records)
     await asyncio.wait_for(producer.close(), 1.0)
+
+
+async def test_a_watched_crash_crashes_the_owner_and_a_shutdown_error_is_raised() -> None:
+    child: Service
+
+    async def child_startup() -> None:
+        child.spawn(_fail_soon(), name="bug")
+
+    child = Service("child", startup=child_startup)
+    parent: Service
+
+    async def parent_startup() -> None:
+        await child.start()
+        parent.watch(child)
+
+    parent = Service("parent", startup=parent_startup)
+    await parent.start()
+    with pytest.raises(BaseExceptionGroup, match="parent crashed") as info:
+        await asyncio.wait_for(parent.wait_closed(), 5)
+    assert info.value.subgroup(Bug) is not None
+    assert describe_crash(info.value) == "parent crashed: child crashed: Bug: boom"
+
+    async def failing_shutdown() -> None:
+        raise OSError("final flush failed")
+
+    service = Service("svc", shutdown=failing_shutdown)
+    await service.start()
+    with pytest.raises(OSError, match="final flush failed"):
+        await service.close()
+    await service.close()  # raised once
+    await service.wait_closed()  # no crash
+    assert service.crash is None
