@@ -279,7 +279,9 @@ class GroupMember(ServiceOwner):
         """Shut down gracefully (see the module docs); safe to call more than once.
 
         Raises:
-            Nothing: a crash of the consumer is re-raised by `wait_closed` instead.
+            Exception: the shutdown itself failed unexpectedly (its last steps, flushing
+                offsets, unlocking and unregistering, log their failures instead); a crash of
+                the consumer is re-raised by `wait_closed`.
         """
         # Shielded, bounded by shutdown_grace and the cleanup timeouts.
         await self._lifecycle.close()
