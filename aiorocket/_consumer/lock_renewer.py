@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.process_queue import ProcessQueue
@@ -25,6 +26,8 @@ from aiorocket.errors import BrokerError, TransportError
 from aiorocket.models import MessageQueue
 
 __all__ = ["BrokerLocks"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("aiorocket.consumer")
 
@@ -48,27 +51,37 @@ class BrokerLocks:
             out[mq.broker_name].append(mq)
         return out
 
+    async def _on_master(
+        self,
+        verb: str,
+        broker_name: str,
+        queues: list[MessageQueue],
+        call: Callable[[str], Awaitable[_T]],
+    ) -> tuple[_T, float] | None:
+        """One batch request to the master of ``broker_name`` (one at a time): its answer and
+        when it was sent, or ``None`` when the broker could not be asked (logged)."""
+        async with self._rpc:
+            # (a lock granted by the retry at a moved master was sent later: trusting it from
+            # here on is the safe side)
+            sent = asyncio.get_running_loop().time()
+            try:
+                answer = await self._client.call_broker(
+                    broker_name, queues[0].topic, call, master=True
+                )
+            except (TransportError, BrokerError) as exc:
+                log.warning("%s %d queue(s) on %s failed: %s", verb, len(queues), broker_name, exc)
+                return None
+        return answer, sent
+
     async def _lock_on(
         self, broker_name: str, queues: list[MessageQueue]
     ) -> tuple[set[MessageQueue], float] | None:
         """One LOCK_BATCH_MQ: the granted queues and when the request was sent, or ``None``
         when the broker could not be asked (logged)."""
         client, group = self._client, self._group
-        async with self._rpc:
-            # (a lock granted by the retry at a moved master was sent later: trusting it from
-            # here on is the safe side)
-            sent = asyncio.get_running_loop().time()
-            try:
-                ok = await client.call_broker(
-                    broker_name,
-                    queues[0].topic,
-                    lambda addr: client.lock_batch(addr, group, queues),
-                    master=True,
-                )
-            except (TransportError, BrokerError) as exc:
-                log.warning("locking %d queue(s) on %s failed: %s", len(queues), broker_name, exc)
-                return None
-        return ok, sent
+        return await self._on_master(
+            "locking", broker_name, queues, lambda addr: client.lock_batch(addr, group, queues)
+        )
 
     async def lock(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, float]:
         """Lock ``mqs`` (``RebalanceImpl.lock`` for a batch); the queues granted, each with
@@ -128,15 +141,8 @@ class BrokerLocks:
 
     async def _unlock_on(self, broker_name: str, queues: list[MessageQueue]) -> None:
         client, group = self._client, self._group
-        async with self._rpc:
-            try:
-                await client.call_broker(
-                    broker_name,
-                    queues[0].topic,
-                    lambda addr: client.unlock_batch(addr, group, queues),
-                    master=True,
-                )
-            except (TransportError, BrokerError) as exc:
-                log.warning("unlocking %d queue(s) on %s failed: %s", len(queues), broker_name, exc)
-                return
-        log.info("unlocked %s", ", ".join(str(mq) for mq in queues))
+        done = await self._on_master(
+            "unlocking", broker_name, queues, lambda addr: client.unlock_batch(addr, group, queues)
+        )
+        if done is not None:
+            log.info("unlocked %s", ", ".join(str(mq) for mq in queues))
