@@ -22,6 +22,7 @@ import pytest
 import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
 from tests.interop.apache.cluster import JavaCluster
+from tests.interop.apache.install import Install
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
@@ -128,8 +129,15 @@ async def test_aiorocket_requests_answered_by_a_java_responder(
 
 
 async def test_java_requests_answered_by_an_aiorocket_responder(
-    namesrv: str, java_classes: Path, tmp_path: Path
+    namesrv: str, java_classes: Path, tmp_path: Path, rocketmq: Install
 ) -> None:
+    if (5, 3, 1) <= rocketmq.version_tuple < (5, 4):
+        # Java's blocking request() returns as soon as the request is stored (docs/protocol.md
+        # §13, quirks): most requests fail at once whatever the responder does.
+        pytest.skip(
+            "the Java 5.3.1-5.3.3 client's request() does not wait for the reply; "
+            f"this install is {rocketmq.version}"
+        )
     topic = unique_name("rr_py")
     await create_topic(namesrv, topic)
     async with Responder(namesrv, topic) as responder:
