@@ -367,11 +367,12 @@ class LiteConsumer(GroupMember):
     async def _shutdown(self) -> None:
         for timer in (self._route_timer, self._sync_timer):
             timer.stop()
+        # The tracer first: its task may be sending a batch that cancelling would lose.
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
         for task in list(self._tasks):
             task.cancel()
         self._buffer.clear()
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
         await self._cleanup(self._unregister(), "remove lite subscriptions")
         await self._client.close()
         log.info("lite consumer %s closed", self._group)

@@ -568,11 +568,12 @@ class PushConsumer(GroupMember):
         for timer in (self._route_timer, self._persist_timer, self._clean_timer):
             if timer is not None:
                 timer.stop()
+        # The tracer first: its task may be sending a batch that cancelling would lose.
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
         for task in list(self._tasks):
             if task is not self._heartbeat_task:
                 task.cancel()
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
         # 4. Offsets flushed, orderly queues unlocked (after the flush, so the next owner
         #    reads the final offsets), client unregistered: shielded and bounded.
         await self._cleanup(self._flush_offsets(), "flush offsets")

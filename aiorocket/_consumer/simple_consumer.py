@@ -176,10 +176,11 @@ class SimpleConsumer(GroupMember):
     async def _shutdown(self) -> None:
         for timer in (self._route_timer, self._heartbeat_timer):
             timer.stop()
-        for task in list(self._tasks):
-            task.cancel()
+        # The tracer first: its task may be sending a batch that cancelling would lose.
         if self.tracer is not None:
             await self._cleanup(self.tracer.close(), "flush traces")
+        for task in list(self._tasks):
+            task.cancel()
         await self._cleanup(self._unregister(), "unregister consumer")
         await self._client.close()
         log.info("simple consumer %s closed", self._group)

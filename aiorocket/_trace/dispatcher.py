@@ -121,6 +121,10 @@ class TraceDispatcher:
         self._queue_size = queue_size
         self._max_msg_size = max_msg_size
         self._wake = asyncio.Event()
+        # set while run() has no batch in flight: close() waits for it rather than leave a
+        # batch half sent (its owner cancels the task once close() returns)
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._closed = False
         self._first_at: float | None = None
         self._next_queue = random.randrange(1 << 16)
@@ -180,7 +184,12 @@ class TraceDispatcher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            await self._send_batch(self._take())
+            batch = self._take()
+            self._idle.clear()
+            try:
+                await self._send_batch(batch)
+            finally:
+                self._idle.set()
 
     def _due(self) -> bool:
         first = self._first_at
@@ -193,10 +202,12 @@ class TraceDispatcher:
         asyncio.get_running_loop().call_later(self._flush_interval, self._wake.set)
 
     async def close(self) -> None:
-        """Send every queued record (each send bounded by the send timeout); later records are
-        dropped. Call before the client closes."""
+        """Send every queued record (each send bounded by the send timeout), after the batch
+        `run` has in flight; later records are dropped. Call before the client closes and
+        before `run`'s task is cancelled."""
         self._closed = True
-        self._wake.set()  # run() returns
+        self._wake.set()  # run() returns once its batch in flight is sent
+        await self._idle.wait()
         while self._queue:
             await self._send_batch(self._take())
 

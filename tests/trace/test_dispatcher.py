@@ -138,6 +138,21 @@ async def test_grouped_per_topic_and_split_by_size() -> None:
     assert len(client.sent) == 4  # ~40 characters a record: two, then one, per topic
 
 
+async def test_close_waits_for_the_batch_in_flight() -> None:
+    # The owner cancels run()'s task once close() returns (a consumer's shutdown does): a
+    # batch run() was still sending must be stored first, not cut off.
+    client = FakeClient(delay=0.3)
+    d = _dispatcher(client, batch_size=2)
+    task = asyncio.create_task(d.run())
+    d.append(_record(0))
+    d.append(_record(1))  # a full batch: run() starts sending it
+    await wait_for(lambda: d.pending == 0, timeout=2.0, what="run() took the batch")
+    assert not client.sent
+    await d.close()
+    task.cancel()
+    assert sum(len(decode_trace(b.decode())) for _, b in client.sent) == 2
+
+
 async def test_bounded_queue_drops_and_counts() -> None:
     d = _dispatcher(FakeClient(), queue_size=3)
     results = [d.append(_record(i)) for i in range(5)]

@@ -97,7 +97,10 @@ async def _wait_trace(
         rows = await _mqadmin_trace(cluster, msg_id)
         return len(rows) >= want
 
-    await wait_for(enough, timeout=timeout, what=f"{want} trace rows of {msg_id}", interval=2.0)
+    try:
+        await wait_for(enough, timeout=timeout, what=f"{want} trace rows of {msg_id}", interval=2.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; mqadmin showed {rows}") from None
     return rows
 
 

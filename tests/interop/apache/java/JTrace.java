@@ -41,6 +41,10 @@ public class JTrace {
             JsonOut.emit("{\"ev\":\"sent\",\"i\":" + i + ",\"msg_id\":" + JsonOut.q(r.getMsgId())
                 + ",\"offset_msg_id\":" + JsonOut.q(r.getOffsetMsgId()) + "}");
         }
+        // shutdown() hands the last trace batch to an executor and closes the trace producer
+        // without waiting for its asynchronous send (4.9.x AsyncTraceDispatcher.flush), so a
+        // Pub record can be lost; the dispatcher sends a batch within 500 ms.
+        Thread.sleep(1500);
         p.shutdown();
         JsonOut.emit("{\"ev\":\"done\"}");
         System.exit(0);
