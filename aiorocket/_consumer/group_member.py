@@ -18,12 +18,14 @@ import asyncio
 import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Backoff, Periodic, Service, ServiceOwner, bounded
+from aiorocket._consumer.context import ConsumerContext
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
 from aiorocket._consumer.rebalance import Rebalancer, describe_queues
@@ -32,8 +34,6 @@ from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import is_retry_topic, retry_topic, validate_group, wrap_namespace
 from aiorocket._protocol.allocation import AllocationStrategy, strategy_named
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
-from aiorocket._protocol.command import RemotingCommand
-from aiorocket._remoting import Connection
 from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     BrokerError,
@@ -544,9 +544,26 @@ class GroupMember(ServiceOwner):
             except (TransportError, BrokerError) as exc:
                 log.debug("unregister from %s failed: %s", addr, exc)
 
-    # -- requests from brokers ----------------------------------------------------------------
+    # -- the collaborators' context -----------------------------------------------------------
 
-    async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        log.debug("consumer ids of %s changed; rebalancing now", self._group)
+    def _new_context(self) -> ConsumerContext:
+        """The context of this member's collaborators (once the client, offsets and stats
+        are built; the start's wall clock is the running info's start time)."""
+        self._start_wall = int(time.time() * 1000)
+        return ConsumerContext(
+            client=self._client,
+            group=self._group,
+            settings=self.settings,
+            subscriptions=self._subscriptions,
+            offsets=self._offsets,
+            stats=self._stats,
+            consume_type=self._consume_type,
+            start_wall=self._start_wall,
+            spawn=self._spawn,
+            wake_rebalance=self._wake_rebalance,
+            cleanup=self._cleanup,
+            closing=lambda: self._closing,
+        )
+
+    def _wake_rebalance(self) -> None:
         self._rebalance_timer.wake()
-        return

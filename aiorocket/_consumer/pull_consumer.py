@@ -53,13 +53,14 @@ from aiorocket._consumer.hooks import (
     ReceiveHookContext,
     run_received,
 )
-from aiorocket._consumer.queue_table import OwnedQueue, PullQueues
+from aiorocket._consumer.queue_table import OwnedQueue, Pauses, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import install_trace, trace_polled
 from aiorocket._names import without_namespace
+from aiorocket._remoting import Dispatcher
 from aiorocket.errors import (
     ConfigurationError,
     OffsetOutOfRangeError,
@@ -231,14 +232,16 @@ class PullConsumer(GroupMember):
         self._mode: Literal["none", "subscribe", "assign"] = "none"
         #: assign(): the queues to read (wire names)
         self._assigned: list[MessageQueue] = []
-        #: the owned queues, their buffers and positions
-        self._queues = PullQueues(self, auto_commit=auto_commit)
+        #: what pause() paused (queues, wire names)
+        self._pauses = Pauses()
         #: close() counts what was handed out as processed; an exception leaving
         #: ``async with`` does not
         self._close_acks = True
         self._hooks: list[ConsumeHook] = []
         self._receive_hooks: list[ReceiveHook] = []
         # Built by start() (_build), besides GroupMember's parts.
+        #: the owned queues, their buffers and positions
+        self._queues: PullQueues
         self._sender: SendBack
         self._commit_timer: Periodic
 
@@ -331,16 +334,18 @@ class PullConsumer(GroupMember):
 
     def _build(self) -> None:
         s = self.settings
+        dispatcher = Dispatcher()  # (filled below, once the queues it reports exist)
+        self._client = client = ClientInstance(s, handler=dispatcher)
+        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
+        self._offsets = self._new_offset_store(client)
+        ctx = self._new_context()
+        self._queues = PullQueues(ctx, self._pauses, auto_commit=self._auto_commit)
         requests = BrokerRequests(
-            self, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
+            ctx, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
         )
         # RESET_CONSUMER_CLIENT_OFFSET and CONSUME_MESSAGE_DIRECTLY are push-consumer requests
         # (MQClientInstance answers them only for DefaultMQPushConsumerImpl): code 3 here.
-        dispatcher = requests.dispatcher(grouped=self._mode == "subscribe")
-        self._client = client = ClientInstance(s, handler=dispatcher)
-        self._stop = asyncio.Event()
-        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
-        self._offsets = self._new_offset_store(client)
+        requests.register(dispatcher, grouped=self._mode == "subscribe")
         self._sender = SendBack(client=client, group=self._group, settings=s)
         self._trace_hooks: list[ConsumeHook] = list(self._hooks)
         self.tracer = install_trace(client, s, self._trace_hooks)
@@ -353,14 +358,12 @@ class PullConsumer(GroupMember):
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
         )
-        self._queues.init_limits()
         self._membership_timers()
         self._commit_timer = Periodic(
             self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
         )
 
     async def _startup(self) -> None:
-        self._start_wall = int(time.time() * 1000)
         await self._offsets.load()
         await self._refresh_routes(at_start=True)
         grouped = self._mode == "subscribe"
@@ -410,7 +413,8 @@ class PullConsumer(GroupMember):
         await super().__aexit__(exc_type, exc, tb)
 
     def _wake_readers(self) -> None:
-        self._queues.data.set()
+        if self._started:
+            self._queues.data.set()
 
     async def _shutdown(self) -> None:
         # 1. No more rebalancing: the owned set is final; readers get nothing more.
@@ -541,14 +545,16 @@ class PullConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was never started.
         """
+        if not self._started:
+            if self._closing:
+                raise StopAsyncIteration
+            raise ConfigurationError("the consumer has not been started")
         queues = self._queues
         if queues.dirty:
             queues.acknowledge()
         while not queues.ready:
             if self._closing:
                 raise StopAsyncIteration
-            if not self._started:
-                raise ConfigurationError("the consumer has not been started")
             await queues.data.wait()
         if self._closing:
             raise StopAsyncIteration
@@ -570,6 +576,8 @@ class PullConsumer(GroupMember):
         before start: those)."""
         if not self._started and self._mode == "assign":
             return {self._user_mq(mq) for mq in self._assigned}
+        if not self._started:
+            return set()
         return {self._user_mq(mq) for mq, o in self._queues.entries.items() if not o.revoking}
 
     def position(self, queue: MessageQueue) -> int:
@@ -778,6 +786,8 @@ class PullConsumer(GroupMember):
 
     def paused(self) -> set[MessageQueue]:
         """The owned queues paused now."""
+        if not self._started:
+            return set()
         return {self._user_mq(mq) for mq in self._queues.entries if self._queues.is_paused(mq)}
 
     # -- retries, topics ----------------------------------------------------------------------
@@ -824,4 +834,5 @@ class PullConsumer(GroupMember):
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "started" if self._started else "new"
-        return f"PullConsumer(group={self._group!r}, {state}, queues={len(self._queues.entries)})"
+        held = len(self.held()) if self._started else 0
+        return f"PullConsumer(group={self._group!r}, {state}, queues={held})"

@@ -55,7 +55,7 @@ from aiorocket._consumer.key_order import key_function
 from aiorocket._consumer.lock_renewer import BrokerLocks
 from aiorocket._consumer.pop_feed import FeedTarget, PopFeed
 from aiorocket._consumer.popping import PopClient
-from aiorocket._consumer.queue_table import PushQueues
+from aiorocket._consumer.queue_table import Pauses, PushQueues
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.stats import (
@@ -68,6 +68,7 @@ from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import install_trace
 from aiorocket._protocol.codes import Perm
 from aiorocket._protocol.pop import QueryAssignmentRequestBody
+from aiorocket._remoting import Dispatcher
 from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
@@ -200,9 +201,11 @@ class PushConsumer(GroupMember):
         self._locking = s.orderly and self._clustering
         self._handler: Handler | OrderlyHandler | None = None
         self._hooks: list[ConsumeHook] = []
-        #: the held queues; pause() lists everything, or queues and topics (wire names)
-        self._queues = PushQueues(self, locking=self._locking)
+        #: what pause() paused: everything, or queues and topics (wire names)
+        self._pauses = Pauses()
         # Built by start() (_build), besides GroupMember's parts.
+        #: the held queues
+        self._queues: PushQueues
         self._service: ConcurrentConsumeService | OrderlyConsumeService
         self._locks: BrokerLocks | None = None
         self._clean_timer: Periodic | None = None
@@ -291,7 +294,9 @@ class PushConsumer(GroupMember):
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
         queues, topics = self._pause_targets(targets)
-        self._queues.set_paused(True, queues, topics, everything=not targets)
+        self._pauses.set(True, queues, topics, everything=not targets)
+        if self._started:
+            self._queues.apply_pause()
 
     def resume(self, *targets: MessageQueue | str) -> None:
         """Undo [`pause`][aiorocket.PushConsumer.pause] for the given queues or topics, or for
@@ -303,7 +308,9 @@ class PushConsumer(GroupMember):
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
         queues, topics = self._pause_targets(targets)
-        self._queues.set_paused(False, queues, topics, everything=not targets)
+        self._pauses.set(False, queues, topics, everything=not targets)
+        if self._started:
+            self._queues.apply_pause()
 
     def _pause_targets(
         self, targets: Sequence[MessageQueue | str]
@@ -347,12 +354,12 @@ class PushConsumer(GroupMember):
         """Create the parts (no I/O, nothing started)."""
         s = self.settings
         assert self._handler is not None
-        requests = PushRequests(self, self._queues, handler=self._handler, orderly=self._orderly)
-        self._client = client = ClientInstance(s, handler=requests.dispatcher(grouped=True))
+        dispatcher = Dispatcher()  # (filled below, once the queues it reports exist)
+        self._client = client = ClientInstance(s, handler=dispatcher)
         loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
         self._stats = StatsRecorder(now=loop.time())
         self._offsets = self._new_offset_store(client)
+        ctx = self._new_context()
         if self.tracer is None:
             self.tracer = install_trace(client, s, self._hooks)
         if self._orderly:
@@ -396,7 +403,16 @@ class PushConsumer(GroupMember):
             )
             if concurrent is not None:
                 concurrent.pop_retry = self._feed.retry
-        self._queues.build(self._service, self._locks, self._on_lock_expired)
+        self._queues = PushQueues(
+            ctx,
+            self._pauses,
+            service=self._service,
+            locks=self._locks,
+            on_lock_expired=self._on_lock_expired,
+            start_offset=self._start_offset,
+        )
+        requests = PushRequests(ctx, self._queues, handler=self._handler, orderly=self._orderly)
+        requests.register(dispatcher, grouped=True)
         self._rebalancer = Rebalancer(
             client=client,
             group=self._group,
@@ -408,7 +424,6 @@ class PushConsumer(GroupMember):
             locker=self._locks,
             on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
         )
-        self._queues.init_limits()
         self._membership_timers()
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
@@ -430,7 +445,6 @@ class PushConsumer(GroupMember):
     # -- start-up -----------------------------------------------------------------------------
 
     async def _startup(self) -> None:
-        self._start_wall = int(time.time() * 1000)
         await self._offsets.load()
         await self._refresh_routes(at_start=True)
         await self._check_client_config()
@@ -533,6 +547,9 @@ class PushConsumer(GroupMember):
             await self._offsets.persist_all(self._queues.held(), sync=True)
 
     # -- orderly locks ------------------------------------------------------------------------
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        return await self._rebalancer.start_offset(mq)
 
     def _on_lock_expired(self) -> None:
         # tryLockLaterAndReconsume: a queue waits for its lock; try to renew it now.
@@ -639,4 +656,5 @@ class PushConsumer(GroupMember):
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "started" if self._started else "new"
-        return f"PushConsumer(group={self._group!r}, {state}, queues={len(self._queues.entries)})"
+        held = len(self.held()) if self._started else 0
+        return f"PushConsumer(group={self._group!r}, {state}, queues={held})"
