@@ -335,13 +335,13 @@ class LiteConsumer(GroupMember):
         sender = SendBack(client=client, group=self._group, settings=s)
         self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
-        self._membership_timers()
+        self._new_membership()
         self._sync_timer = Periodic(
             self._sync_all, self._sync_interval, name="lite sync", run_first=False
         )
 
     async def _startup(self) -> None:
-        await self._refresh_routes(at_start=True)
+        await self._membership.refresh_routes(at_start=True)
         if self._client.route(self._topic) is None:
             raise TopicNotExistError(
                 f"the parent topic {self._topic} has no route: create it as a LITE topic "
@@ -356,7 +356,7 @@ class LiteConsumer(GroupMember):
             await self._ctl("PARTIAL_ADD", names, option)
         self._client.on_new_brokers = self._on_new_brokers
         self._spawn(self._sync_timer.run(), name="lite sync")
-        self._spawn(self._route_timer.run(), name="route refresh")
+        self._membership.start(heartbeats=False)  # (a lite consumer is heard through its syncs)
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
 
@@ -365,8 +365,8 @@ class LiteConsumer(GroupMember):
             self._sync_timer.wake()  # subscribe there too
 
     async def _shutdown(self) -> None:
-        for timer in (self._route_timer, self._sync_timer):
-            timer.stop()
+        self._membership.stop_refresh()
+        self._sync_timer.stop()
         for task in list(self._tasks):
             task.cancel()
         self._buffer.clear()
@@ -404,7 +404,7 @@ class LiteConsumer(GroupMember):
     async def _brokers_now(self) -> list[str]:
         names = self._brokers()
         if not names:
-            await self._refresh_routes()
+            await self._membership.refresh_routes()
             names = self._brokers()
         return names
 

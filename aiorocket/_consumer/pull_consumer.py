@@ -358,29 +358,28 @@ class PullConsumer(GroupMember):
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
         )
-        self._membership_timers()
+        self._new_membership()
         self._commit_timer = Periodic(
             self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
         )
 
     async def _startup(self) -> None:
         await self._offsets.load()
-        await self._refresh_routes(at_start=True)
+        membership = self._membership
+        await membership.refresh_routes(at_start=True)
         grouped = self._mode == "subscribe"
         if grouped:
             await self._check_client_config()
-            await self._send_heartbeats(at_start=True)
-            if any(self._client.route(t) is None for t in self._subscriptions):
+            await membership.send_heartbeats(at_start=True)
+            if membership.missing_routes():
                 # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
-                await self._refresh_routes()
+                await membership.refresh_routes()
         await self._rebalance()
         # Assigned queues go through the same rounds: a queue whose start offset could not
         # be found is tried again at the next one.
         self._spawn(self._rebalance_timer.run(), name="rebalance")
-        if grouped:
-            self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
-            self._client.on_new_brokers = self._on_new_brokers
-        self._spawn(self._route_timer.run(), name="route refresh")
+        # (assigned queues: no group to be heard by)
+        membership.start(heartbeats=grouped)
         if self._auto_commit:
             self._spawn(self._commit_timer.run(), name="auto commit")
         if self.tracer is not None:
@@ -430,13 +429,12 @@ class PullConsumer(GroupMember):
         await self._cleanup(self._flush_offsets(), "flush offsets")
         if self.tracer is not None:
             await self._cleanup(self.tracer.close(), "flush traces")
-        for timer in (self._route_timer, self._commit_timer):
-            timer.stop()
+        self._membership.stop_refresh()
+        self._commit_timer.stop()
         for task in list(self._tasks):
-            if self._mode != "subscribe" or task is not self._heartbeat_task:
+            if task is not self._membership.heartbeat_task:
                 task.cancel()
         if self._mode == "subscribe":
-            self._heartbeat_timer.stop()
             await self._cleanup(self._unregister(), "unregister consumer")
         # 4. Connections closed.
         await self._client.close()

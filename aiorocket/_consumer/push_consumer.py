@@ -424,7 +424,7 @@ class PushConsumer(GroupMember):
             locker=self._locks,
             on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
         )
-        self._membership_timers()
+        self._new_membership()
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
         )
@@ -446,13 +446,14 @@ class PushConsumer(GroupMember):
 
     async def _startup(self) -> None:
         await self._offsets.load()
-        await self._refresh_routes(at_start=True)
+        membership = self._membership
+        await membership.refresh_routes(at_start=True)
         await self._check_client_config()
         await self._claim_client_id()
-        await self._send_heartbeats(at_start=True)
-        if any(self._client.route(t) is None for t in self._subscriptions):
+        await membership.send_heartbeats(at_start=True)
+        if membership.missing_routes():
             # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
-            await self._refresh_routes()
+            await membership.refresh_routes()
         if isinstance(self._service, ConcurrentConsumeService):
             for i in range(self.settings.concurrency):
                 self._spawn(self._service.worker(), name=f"consume worker {i}")
@@ -462,14 +463,12 @@ class PushConsumer(GroupMember):
         self._spawn(self._rebalance_timer.run(), name="rebalance")
         if self._lock_timer is not None:
             self._spawn(self._lock_timer.run(), name="lock renewal")
-        self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
-        self._spawn(self._route_timer.run(), name="route refresh")
+        membership.start()
         self._spawn(self._persist_timer.run(), name="persist offsets")
         if self._clean_timer is not None:
             self._spawn(self._clean_timer.run(), name="consume clean-up")
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
-        self._client.on_new_brokers = self._on_new_brokers
 
     # -- periodic work ------------------------------------------------------------------------
 
@@ -548,6 +547,9 @@ class PushConsumer(GroupMember):
 
     # -- orderly locks ------------------------------------------------------------------------
 
+    async def _disambiguate_client_id(self) -> None:
+        await self._membership.disambiguate_client_id()
+
     async def _start_offset(self, mq: MessageQueue) -> int:
         return await self._rebalancer.start_offset(mq)
 
@@ -582,11 +584,12 @@ class PushConsumer(GroupMember):
         if self._feed is not None:
             await self._feed.drain(s.shutdown_grace)
             await self._cleanup(self._feed.flush(), "send acks")
-        for timer in (self._route_timer, self._persist_timer, self._clean_timer):
+        self._membership.stop_refresh()
+        for timer in (self._persist_timer, self._clean_timer):
             if timer is not None:
                 timer.stop()
         for task in list(self._tasks):
-            if task is not self._heartbeat_task:
+            if task is not self._membership.heartbeat_task:
                 task.cancel()
         if self.tracer is not None:
             await self._cleanup(self.tracer.close(), "flush traces")
@@ -594,7 +597,6 @@ class PushConsumer(GroupMember):
         #    reads the final offsets), client unregistered: shielded and bounded.
         await self._cleanup(self._flush_offsets(), "flush offsets")
         await self._unlock_all()
-        self._heartbeat_timer.stop()
         await self._cleanup(self._unregister(), "unregister consumer")
         # 5. Connections closed.
         await client.close()

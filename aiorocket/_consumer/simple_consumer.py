@@ -161,21 +161,18 @@ class SimpleConsumer(GroupMember):
         sender = SendBack(client=client, group=self._group, settings=s)
         self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
-        self._membership_timers()
+        self._new_membership()
 
     async def _startup(self) -> None:
-        await self._refresh_routes(at_start=True)
+        await self._membership.refresh_routes(at_start=True)
         await self._check_client_config()
-        await self._send_heartbeats(at_start=True)
-        self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
-        self._client.on_new_brokers = self._on_new_brokers
-        self._spawn(self._route_timer.run(), name="route refresh")
+        await self._membership.send_heartbeats(at_start=True)
+        self._membership.start()
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
 
     async def _shutdown(self) -> None:
-        for timer in (self._route_timer, self._heartbeat_timer):
-            timer.stop()
+        self._membership.stop_refresh()
         for task in list(self._tasks):
             task.cancel()
         if self.tracer is not None:
@@ -249,7 +246,7 @@ class SimpleConsumer(GroupMember):
         deadline = time.monotonic() + self._await
         targets = self._targets()
         if not targets:
-            await self._refresh_routes()
+            await self._membership.refresh_routes()
             targets = self._targets()
             if not targets:
                 # No route yet (an unknown topic): wait a little rather than let a receive
