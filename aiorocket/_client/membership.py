@@ -91,6 +91,8 @@ class Membership:
         #: the heartbeat timer's task once `start` ran it (it outlives the other tasks at
         #: shutdown: the member stays registered until it unregisters)
         self.heartbeat_task: asyncio.Task[Any] | None = None
+        #: whether brokers may know this member (it heartbeats): `leave` unregisters then
+        self._registered = False
         #: the look-ups of subscribed topics that have no route yet (`watch_missing`)
         self._route_watch: asyncio.Task[None] | None = None
         #: subscribed topics whose missing route was logged (once each, until it appears)
@@ -108,6 +110,7 @@ class Membership:
         broker at once when a route names one (a pull consumer reading assigned queues and a
         lite consumer do not heartbeat)."""
         if heartbeats:
+            self._registered = True
             self.heartbeat_task = self._spawn(self._heartbeat_timer.run(), "heartbeat")
             self.client.on_new_brokers = self._on_new_brokers
         self._spawn(self._route_timer.run(), "route refresh")
@@ -120,10 +123,12 @@ class Membership:
 
     async def leave(self) -> None:
         """Stop heartbeating and unregister from every broker (the shutdown's last step
-        before the connections close; failures are logged)."""
+        before the connections close; failures are logged). A member that never heartbeated
+        (a pull consumer of assigned queues, a lite consumer) has nothing to unregister."""
         self.stop_refresh()
         self._heartbeat_timer.stop()
-        await self.unregister()
+        if self._registered:
+            await self.unregister()
 
     def wake_heartbeats(self) -> None:
         """Heartbeat now (new brokers to be known by)."""
@@ -145,6 +150,7 @@ class Membership:
         Raises:
             RocketError: ``at_start``, and no broker took it (the first failure).
         """
+        self._registered = True
         data = self._heartbeat_data()
         addrs = self._addresses()
         errors: list[RocketError] = []

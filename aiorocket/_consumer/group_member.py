@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,6 +28,7 @@ from aiorocket._consumer.context import ConsumerContext
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
 from aiorocket._consumer.rebalance import Rebalancer, describe_queues
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._names import retry_topic, validate_group, wrap_namespace
@@ -70,14 +71,16 @@ def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowL
 class GroupMember(ServiceOwner):
     """The group-membership half of a consumer (see the module docs).
 
-    Subclasses implement `_check_startable`, `_build`, `_startup`,
-    `_shutdown`, `_flush_offsets` and `held`, and may override
-    `_unlock_all`.
+    Subclasses implement `_check_startable`, `_build` (which sets `_steps`), `_startup`
+    and `held`; the shutdown is this class's, in the order of
+    [`ShutdownSteps`][aiorocket._consumer.shutdown.ShutdownSteps].
     """
 
     #: ``ConsumerData.consumeType`` in heartbeats: the push consumer is fed by the client
     #: (CONSUME_PASSIVELY), a pull consumer's application asks (CONSUME_ACTIVELY).
     _consume_type: ClassVar[str] = "CONSUME_PASSIVELY"
+    #: what the logs call this kind of consumer
+    _kind: ClassVar[str] = "consumer"
 
     def __init__(self, settings: ConsumerSettings) -> None:
         self.settings = settings
@@ -106,10 +109,11 @@ class GroupMember(ServiceOwner):
         self._stats: StatsRecorder
         self._offsets: OffsetStore
         self._rebalancer: Rebalancer
-        self._rebalance_timer: Periodic
         self._persist_timer: Periodic
         #: routes, heartbeats, client id, unregistering
         self._membership: Membership
+        #: what this kind of consumer does at each step of its shutdown (set by `_build`)
+        self._steps = ShutdownSteps()
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -170,18 +174,11 @@ class GroupMember(ServiceOwner):
         """Routes, first heartbeat, first rebalance, background tasks (in the task group)."""
         raise NotImplementedError
 
-    async def _rebalance(self) -> None:
-        """One rebalance of every subscribed topic."""
-        raise NotImplementedError
-
-    def _new_membership(self) -> None:
-        """Create the rebalance timer (Java's rebalance service) and the
-        [`Membership`][aiorocket._client.membership.Membership] (heartbeat and route-update
-        tasks) every member runs; `_startup` starts them."""
+    def _new_membership(self, on_routes_changed: Callable[[], None] = lambda: None) -> None:
+        """Create the [`Membership`][aiorocket._client.membership.Membership] (heartbeat and
+        route-update tasks) every member runs; `_startup` starts it. ``on_routes_changed``:
+        a member holding queues rebalances."""
         s = self.settings
-        self._rebalance_timer = Periodic(
-            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
-        )
         self._membership = Membership(
             self._client,
             group=self._group,
@@ -191,20 +188,9 @@ class GroupMember(ServiceOwner):
             spawn=self._spawn,
             closing=lambda: self._closing,
             topics=self._subscriptions.keys,
-            on_routes_changed=self._wake_rebalance,
+            on_routes_changed=on_routes_changed,
             missing_route_retry=s.missing_route_retry,
         )
-
-    async def _shutdown(self) -> None:
-        """The graceful shutdown (in the task group)."""
-        raise NotImplementedError
-
-    async def _flush_offsets(self) -> None:
-        """Persist the offsets of held queues, awaited."""
-        raise NotImplementedError
-
-    async def _unlock_all(self) -> None:
-        """Release broker queue locks (orderly consumers only)."""
 
     def held(self) -> list[MessageQueue]:
         """The queues this member holds now."""
@@ -331,23 +317,39 @@ class GroupMember(ServiceOwner):
             parts.append(f"{topic} {sub.data().sub_string!r}{where}")
         return "; ".join(parts) or "nothing subscribed"
 
+    async def _shutdown(self) -> None:
+        """The graceful shutdown (in the task group), in the order of `ShutdownSteps`."""
+        steps = self._steps
+        steps.stop_assigning()
+        await steps.stop_feeding()
+        await steps.drain(self.settings.shutdown_grace)
+        # Everything else the member runs stops, but the heartbeats: the member stays
+        # registered until it unregisters.
+        self._membership.stop_refresh()
+        for task in list(self._tasks):
+            if task is not self._membership.heartbeat_task:
+                task.cancel()
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
+        await self._leave(flush=True)
+        log.info("%s %s closed", self._kind, self._group)
+
     async def _abort(self, started: bool) -> None:
-        await self._emergency_cleanup(flush=started)
-
-    def _finalize(self) -> None:
-        self._offsets.close()  # (the broadcasting offsets file's lock)
-
-    async def _emergency_cleanup(self, *, flush: bool) -> None:
         # The group died or start-up failed: keep what finished, leave the group, disconnect.
-        if flush:
-            await self._cleanup(self._flush_offsets(), "flush offsets")
-        await self._unlock_all()
-        await self._cleanup(self._unregister(), "unregister consumer")
+        self._steps.stop_assigning()
+        await self._leave(flush=started)
+
+    async def _leave(self, *, flush: bool) -> None:
+        """The last steps: flush offsets, release, unregister, close the connections."""
+        steps = self._steps
+        if flush and steps.flush_offsets is not None:
+            await self._cleanup(steps.flush_offsets(), "flush offsets")
+        await steps.release()
+        await self._cleanup(self._membership.leave(), "unregister consumer")
         await self._client.close()
 
-    async def _unregister(self) -> None:
-        """Leave the group's brokers (a lite consumer removes its subscriptions instead)."""
-        await self._membership.leave()
+    def _finalize(self) -> None:
+        self._steps.finalize()
 
     def _heartbeat_data(self) -> HeartbeatData:
         s = self.settings
@@ -402,7 +404,7 @@ class GroupMember(ServiceOwner):
 
     # -- the collaborators' context -----------------------------------------------------------
 
-    def _new_context(self) -> ConsumerContext:
+    def _new_context(self, wake_rebalance: Callable[[], None]) -> ConsumerContext:
         """The context of this member's collaborators (once the client, offsets and stats
         are built; the start's wall clock is the running info's start time)."""
         self._start_wall = int(time.time() * 1000)
@@ -416,10 +418,7 @@ class GroupMember(ServiceOwner):
             consume_type=self._consume_type,
             start_wall=self._start_wall,
             spawn=self._spawn,
-            wake_rebalance=self._wake_rebalance,
+            wake_rebalance=wake_rebalance,
             cleanup=self._cleanup,
             closing=lambda: self._closing,
         )
-
-    def _wake_rebalance(self) -> None:
-        self._rebalance_timer.wake()

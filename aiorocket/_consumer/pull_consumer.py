@@ -56,6 +56,7 @@ from aiorocket._consumer.hooks import (
 from aiorocket._consumer.queue_table import OwnedQueue, Pauses, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import install_trace, trace_polled
@@ -187,6 +188,7 @@ class PullConsumer(GroupMember):
     """
 
     _consume_type = "CONSUME_ACTIVELY"
+    _kind = "pull consumer"
 
     def __init__(
         self,
@@ -338,7 +340,10 @@ class PullConsumer(GroupMember):
         self._client = client = ClientInstance(s, handler=dispatcher)
         self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
         self._offsets = self._new_offset_store(client)
-        ctx = self._new_context()
+        self._rebalance_timer = Periodic(
+            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
+        )
+        ctx = self._new_context(self._rebalance_timer.wake)
         self._queues = PullQueues(ctx, self._pauses, auto_commit=self._auto_commit)
         requests = BrokerRequests(
             ctx, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
@@ -358,7 +363,14 @@ class PullConsumer(GroupMember):
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
         )
-        self._new_membership()
+        self._new_membership(on_routes_changed=self._rebalance_timer.wake)
+        self._steps = ShutdownSteps(
+            stop_assigning=self._stop_assigning,
+            stop_feeding=self._stop_feeding,
+            drain=self._drain,
+            flush_offsets=self._flush_offsets,
+            finalize=self._offsets.close,
+        )
         self._commit_timer = Periodic(
             self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
         )
@@ -415,34 +427,22 @@ class PullConsumer(GroupMember):
         if self._started:
             self._queues.data.set()
 
-    async def _shutdown(self) -> None:
-        # 1. No more rebalancing: the owned set is final; readers get nothing more.
+    # (the order is GroupMember._shutdown's; these are this consumer's steps)
+
+    def _stop_assigning(self) -> None:
+        # No more rebalancing: the owned set is final; readers get nothing more.
         self._rebalance_timer.stop()
         self._wake_readers()
+
+    async def _stop_feeding(self) -> None:
         async with self._queues.lock:
-            # 2. Pulls stop.
             self._queues.stop_pulling()
-        # 3. Offsets: what was handed out (a clean close) or acknowledged, committed and
-        #    awaited; the client unregisters; both shielded and bounded.
+
+    async def _drain(self, grace: float) -> None:
+        # What was handed out counts as processed on a clean close (only what the
+        # application came back from otherwise); the flush then commits it.
         if self._close_acks:
             self._queues.acknowledge()
-        await self._cleanup(self._flush_offsets(), "flush offsets")
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
-        self._membership.stop_refresh()
-        self._commit_timer.stop()
-        for task in list(self._tasks):
-            if task is not self._membership.heartbeat_task:
-                task.cancel()
-        if self._mode == "subscribe":
-            await self._cleanup(self._unregister(), "unregister consumer")
-        # 4. Connections closed.
-        await self._client.close()
-        log.info("pull consumer %s closed", self._group)
-
-    async def _emergency_cleanup(self, *, flush: bool) -> None:
-        self._wake_readers()
-        await super()._emergency_cleanup(flush=flush)
 
     async def _flush_offsets(self) -> None:
         if self._auto_commit:

@@ -58,6 +58,7 @@ from aiorocket._consumer.popping import PopClient
 from aiorocket._consumer.queue_table import Pauses, PushQueues
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import (
     ConsumerStatistics,
     QueueStatistics,
@@ -359,7 +360,10 @@ class PushConsumer(GroupMember):
         loop = asyncio.get_running_loop()
         self._stats = StatsRecorder(now=loop.time())
         self._offsets = self._new_offset_store(client)
-        ctx = self._new_context()
+        self._rebalance_timer = Periodic(
+            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
+        )
+        ctx = self._new_context(self._rebalance_timer.wake)
         if self.tracer is None:
             self.tracer = install_trace(client, s, self._hooks)
         if self._orderly:
@@ -424,7 +428,15 @@ class PushConsumer(GroupMember):
             locker=self._locks,
             on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
         )
-        self._new_membership()
+        self._new_membership(on_routes_changed=self._rebalance_timer.wake)
+        self._steps = ShutdownSteps(
+            stop_assigning=self._stop_assigning,
+            stop_feeding=self._stop_feeding,
+            drain=self._drain,
+            flush_offsets=self._flush_offsets,
+            release=self._queues.unlock_all,
+            finalize=self._offsets.close,
+        )
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
         )
@@ -558,49 +570,33 @@ class PushConsumer(GroupMember):
         if self._lock_timer is not None and not self._closing:
             self._lock_timer.wake()
 
-    async def _unlock_all(self) -> None:
-        await self._queues.unlock_all()
-
     def held(self) -> list[MessageQueue]:
         """The queues this member holds now."""
         return self._queues.held()
 
     # -- shutdown -----------------------------------------------------------------------------
 
-    async def _shutdown(self) -> None:
-        s = self.settings
-        client = self._client
-        # 1. No more rebalancing or lock renewal: the held set is final.
+    # (the order is GroupMember._shutdown's; these are this consumer's steps)
+
+    def _stop_assigning(self) -> None:
+        # No more rebalancing or lock renewal: the held set is final.
         self._rebalance_timer.stop()
         if self._lock_timer is not None:
             self._lock_timer.stop()
+
+    async def _stop_feeding(self) -> None:
         async with self._queues.lock:
-            # 2. Pulls (and pops) stop; queues drain (finished work still commits).
+            # Pulls (and pops) stop; queues drain (finished work still commits).
             self._queues.stop_pulling()
             if self._feed is not None:
                 self._feed.stop_popping()
-        # 3. Running handlers finish within the grace period; their acks go out.
-        await self._service.drain(s.shutdown_grace)
+
+    async def _drain(self, grace: float) -> None:
+        # Running handlers finish within the grace period; their acks go out.
+        await self._service.drain(grace)
         if self._feed is not None:
-            await self._feed.drain(s.shutdown_grace)
+            await self._feed.drain(grace)
             await self._cleanup(self._feed.flush(), "send acks")
-        self._membership.stop_refresh()
-        for timer in (self._persist_timer, self._clean_timer):
-            if timer is not None:
-                timer.stop()
-        for task in list(self._tasks):
-            if task is not self._membership.heartbeat_task:
-                task.cancel()
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
-        # 4. Offsets flushed, orderly queues unlocked (after the flush, so the next owner
-        #    reads the final offsets), client unregistered: shielded and bounded.
-        await self._cleanup(self._flush_offsets(), "flush offsets")
-        await self._unlock_all()
-        await self._cleanup(self._unregister(), "unregister consumer")
-        # 5. Connections closed.
-        await client.close()
-        log.info("consumer %s closed", self._group)
 
     # -- statistics ---------------------------------------------------------------------------
 
