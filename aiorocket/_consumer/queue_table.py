@@ -501,7 +501,7 @@ class OwnedQueue(QueueEntry):
     def position(self) -> int:
         """The offset of the next message the application gets from this queue."""
         if self.idx:
-            return self.buffer[0][self.idx]._r.queue_offset
+            return self.buffer[0][self.idx].queue_offset
         if not self.buffer and self.loop is not None:
             # Everything pulled was handed out or filtered out by tag: what the next pull
             # asks for is next (Java's correctTagsOffset, without waiting for that pull).
