@@ -394,13 +394,28 @@ class GroupMember(ServiceOwner):
                         f"({sub.sql!r}): {exc.remark}",
                     ) from exc
 
-    # -- client id ----------------------------------------------------------------------------
+    async def _join(self, *, heartbeats: bool, claim_id: bool = False) -> None:
+        """The start-up's first steps, the same for every kind of consumer: the routes; then,
+        for a member its brokers hear (``heartbeats``), the SQL92 check, a unique client id
+        (``claim_id``: see
+        [`claim_client_id`][aiorocket._client.membership.Membership.claim_client_id]), the
+        first heartbeat, and the routes the heartbeat created.
 
-    async def _claim_client_id(self) -> None:
-        """Before joining (clustering): make the client id unique in the group
-        ([`Membership.claim_client_id`][aiorocket._client.membership.Membership.claim_client_id])."""
-        if self._clustering:
-            await self._membership.claim_client_id()
+        Raises:
+            TransportError: no name server or broker could be reached.
+            BrokerError: a broker refused a subscription.
+        """
+        membership = self._membership
+        await membership.refresh_routes(at_start=True)
+        if not heartbeats:
+            return
+        await self._check_client_config()
+        if claim_id:
+            await membership.claim_client_id()
+        await membership.send_heartbeats(at_start=True)
+        if membership.missing_routes():
+            # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
+            await membership.refresh_routes()
 
     # -- the collaborators' context -----------------------------------------------------------
 

@@ -341,7 +341,7 @@ class LiteConsumer(GroupMember):
         self._steps = ShutdownSteps(stop_assigning=self._sync_timer.stop, release=self._release)
 
     async def _startup(self) -> None:
-        await self._membership.refresh_routes(at_start=True)
+        await self._join(heartbeats=False)
         if self._client.route(self._topic) is None:
             raise TopicNotExistError(
                 f"the parent topic {self._topic} has no route: create it as a LITE topic "

@@ -43,7 +43,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._client.time_search import first_offset_at, store_time
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import BrokerRequests
 from aiorocket._consumer.group_member import GroupMember
@@ -53,6 +52,7 @@ from aiorocket._consumer.hooks import (
     ReceiveHookContext,
     run_received,
 )
+from aiorocket._consumer.pull_positions import BrokerPositions
 from aiorocket._consumer.queue_table import OwnedQueue, Pauses, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
@@ -345,6 +345,7 @@ class PullConsumer(GroupMember):
         )
         ctx = self._new_context(self._rebalance_timer.wake)
         self._queues = PullQueues(ctx, self._pauses, auto_commit=self._auto_commit)
+        self._positions = BrokerPositions(ctx)
         requests = BrokerRequests(
             ctx, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
         )
@@ -377,21 +378,14 @@ class PullConsumer(GroupMember):
 
     async def _startup(self) -> None:
         await self._offsets.load()
-        membership = self._membership
-        await membership.refresh_routes(at_start=True)
         grouped = self._mode == "subscribe"
-        if grouped:
-            await self._check_client_config()
-            await membership.send_heartbeats(at_start=True)
-            if membership.missing_routes():
-                # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
-                await membership.refresh_routes()
+        await self._join(heartbeats=grouped)
         await self._rebalance()
         # Assigned queues go through the same rounds: a queue whose start offset could not
         # be found is tried again at the next one.
         self._spawn(self._rebalance_timer.run(), name="rebalance")
         # (assigned queues: no group to be heard by)
-        membership.start(heartbeats=grouped)
+        self._membership.start(heartbeats=grouped)
         if self._auto_commit:
             self._spawn(self._commit_timer.run(), name="auto commit")
         if self.tracer is not None:
@@ -607,8 +601,7 @@ class PullConsumer(GroupMember):
                 return offset
         if not self._clustering:
             return None if owned else await self._offsets.read_stored(mq)
-        addr = await self._broker(mq)
-        return await self._client.query_consumer_offset(addr, self._group, mq)
+        return await self._positions.committed(mq)
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit, awaited: with no argument everything handed out so far (it counts as
@@ -644,23 +637,7 @@ class PullConsumer(GroupMember):
                 owned.written = owned.acked
         for mq, offset in pairs:
             self._offsets.update(mq, offset, increase_only=False)
-        await self._write(pairs)
-
-    async def _write(self, pairs: list[tuple[MessageQueue, int]]) -> None:
-        if not pairs:
-            return
-        if not self._clustering:
-            await self._offsets.persist_all([mq for mq, _ in pairs], sync=True)
-            return
-
-        async def one(mq: MessageQueue, offset: int) -> None:
-            addr = await self._broker(mq)
-            await self._client.update_consumer_offset(addr, self._group, mq, offset, oneway=False)
-
-        results = await asyncio.gather(*(one(mq, o) for mq, o in pairs), return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        await self._positions.write(pairs)
 
     async def _auto_commit_now(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
@@ -668,16 +645,6 @@ class PullConsumer(GroupMember):
         if self._queues.store_acknowledged(live):
             # Oneway, as the push consumer's periodic persistence (RemoteBrokerOffsetStore).
             await self._offsets.persist_all(self._queues.held())
-
-    async def _broker(self, mq: MessageQueue) -> str:
-        # offsets and bounds: the master, else any broker of the group (ClientInstance)
-        return await self._client.find_broker(mq.broker_name, mq.topic)
-
-    async def _bounds(self, mq: MessageQueue) -> tuple[int, int]:
-        addr = await self._broker(mq)
-        lo = await self._client.get_min_offset(addr, mq)
-        hi = await self._client.get_max_offset(addr, mq)
-        return lo, hi
 
     async def seek(self, queue: MessageQueue, offset: int) -> None:
         """Read ``queue`` from ``offset`` on: what was buffered is dropped and the next
@@ -693,7 +660,7 @@ class PullConsumer(GroupMember):
             TransportError, BrokerError: the broker could not be asked.
         """
         owned = self._require_owned(queue)
-        lo, hi = await self._bounds(owned.mq)
+        lo, hi = await self._positions.bounds(owned.mq)
         if not lo <= offset <= hi:
             raise OffsetOutOfRangeError(queue, offset, lo, hi)
         self._seek_now(queue, owned, offset)
@@ -712,7 +679,7 @@ class PullConsumer(GroupMember):
             RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
-        lo, _ = await self._bounds(owned.mq)
+        lo, _ = await self._positions.bounds(owned.mq)
         self._seek_now(queue, owned, lo)
 
     async def seek_to_end(self, queue: MessageQueue) -> None:
@@ -723,7 +690,7 @@ class PullConsumer(GroupMember):
             RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
-        _, hi = await self._bounds(owned.mq)
+        _, hi = await self._positions.bounds(owned.mq)
         self._seek_now(queue, owned, hi)
 
     async def seek_to_time(self, queue: MessageQueue, when: datetime) -> None:
@@ -737,24 +704,7 @@ class PullConsumer(GroupMember):
             RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
-        mq = owned.mq
-        ts = int(when.timestamp() * 1000)
-        addr = await self._broker(mq)
-        guess = await self._client.search_offset(addr, mq, ts)
-        lo, hi = await self._bounds(mq)
-
-        def stored_at(offset: int) -> Awaitable[float]:
-            return store_time(
-                self._client,
-                addr,
-                mq,
-                offset,
-                group=self._group,
-                timeout=self.settings.request_timeout,
-            )
-
-        offset = await first_offset_at(ts, lo=lo, hi=hi, guess=guess, stored_at=stored_at)
-        self._seek_now(queue, owned, offset)
+        self._seek_now(queue, owned, await self._positions.offset_at(owned.mq, when))
 
     # -- flow ---------------------------------------------------------------------------------
 

@@ -458,14 +458,7 @@ class PushConsumer(GroupMember):
 
     async def _startup(self) -> None:
         await self._offsets.load()
-        membership = self._membership
-        await membership.refresh_routes(at_start=True)
-        await self._check_client_config()
-        await self._claim_client_id()
-        await membership.send_heartbeats(at_start=True)
-        if membership.missing_routes():
-            # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
-            await membership.refresh_routes()
+        await self._join(heartbeats=True, claim_id=self._clustering)
         if isinstance(self._service, ConcurrentConsumeService):
             for i in range(self.settings.concurrency):
                 self._spawn(self._service.worker(), name=f"consume worker {i}")
@@ -475,7 +468,7 @@ class PushConsumer(GroupMember):
         self._spawn(self._rebalance_timer.run(), name="rebalance")
         if self._lock_timer is not None:
             self._spawn(self._lock_timer.run(), name="lock renewal")
-        membership.start()
+        self._membership.start()
         self._spawn(self._persist_timer.run(), name="persist offsets")
         if self._clean_timer is not None:
             self._spawn(self._clean_timer.run(), name="consume clean-up")

@@ -162,9 +162,7 @@ class SimpleConsumer(GroupMember):
         self._new_membership()
 
     async def _startup(self) -> None:
-        await self._membership.refresh_routes(at_start=True)
-        await self._check_client_config()
-        await self._membership.send_heartbeats(at_start=True)
+        await self._join(heartbeats=True)
         self._membership.start()
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
