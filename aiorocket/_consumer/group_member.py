@@ -1,7 +1,8 @@
-"""What every member of a consumer group does, push or pull (Java ``MQClientInstance`` with the
-start/shutdown skeleton both ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl``
-share): names, routes, heartbeats, unregistering, and the member's lifecycle on a
-`Service` (a supervisor task owning the member's task group).
+"""What every member of a consumer group does, push or pull (the start/shutdown skeleton both
+Java ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl`` share): names, the
+member's lifecycle on a `Service` (a supervisor task owning the member's task group), joining
+its brokers through its `Membership` (routes, heartbeats, client id, unregistering), and the
+one shutdown whose steps each kind fills in (`ShutdownSteps`).
 
 `GroupMember` is the base of [`PushConsumer`][aiorocket.PushConsumer] and
 [`PullConsumer`][aiorocket.PullConsumer]. It runs the lifecycle docs/architecture.md describes:
@@ -9,7 +10,8 @@ share): names, routes, heartbeats, unregistering, and the member's lifecycle on 
 once the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
 reach the caller; ``close()`` runs the subclass's graceful shutdown; a bug in any task crashes
 the group, is logged, and is re-raised by `wait_closed` and by leaving
-``async with``. Subclasses provide the parts and their own rebalance, start-up and shutdown.
+``async with``. Subclasses build their parts (and with them the collaborators' frozen
+`ConsumerContext`) and their start-up after `_join`; the shutdown's order is this class's.
 """
 
 from __future__ import annotations

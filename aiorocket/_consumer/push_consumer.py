@@ -7,8 +7,8 @@ of requests brokers send us. Nothing starts in the constructor. ``start()`` (or 
 with``) returns once routes are known, the first heartbeat went out and the first rebalance
 ran, so start-up errors reach the caller. A bug in any task crashes the group; the error is
 logged and re-raised by [`PushConsumer.wait_closed`][aiorocket.PushConsumer.wait_closed] and by
-leaving ``async with``. The lifecycle, routes and heartbeats are `GroupMember`'s,
-shared with the pull consumer.
+leaving ``async with``. The lifecycle is `GroupMember`'s, shared with the other consumers;
+routes and heartbeats are its `Membership`'s, shared with the producer too.
 
 Shutdown (docs/architecture.md): stop rebalancing (and lock renewal); cancel pulls and put queues
 in *draining*; wait up to ``shutdown_grace`` for running handlers; flush offsets, unlock
