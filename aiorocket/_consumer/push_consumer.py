@@ -366,47 +366,11 @@ class PushConsumer(GroupMember):
         ctx = self._new_context(self._rebalance_timer.wake)
         if self.tracer is None:
             self.tracer = install_trace(client, s, self._hooks)
-        if self._orderly:
-            self._service = OrderlyConsumeService(
-                handler=cast(OrderlyHandler, self._handler),
-                group=self._group,
-                settings=s,
-                client=client,
-                offsets=self._offsets,
-                stats=self._stats,
-                spawn=self._spawn,
-                hooks=self._hooks,
-                on_lock_expired=self._on_lock_expired,
-                key_of=key_function(s.order_by),
-            )
-        else:
-            self._service = ConcurrentConsumeService(
-                handler=cast(Handler, self._handler),
-                group=self._group,
-                settings=s,
-                client=client,
-                offsets=self._offsets,
-                stats=self._stats,
-                hooks=self._hooks,
-            )
+        self._service = self._new_service(client)
         if self._locking:
             self._locks = BrokerLocks(client=client, group=self._group)
         if s.consume_mode != "pull":
-            sender = SendBack(client=client, group=self._group, settings=s)
-            pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
-            concurrent = (
-                self._service if isinstance(self._service, ConcurrentConsumeService) else None
-            )
-            self._feed = PopFeed(
-                pop=pop,
-                service=concurrent,
-                settings=s,
-                stats=self._stats,
-                spawn=self._spawn,
-                orderly=None if concurrent else cast(OrderlyHandler, self._handler),
-            )
-            if concurrent is not None:
-                concurrent.pop_retry = self._feed.retry
+            self._feed = self._new_feed(client)
         self._queues = PushQueues(
             ctx,
             self._pauses,
@@ -453,6 +417,53 @@ class PushConsumer(GroupMember):
                 name="lock renewal",
                 run_first=False,
             )
+
+    def _new_service(
+        self, client: ClientInstance
+    ) -> ConcurrentConsumeService | OrderlyConsumeService:
+        """The consume service of this consumer's mode."""
+        s = self.settings
+        if self._orderly:
+            return OrderlyConsumeService(
+                handler=cast(OrderlyHandler, self._handler),
+                group=self._group,
+                settings=s,
+                client=client,
+                offsets=self._offsets,
+                stats=self._stats,
+                spawn=self._spawn,
+                hooks=self._hooks,
+                on_lock_expired=self._on_lock_expired,
+                key_of=key_function(s.order_by),
+            )
+        return ConcurrentConsumeService(
+            handler=cast(Handler, self._handler),
+            group=self._group,
+            settings=s,
+            client=client,
+            offsets=self._offsets,
+            stats=self._stats,
+            hooks=self._hooks,
+        )
+
+    def _new_feed(self, client: ClientInstance) -> PopFeed:
+        """POP and server modes: the pop tasks feeding the consume service."""
+        s = self.settings
+        sender = SendBack(client=client, group=self._group, settings=s)
+        pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        service = self._service
+        concurrent = service if isinstance(service, ConcurrentConsumeService) else None
+        feed = PopFeed(
+            pop=pop,
+            service=concurrent,
+            settings=s,
+            stats=self._stats,
+            spawn=self._spawn,
+            orderly=None if concurrent else cast(OrderlyHandler, self._handler),
+        )
+        if concurrent is not None:
+            concurrent.pop_retry = feed.retry
+        return feed
 
     # -- start-up -----------------------------------------------------------------------------
 
