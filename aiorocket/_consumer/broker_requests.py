@@ -18,7 +18,7 @@ from typing import Any, cast
 from aiorocket._client.pull import to_received
 from aiorocket._consumer.consume_concurrently import Handler
 from aiorocket._consumer.consume_orderly import OrderlyHandler
-from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.context import ConsumerContext
 from aiorocket._consumer.key_order import key_function, safe_key
 from aiorocket._consumer.queue_table import PushQueues, QueueTable
 from aiorocket._names import is_retry_topic
@@ -66,7 +66,7 @@ class BrokerRequests:
     """The requests every consumer answers.
 
     Args:
-        member: the consumer.
+        ctx: the consumer's parts.
         queues: its queue table (the running info's queue rows).
         properties: running-info properties of this kind of consumer, added to the common
             ones.
@@ -76,29 +76,32 @@ class BrokerRequests:
 
     def __init__(
         self,
-        member: GroupMember,
+        ctx: ConsumerContext,
         queues: QueueTable[Any],
         *,
         properties: Mapping[str, str],
         topic_status: bool = False,
     ) -> None:
-        self._m = member
+        self._ctx = ctx
         self._queues = queues
         self._properties = dict(properties)
         self._topic_status = topic_status
 
-    def dispatcher(self, *, grouped: bool) -> Dispatcher:
-        """A dispatcher answering these requests; ``grouped``: the member shares its group's
-        queues (rebalances when the group changes)."""
-        dispatcher = Dispatcher()
+    def register(self, dispatcher: Dispatcher, *, grouped: bool) -> None:
+        """Answer these requests through ``dispatcher`` (the client's, made before it);
+        ``grouped``: the member shares its group's queues (rebalances when the group
+        changes)."""
         if grouped:
-            dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._m._on_ids_changed)
+            dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         dispatcher.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
-        return dispatcher
+
+    async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        log.debug("consumer ids of %s changed; rebalancing now", self._ctx.group)
+        self._ctx.wake_rebalance()
 
     async def _on_running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         header = GetConsumerRunningInfoRequestHeader.from_ext(cmd.ext_fields)
-        if header.consumer_group != self._m._group:
+        if header.consumer_group != self._ctx.group:
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"The Consumer Group <{header.consumer_group}> not exist in this consumer",
@@ -107,8 +110,8 @@ class BrokerRequests:
 
     def running_info(self) -> ConsumerRunningInfo:
         """The consumer's settings, subscriptions, queue caches and (push) topic rates."""
-        m = self._m
-        s = m.settings
+        ctx = self._ctx
+        s = ctx.settings
         props = {
             name: str(value)
             for name, value in s.model_dump().items()
@@ -117,9 +120,9 @@ class BrokerRequests:
         props.update(
             {
                 "PROP_NAMESERVER_ADDR": ";".join(s.namesrv),
-                "PROP_CONSUME_TYPE": m._consume_type,
+                "PROP_CONSUME_TYPE": ctx.consume_type,
                 "PROP_CLIENT_VERSION": _CLIENT_VERSION,
-                "PROP_CONSUMER_START_TIMESTAMP": str(m._start_wall),
+                "PROP_CONSUMER_START_TIMESTAMP": str(ctx.start_wall),
                 **self._properties,
             }
         )
@@ -129,7 +132,7 @@ class BrokerRequests:
             pq = entry.pq
             snap = pq.snapshot()
             mq_table[mq] = ProcessQueueInfo(
-                commit_offset=m._offsets.read(mq),
+                commit_offset=ctx.offsets.read(mq),
                 cached_msg_min_offset=max(snap.min_offset, 0),
                 cached_msg_max_offset=max(snap.max_offset, 0),
                 cached_msg_count=snap.cached_count,
@@ -144,9 +147,9 @@ class BrokerRequests:
         if self._topic_status:
             # A row for every subscribed topic (mqadmin consumerStatus lists them all), zeros
             # until it has statistics.
-            status = {topic: TopicConsumeStatus() for topic in m._subscriptions}
+            status = {topic: TopicConsumeStatus() for topic in ctx.subscriptions}
             now = asyncio.get_running_loop().time()
-            for topic, t in m._stats.topic_statistics(now).items():
+            for topic, t in ctx.stats.topic_statistics(now).items():
                 status[topic] = TopicConsumeStatus(
                     pull_rt=t.pull_rt_ms,
                     pull_tps=t.pull_tps,
@@ -157,7 +160,7 @@ class BrokerRequests:
                 )
         return ConsumerRunningInfo(
             properties=props,
-            subscriptions=tuple(sub.data() for sub in m._subscriptions.values()),
+            subscriptions=tuple(sub.data() for sub in ctx.subscriptions.values()),
             mq_table=mq_table,
             status_table=status,
         )
@@ -169,17 +172,17 @@ class PushRequests(BrokerRequests):
 
     def __init__(
         self,
-        member: GroupMember,
+        ctx: ConsumerContext,
         queues: PushQueues,
         *,
         handler: Handler | OrderlyHandler,
         orderly: bool,
     ) -> None:
         super().__init__(
-            member,
+            ctx,
             queues,
             properties={
-                "PROP_THREADPOOL_CORE_SIZE": str(member.settings.concurrency),
+                "PROP_THREADPOOL_CORE_SIZE": str(ctx.settings.concurrency),
                 "PROP_CONSUMEORDERLY": "true" if orderly else "false",
             },
             topic_status=True,
@@ -188,16 +191,15 @@ class PushRequests(BrokerRequests):
         self._handler = handler
         self._orderly = orderly
 
-    def dispatcher(self, *, grouped: bool) -> Dispatcher:
+    def register(self, dispatcher: Dispatcher, *, grouped: bool) -> None:
         """The common requests, offset resets and CONSUME_MESSAGE_DIRECTLY."""
-        dispatcher = super().dispatcher(grouped=grouped)
+        super().register(dispatcher, grouped=grouped)
         dispatcher.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         dispatcher.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self._on_consume_directly)
-        return dispatcher
 
     async def _on_reset_offset(self, conn: Connection, cmd: RemotingCommand) -> None:
         header = ResetOffsetRequestHeader.from_ext(cmd.ext_fields)
-        group = self._m._group
+        group = self._ctx.group
         if header.group != group or not cmd.body:
             return
         table = ResetOffsetBody.from_json(cmd.body).offset_table
@@ -206,7 +208,7 @@ class PushRequests(BrokerRequests):
 
     async def _on_consume_directly(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         header = ConsumeMessageDirectlyResultRequestHeader.from_ext(cmd.ext_fields)
-        s = self._m.settings
+        s = self._ctx.settings
         rec, _ = decode_message(cmd.body)
         broker_name = header.broker_name or ""
         msgs = to_received(

@@ -1,7 +1,8 @@
-"""What every member of a consumer group does, push or pull (Java ``MQClientInstance`` with the
-start/shutdown skeleton both ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl``
-share): names, routes, heartbeats, unregistering, and the member's lifecycle on a
-`Service` (a supervisor task owning the member's task group).
+"""What every member of a consumer group does, push or pull (the start/shutdown skeleton both
+Java ``DefaultMQPushConsumerImpl`` and ``DefaultLitePullConsumerImpl`` share): names, the
+member's lifecycle on a `Service` (a supervisor task owning the member's task group), joining
+its brokers through its `Membership` (routes, heartbeats, client id, unregistering), and the
+one shutdown whose steps each kind fills in (`ShutdownSteps`).
 
 `GroupMember` is the base of [`PushConsumer`][aiorocket.PushConsumer] and
 [`PullConsumer`][aiorocket.PullConsumer]. It runs the lifecycle docs/architecture.md describes:
@@ -9,38 +10,37 @@ share): names, routes, heartbeats, unregistering, and the member's lifecycle on 
 once the subclass's start-up (routes, first heartbeat, first rebalance) finished, so start-up errors
 reach the caller; ``close()`` runs the subclass's graceful shutdown; a bug in any task crashes
 the group, is logged, and is re-raised by `wait_closed` and by leaving
-``async with``. Subclasses provide the parts and their own rebalance, start-up and shutdown.
+``async with``. Subclasses build their parts (and with them the collaborators' frozen
+`ConsumerContext`) and their start-up after `_join`; the shutdown's order is this class's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-from collections.abc import Awaitable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Backoff, Periodic, Service, ServiceOwner, bounded
+from aiorocket._client.membership import Membership
+from aiorocket._concurrency import Periodic, Service, ServiceOwner, bounded
+from aiorocket._consumer.context import ConsumerContext
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from aiorocket._consumer.process_queue import FlowLimits
 from aiorocket._consumer.rebalance import Rebalancer, describe_queues
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription
-from aiorocket._names import is_retry_topic, retry_topic, validate_group, wrap_namespace
+from aiorocket._names import retry_topic, validate_group, wrap_namespace
 from aiorocket._protocol.allocation import AllocationStrategy, strategy_named
 from aiorocket._protocol.bodies import ConsumerData, HeartbeatData
-from aiorocket._protocol.command import RemotingCommand
-from aiorocket._remoting import Connection
 from aiorocket._trace import TraceDispatcher
 from aiorocket.errors import (
     BrokerError,
     ClientClosedError,
     ConfigurationError,
-    RocketError,
-    TopicNotExistError,
     TransportError,
     broker_error,
 )
@@ -73,14 +73,16 @@ def flow_limits(settings: ConsumerSettings, queues: int, *, span: bool) -> FlowL
 class GroupMember(ServiceOwner):
     """The group-membership half of a consumer (see the module docs).
 
-    Subclasses implement `_check_startable`, `_build`, `_startup`,
-    `_shutdown`, `_flush_offsets` and `held`, and may override
-    `_unlock_all`.
+    Subclasses implement `_check_startable`, `_build` (which sets `_steps`), `_startup`
+    and `held`; the shutdown is this class's, in the order of
+    [`ShutdownSteps`][aiorocket._consumer.shutdown.ShutdownSteps].
     """
 
     #: ``ConsumerData.consumeType`` in heartbeats: the push consumer is fed by the client
     #: (CONSUME_PASSIVELY), a pull consumer's application asks (CONSUME_ACTIVELY).
     _consume_type: ClassVar[str] = "CONSUME_PASSIVELY"
+    #: what the logs call this kind of consumer
+    _kind: ClassVar[str] = "consumer"
 
     def __init__(self, settings: ConsumerSettings) -> None:
         self.settings = settings
@@ -109,15 +111,11 @@ class GroupMember(ServiceOwner):
         self._stats: StatsRecorder
         self._offsets: OffsetStore
         self._rebalancer: Rebalancer
-        self._rebalance_timer: Periodic
-        self._heartbeat_timer: Periodic
-        self._route_timer: Periodic
         self._persist_timer: Periodic
-        self._heartbeat_task: asyncio.Task[Any]
-        #: the look-ups of subscribed topics that have no route yet (`_watch_missing`)
-        self._route_watch: asyncio.Task[None] | None = None
-        #: subscribed topics whose missing route was logged (once each, until it appears)
-        self._warned_missing: set[str] = set()
+        #: routes, heartbeats, client id, unregistering
+        self._membership: Membership
+        #: what this kind of consumer does at each step of its shutdown (set by `_build`)
+        self._steps = ShutdownSteps()
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -178,34 +176,23 @@ class GroupMember(ServiceOwner):
         """Routes, first heartbeat, first rebalance, background tasks (in the task group)."""
         raise NotImplementedError
 
-    async def _rebalance(self) -> None:
-        """One rebalance of every subscribed topic."""
-        raise NotImplementedError
-
-    def _membership_timers(self) -> None:
-        """Create the periodic tasks every member runs (Java's rebalance service, heartbeat
-        and route-update tasks); `_startup` starts them."""
+    def _new_membership(self, on_routes_changed: Callable[[], None] = lambda: None) -> None:
+        """Create the [`Membership`][aiorocket._client.membership.Membership] (heartbeat and
+        route-update tasks) every member runs; `_startup` starts it. ``on_routes_changed``:
+        a member holding queues rebalances."""
         s = self.settings
-        self._rebalance_timer = Periodic(
-            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
+        self._membership = Membership(
+            self._client,
+            group=self._group,
+            role="consumer",
+            settings=s,
+            heartbeat_data=self._heartbeat_data,
+            spawn=self._spawn,
+            closing=lambda: self._closing,
+            topics=self._subscriptions.keys,
+            on_routes_changed=on_routes_changed,
+            missing_route_retry=s.missing_route_retry,
         )
-        self._heartbeat_timer = Periodic(
-            self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
-        )
-        self._route_timer = Periodic(
-            self._refresh_routes, s.route_refresh_interval, name="route refresh", run_first=False
-        )
-
-    async def _shutdown(self) -> None:
-        """The graceful shutdown (in the task group)."""
-        raise NotImplementedError
-
-    async def _flush_offsets(self) -> None:
-        """Persist the offsets of held queues, awaited."""
-        raise NotImplementedError
-
-    async def _unlock_all(self) -> None:
-        """Release broker queue locks (orderly consumers only)."""
 
     def held(self) -> list[MessageQueue]:
         """The queues this member holds now."""
@@ -332,112 +319,40 @@ class GroupMember(ServiceOwner):
             parts.append(f"{topic} {sub.data().sub_string!r}{where}")
         return "; ".join(parts) or "nothing subscribed"
 
+    async def _shutdown(self) -> None:
+        """The graceful shutdown (in the task group), in the order of `ShutdownSteps`."""
+        steps = self._steps
+        steps.stop_assigning()
+        await steps.stop_feeding()
+        await steps.drain(self.settings.shutdown_grace)
+        # Everything else the member runs stops, but the heartbeats: the member stays
+        # registered until it unregisters.
+        self._membership.stop_refresh()
+        # The tracer first: its task may be sending a batch that cancelling would lose.
+        if self.tracer is not None:
+            await self._cleanup(self.tracer.close(), "flush traces")
+        for task in list(self._tasks):
+            if task is not self._membership.heartbeat_task:
+                task.cancel()
+        await self._leave(flush=True)
+        log.info("%s %s closed", self._kind, self._group)
+
     async def _abort(self, started: bool) -> None:
-        await self._emergency_cleanup(flush=started)
-
-    def _finalize(self) -> None:
-        self._offsets.close()  # (the broadcasting offsets file's lock)
-
-    async def _emergency_cleanup(self, *, flush: bool) -> None:
         # The group died or start-up failed: keep what finished, leave the group, disconnect.
-        if flush:
-            await self._cleanup(self._flush_offsets(), "flush offsets")
-        await self._unlock_all()
-        await self._cleanup(self._unregister(), "unregister consumer")
+        self._steps.stop_assigning()
+        await self._leave(flush=started)
+
+    async def _leave(self, *, flush: bool) -> None:
+        """The last steps: flush offsets, release, unregister, close the connections."""
+        steps = self._steps
+        if flush and steps.flush_offsets is not None:
+            await self._cleanup(steps.flush_offsets(), "flush offsets")
+        await steps.release()
+        await self._cleanup(self._membership.leave(), "unregister consumer")
         await self._client.close()
 
-    def _on_new_brokers(self, names: set[str]) -> None:
-        if not self._closing:
-            self._heartbeat_timer.wake()
-
-    # -- periodic work ------------------------------------------------------------------------
-
-    async def _refresh_routes(self, *, at_start: bool = False) -> None:
-        client = self._client
-        changed = False
-        unreachable: list[TransportError] = []
-        for topic in self._subscriptions:
-            before = client.route(topic)
-            try:
-                route = await client.fetch_route(topic)
-            except TopicNotExistError:
-                if is_retry_topic(topic) or topic in self._warned_missing:
-                    log.debug("topic %s has no route yet", topic)
-                else:
-                    # Once per topic; one that does not exist yet may be a typo: name the
-                    # existing topics close to it.
-                    self._warned_missing.add(topic)
-                    log.warning(
-                        "topic %s has no route yet: consuming it once it is created%s",
-                        topic,
-                        await client.missing_topic_hint(topic),
-                    )
-                continue
-            except (TransportError, BrokerError) as exc:
-                # At start the caller gets the error itself; later, the log is all there is.
-                level = logging.DEBUG if at_start else logging.WARNING
-                log.log(level, "route of %s not refreshed: %s", topic, exc)
-                if isinstance(exc, TransportError):
-                    unreachable.append(exc)
-                continue
-            self._warned_missing.discard(topic)
-            if before is None or before.subscribe_queues(topic) != route.subscribe_queues(topic):
-                changed = True
-        if at_start and unreachable and len(unreachable) == len(self._subscriptions):
-            raise unreachable[0]  # no name server answered: a start-up error
-        if changed and not at_start:
-            self._rebalance_timer.wake()
-        self._watch_missing()
-
-    def _missing_routes(self) -> list[str]:
-        return [t for t in self._subscriptions if self._client.route(t) is None]
-
-    def _watch_missing(self) -> None:
-        """Look up the subscribed topics that have no route yet in the background, until each
-        has one (one task at a time; see `_look_up_missing`)."""
-        if self._closing or not self._started or not self._missing_routes():
-            return
-        if self._route_watch is None or self._route_watch.done():
-            self._route_watch = self._spawn(self._look_up_missing(), name="missing routes")
-
-    async def _look_up_missing(self) -> None:
-        """Ask the name server again for the topics without a route, after
-        ``missing_route_retry``, then twice as long each time up to ``route_refresh_interval``;
-        when one appears, heartbeat its new brokers and rebalance at once.
-
-        Not Java's behaviour: a Java consumer of a topic that does not exist yet (it started
-        before any producer; a Java name server does not create topics on look-up) finds it
-        only at its next route poll (``pollNameServerInterval``, 30 s), so its first messages
-        wait that long. Asking again soon costs one small request per missing topic.
-        """
-        s = self.settings
-        cap = s.route_refresh_interval
-        backoff = Backoff(initial=min(s.missing_route_retry, cap), maximum=cap, jitter=0.1)
-        while True:
-            missing = self._missing_routes()
-            if self._closing or not missing:
-                return
-            await asyncio.sleep(backoff.next_delay())
-            found: list[str] = []
-            for topic in missing:
-                try:
-                    await self._client.fetch_route(topic)
-                except TopicNotExistError:
-                    continue
-                except (TransportError, BrokerError) as exc:
-                    log.debug("route of %s not looked up: %s", topic, exc)
-                    continue
-                found.append(topic)
-            if not found or self._closing:
-                continue
-            log.info("topic(s) %s have a route now; rebalancing", ", ".join(found))
-            backoff.reset()  # more may follow (the retry topic, created by our heartbeat)
-            if self._client.on_new_brokers is not None:
-                # Set once a heartbeating member started (pull consumers in assign mode do not
-                # heartbeat): be registered with the new brokers before the rebalance asks
-                # them for the group's members, instead of waiting for their notification.
-                await self._send_heartbeats()
-            self._rebalance_timer.wake()
+    def _finalize(self) -> None:
+        self._steps.finalize()
 
     def _heartbeat_data(self) -> HeartbeatData:
         s = self.settings
@@ -455,20 +370,6 @@ class GroupMember(ServiceOwner):
             subscriptions=tuple(sub.data() for sub in self._subscriptions.values()),
         )
         return HeartbeatData(client_id=self._client.client_id, consumers=(consumer,))
-
-    async def _send_heartbeats(self, *, at_start: bool = False) -> None:
-        client = self._client
-        data = self._heartbeat_data()
-        addrs = client.all_broker_addresses()
-        errors: list[RocketError] = []
-        for addr in addrs:
-            try:
-                await client.heartbeat(addr, data)
-            except (TransportError, BrokerError) as exc:
-                errors.append(exc)
-                log.warning("heartbeat to %s failed: %s", addr, exc)
-        if at_start and addrs and len(errors) == len(addrs):
-            raise errors[0]
 
     async def _check_client_config(self) -> None:
         """Before the first heartbeat, ask every broker whether it serves each SQL92
@@ -496,57 +397,46 @@ class GroupMember(ServiceOwner):
                         f"({sub.sql!r}): {exc.remark}",
                     ) from exc
 
-    # -- client id ----------------------------------------------------------------------------
+    async def _join(self, *, heartbeats: bool, claim_id: bool = False) -> None:
+        """The start-up's first steps, the same for every kind of consumer: the routes; then,
+        for a member its brokers hear (``heartbeats``), the SQL92 check, a unique client id
+        (``claim_id``: see
+        [`claim_client_id`][aiorocket._client.membership.Membership.claim_client_id]), the
+        first heartbeat, and the routes the heartbeat created.
 
-    async def _claim_client_id(self) -> None:
-        """Before joining (clustering): if the group already has a member with this client's
-        id — another instance started with the same ``instance_name`` on this host, or behind
-        the same address — take a unique one first (`_disambiguate_client_id`)."""
-        if not self._clustering:
+        Raises:
+            TransportError: no name server or broker could be reached.
+            BrokerError: a broker refused a subscription.
+        """
+        membership = self._membership
+        await membership.refresh_routes(at_start=True)
+        if not heartbeats:
             return
-        client = self._client
-        for addr in client.all_broker_addresses():
-            try:
-                ids = await client.get_consumer_list(addr, self._group)
-            except (TransportError, BrokerError):
-                continue  # (no member yet answers code 1) the rebalances check again
-            if client.client_id in ids:
-                self._rename_client()
-            return
+        await self._check_client_config()
+        if claim_id:
+            await membership.claim_client_id()
+        await membership.send_heartbeats(at_start=True)
+        if membership.missing_routes():
+            # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
+            await membership.refresh_routes()
 
-    async def _disambiguate_client_id(self) -> None:
-        """The group lists this client's id more than once: another instance uses it too.
-        Take a unique id and register it with every broker at once, so the next consumer
-        list holds each member once and allocation leaves no queue without an owner."""
-        self._rename_client()
-        await self._send_heartbeats()
+    # -- the collaborators' context -----------------------------------------------------------
 
-    def _rename_client(self) -> None:
-        client = self._client
-        old = client.client_id
-        base = old.split("#~", 1)[0]
-        client.client_id = f"{base}#~{os.getpid()}-{secrets.token_hex(3)}"
-        log.warning(
-            "consumer group %s: client id %s is used by another live instance (same "
-            "instance_name %r, or the same host and process id); this member continues as %s. "
-            "Give each instance its own instance_name.",
-            self._group,
-            old,
-            self.settings.instance_name,
-            client.client_id,
+    def _new_context(self, wake_rebalance: Callable[[], None]) -> ConsumerContext:
+        """The context of this member's collaborators (once the client, offsets and stats
+        are built; the start's wall clock is the running info's start time)."""
+        self._start_wall = int(time.time() * 1000)
+        return ConsumerContext(
+            client=self._client,
+            group=self._group,
+            settings=self.settings,
+            subscriptions=self._subscriptions,
+            offsets=self._offsets,
+            stats=self._stats,
+            consume_type=self._consume_type,
+            start_wall=self._start_wall,
+            spawn=self._spawn,
+            wake_rebalance=wake_rebalance,
+            cleanup=self._cleanup,
+            closing=lambda: self._closing,
         )
-
-    async def _unregister(self) -> None:
-        client = self._client
-        for addr in client.all_broker_addresses():
-            try:
-                await client.unregister_client(addr, consumer_group=self._group)
-            except (TransportError, BrokerError) as exc:
-                log.debug("unregister from %s failed: %s", addr, exc)
-
-    # -- requests from brokers ----------------------------------------------------------------
-
-    async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        log.debug("consumer ids of %s changed; rebalancing now", self._group)
-        self._rebalance_timer.wake()
-        return

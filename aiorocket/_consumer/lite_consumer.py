@@ -40,7 +40,7 @@ from aiorocket._consumer.popping import (
     trace_acked,
 )
 from aiorocket._consumer.send_back import SendBack
-from aiorocket._consumer.stats import StatsRecorder
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._consumer.trace_hook import trace_dispatcher
 from aiorocket._names import now_ms, without_namespace
@@ -133,6 +133,7 @@ class LiteConsumer(GroupMember):
     """
 
     _consume_type: ClassVar[str] = "CONSUME_ACTIVELY"
+    _kind: ClassVar[str] = "lite consumer"
 
     def __init__(
         self,
@@ -330,18 +331,17 @@ class LiteConsumer(GroupMember):
         requests = Dispatcher()
         requests.register(RequestCode.NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
         self._client = client = ClientInstance(s, handler=requests)
-        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
-        self._offsets = self._new_offset_store(client)  # unused: offsets stay broker-side
         sender = SendBack(client=client, group=self._group, settings=s)
         self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
-        self._membership_timers()
+        self._new_membership()
         self._sync_timer = Periodic(
             self._sync_all, self._sync_interval, name="lite sync", run_first=False
         )
+        self._steps = ShutdownSteps(stop_assigning=self._sync_timer.stop, release=self._release)
 
     async def _startup(self) -> None:
-        await self._refresh_routes(at_start=True)
+        await self._join(heartbeats=False)
         if self._client.route(self._topic) is None:
             raise TopicNotExistError(
                 f"the parent topic {self._topic} has no route: create it as a LITE topic "
@@ -356,7 +356,7 @@ class LiteConsumer(GroupMember):
             await self._ctl("PARTIAL_ADD", names, option)
         self._client.on_new_brokers = self._on_new_brokers
         self._spawn(self._sync_timer.run(), name="lite sync")
-        self._spawn(self._route_timer.run(), name="route refresh")
+        self._membership.start(heartbeats=False)  # (a lite consumer is heard through its syncs)
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
 
@@ -364,31 +364,17 @@ class LiteConsumer(GroupMember):
         if not self._closing:
             self._sync_timer.wake()  # subscribe there too
 
-    async def _shutdown(self) -> None:
-        for timer in (self._route_timer, self._sync_timer):
-            timer.stop()
-        # The tracer first: its task may be sending a batch that cancelling would lose.
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
-        for task in list(self._tasks):
-            task.cancel()
+    async def _release(self) -> None:
+        # What was popped and not handed out comes back after its invisible time.
         self._buffer.clear()
-        await self._cleanup(self._unregister(), "remove lite subscriptions")
-        await self._client.close()
-        log.info("lite consumer %s closed", self._group)
+        await self._cleanup(self._remove_subscriptions(), "remove lite subscriptions")
 
-    async def _unregister(self) -> None:
+    async def _remove_subscriptions(self) -> None:
         # The proxy's offlineClientLiteSubscription: COMPLETE_REMOVE at every broker.
         try:
             await self._ctl("COMPLETE_REMOVE", (), None)
         except RocketError as exc:
             log.debug("removing the lite subscriptions failed: %s", exc)
-
-    async def _rebalance(self) -> None:
-        """Nothing: brokers hand out lite topics, not queues."""
-
-    async def _flush_offsets(self) -> None:
-        """Nothing: brokers keep the group's offsets themselves."""
 
     def held(self) -> list[MessageQueue]:
         """No queue is held: every message is popped from whichever lite topic has it."""
@@ -405,7 +391,7 @@ class LiteConsumer(GroupMember):
     async def _brokers_now(self) -> list[str]:
         names = self._brokers()
         if not names:
-            await self._refresh_routes()
+            await self._membership.refresh_routes()
             names = self._brokers()
         return names
 

@@ -43,7 +43,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._client.time_search import first_offset_at, store_time
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import BrokerRequests
 from aiorocket._consumer.group_member import GroupMember
@@ -53,13 +52,16 @@ from aiorocket._consumer.hooks import (
     ReceiveHookContext,
     run_received,
 )
-from aiorocket._consumer.queue_table import OwnedQueue, PullQueues
+from aiorocket._consumer.pull_positions import BrokerPositions
+from aiorocket._consumer.queue_table import OwnedQueue, Pauses, PullQueues
 from aiorocket._consumer.rebalance import Rebalancer, plan_rebalance
 from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import install_trace, trace_polled
 from aiorocket._names import without_namespace
+from aiorocket._remoting import Dispatcher
 from aiorocket.errors import (
     ConfigurationError,
     OffsetOutOfRangeError,
@@ -186,6 +188,7 @@ class PullConsumer(GroupMember):
     """
 
     _consume_type = "CONSUME_ACTIVELY"
+    _kind = "pull consumer"
 
     def __init__(
         self,
@@ -231,14 +234,16 @@ class PullConsumer(GroupMember):
         self._mode: Literal["none", "subscribe", "assign"] = "none"
         #: assign(): the queues to read (wire names)
         self._assigned: list[MessageQueue] = []
-        #: the owned queues, their buffers and positions
-        self._queues = PullQueues(self, auto_commit=auto_commit)
+        #: what pause() paused (queues, wire names)
+        self._pauses = Pauses()
         #: close() counts what was handed out as processed; an exception leaving
         #: ``async with`` does not
         self._close_acks = True
         self._hooks: list[ConsumeHook] = []
         self._receive_hooks: list[ReceiveHook] = []
         # Built by start() (_build), besides GroupMember's parts.
+        #: the owned queues, their buffers and positions
+        self._queues: PullQueues
         self._sender: SendBack
         self._commit_timer: Periodic
 
@@ -331,16 +336,22 @@ class PullConsumer(GroupMember):
 
     def _build(self) -> None:
         s = self.settings
+        dispatcher = Dispatcher()  # (filled below, once the queues it reports exist)
+        self._client = client = ClientInstance(s, handler=dispatcher)
+        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
+        self._offsets = self._new_offset_store(client)
+        self._rebalance_timer = Periodic(
+            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
+        )
+        ctx = self._new_context(self._rebalance_timer.wake)
+        self._queues = PullQueues(ctx, self._pauses, auto_commit=self._auto_commit)
+        self._positions = BrokerPositions(ctx)
         requests = BrokerRequests(
-            self, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
+            ctx, self._queues, properties={"autoCommit": "true" if self._auto_commit else "false"}
         )
         # RESET_CONSUMER_CLIENT_OFFSET and CONSUME_MESSAGE_DIRECTLY are push-consumer requests
         # (MQClientInstance answers them only for DefaultMQPushConsumerImpl): code 3 here.
-        dispatcher = requests.dispatcher(grouped=self._mode == "subscribe")
-        self._client = client = ClientInstance(s, handler=dispatcher)
-        self._stop = asyncio.Event()
-        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
-        self._offsets = self._new_offset_store(client)
+        requests.register(dispatcher, grouped=self._mode == "subscribe")
         self._sender = SendBack(client=client, group=self._group, settings=s)
         self._trace_hooks: list[ConsumeHook] = list(self._hooks)
         self.tracer = install_trace(client, s, self._trace_hooks)
@@ -353,31 +364,28 @@ class PullConsumer(GroupMember):
             broadcasting=not self._clustering,
             consume_from=s.consume_from,
         )
-        self._queues.init_limits()
-        self._membership_timers()
+        self._new_membership(on_routes_changed=self._rebalance_timer.wake)
+        self._steps = ShutdownSteps(
+            stop_assigning=self._stop_assigning,
+            stop_feeding=self._stop_feeding,
+            drain=self._drain,
+            flush_offsets=self._flush_offsets,
+            finalize=self._offsets.close,
+        )
         self._commit_timer = Periodic(
             self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
         )
 
     async def _startup(self) -> None:
-        self._start_wall = int(time.time() * 1000)
         await self._offsets.load()
-        await self._refresh_routes(at_start=True)
         grouped = self._mode == "subscribe"
-        if grouped:
-            await self._check_client_config()
-            await self._send_heartbeats(at_start=True)
-            if any(self._client.route(t) is None for t in self._subscriptions):
-                # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
-                await self._refresh_routes()
+        await self._join(heartbeats=grouped)
         await self._rebalance()
         # Assigned queues go through the same rounds: a queue whose start offset could not
         # be found is tried again at the next one.
         self._spawn(self._rebalance_timer.run(), name="rebalance")
-        if grouped:
-            self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
-            self._client.on_new_brokers = self._on_new_brokers
-        self._spawn(self._route_timer.run(), name="route refresh")
+        # (assigned queues: no group to be heard by)
+        self._membership.start(heartbeats=grouped)
         if self._auto_commit:
             self._spawn(self._commit_timer.run(), name="auto commit")
         if self.tracer is not None:
@@ -410,37 +418,25 @@ class PullConsumer(GroupMember):
         await super().__aexit__(exc_type, exc, tb)
 
     def _wake_readers(self) -> None:
-        self._queues.data.set()
+        if self._started:
+            self._queues.data.set()
 
-    async def _shutdown(self) -> None:
-        # 1. No more rebalancing: the owned set is final; readers get nothing more.
+    # (the order is GroupMember._shutdown's; these are this consumer's steps)
+
+    def _stop_assigning(self) -> None:
+        # No more rebalancing: the owned set is final; readers get nothing more.
         self._rebalance_timer.stop()
         self._wake_readers()
+
+    async def _stop_feeding(self) -> None:
         async with self._queues.lock:
-            # 2. Pulls stop.
             self._queues.stop_pulling()
-        # 3. Offsets: what was handed out (a clean close) or acknowledged, committed and
-        #    awaited; the client unregisters; both shielded and bounded.
+
+    async def _drain(self, grace: float) -> None:
+        # What was handed out counts as processed on a clean close (only what the
+        # application came back from otherwise); the flush then commits it.
         if self._close_acks:
             self._queues.acknowledge()
-        await self._cleanup(self._flush_offsets(), "flush offsets")
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
-        for timer in (self._route_timer, self._commit_timer):
-            timer.stop()
-        for task in list(self._tasks):
-            if self._mode != "subscribe" or task is not self._heartbeat_task:
-                task.cancel()
-        if self._mode == "subscribe":
-            self._heartbeat_timer.stop()
-            await self._cleanup(self._unregister(), "unregister consumer")
-        # 4. Connections closed.
-        await self._client.close()
-        log.info("pull consumer %s closed", self._group)
-
-    async def _emergency_cleanup(self, *, flush: bool) -> None:
-        self._wake_readers()
-        await super()._emergency_cleanup(flush=flush)
 
     async def _flush_offsets(self) -> None:
         if self._auto_commit:
@@ -541,14 +537,16 @@ class PullConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was never started.
         """
+        if not self._started:
+            if self._closing:
+                raise StopAsyncIteration
+            raise ConfigurationError("the consumer has not been started")
         queues = self._queues
         if queues.dirty:
             queues.acknowledge()
         while not queues.ready:
             if self._closing:
                 raise StopAsyncIteration
-            if not self._started:
-                raise ConfigurationError("the consumer has not been started")
             await queues.data.wait()
         if self._closing:
             raise StopAsyncIteration
@@ -570,6 +568,8 @@ class PullConsumer(GroupMember):
         before start: those)."""
         if not self._started and self._mode == "assign":
             return {self._user_mq(mq) for mq in self._assigned}
+        if not self._started:
+            return set()
         return {self._user_mq(mq) for mq, o in self._queues.entries.items() if not o.revoking}
 
     def position(self, queue: MessageQueue) -> int:
@@ -601,8 +601,7 @@ class PullConsumer(GroupMember):
                 return offset
         if not self._clustering:
             return None if owned else await self._offsets.read_stored(mq)
-        addr = await self._broker(mq)
-        return await self._client.query_consumer_offset(addr, self._group, mq)
+        return await self._positions.committed(mq)
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit, awaited: with no argument everything handed out so far (it counts as
@@ -638,23 +637,7 @@ class PullConsumer(GroupMember):
                 owned.written = owned.acked
         for mq, offset in pairs:
             self._offsets.update(mq, offset, increase_only=False)
-        await self._write(pairs)
-
-    async def _write(self, pairs: list[tuple[MessageQueue, int]]) -> None:
-        if not pairs:
-            return
-        if not self._clustering:
-            await self._offsets.persist_all([mq for mq, _ in pairs], sync=True)
-            return
-
-        async def one(mq: MessageQueue, offset: int) -> None:
-            addr = await self._broker(mq)
-            await self._client.update_consumer_offset(addr, self._group, mq, offset, oneway=False)
-
-        results = await asyncio.gather(*(one(mq, o) for mq, o in pairs), return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        await self._positions.write(pairs)
 
     async def _auto_commit_now(self) -> None:
         self._stats.sample(asyncio.get_running_loop().time())
@@ -662,16 +645,6 @@ class PullConsumer(GroupMember):
         if self._queues.store_acknowledged(live):
             # Oneway, as the push consumer's periodic persistence (RemoteBrokerOffsetStore).
             await self._offsets.persist_all(self._queues.held())
-
-    async def _broker(self, mq: MessageQueue) -> str:
-        # offsets and bounds: the master, else any broker of the group (ClientInstance)
-        return await self._client.find_broker(mq.broker_name, mq.topic)
-
-    async def _bounds(self, mq: MessageQueue) -> tuple[int, int]:
-        addr = await self._broker(mq)
-        lo = await self._client.get_min_offset(addr, mq)
-        hi = await self._client.get_max_offset(addr, mq)
-        return lo, hi
 
     async def seek(self, queue: MessageQueue, offset: int) -> None:
         """Read ``queue`` from ``offset`` on: what was buffered is dropped and the next
@@ -687,7 +660,7 @@ class PullConsumer(GroupMember):
             TransportError, BrokerError: the broker could not be asked.
         """
         owned = self._require_owned(queue)
-        lo, hi = await self._bounds(owned.mq)
+        lo, hi = await self._positions.bounds(owned.mq)
         if not lo <= offset <= hi:
             raise OffsetOutOfRangeError(queue, offset, lo, hi)
         self._seek_now(queue, owned, offset)
@@ -706,7 +679,7 @@ class PullConsumer(GroupMember):
             RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
-        lo, _ = await self._bounds(owned.mq)
+        lo, _ = await self._positions.bounds(owned.mq)
         self._seek_now(queue, owned, lo)
 
     async def seek_to_end(self, queue: MessageQueue) -> None:
@@ -717,7 +690,7 @@ class PullConsumer(GroupMember):
             RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
-        _, hi = await self._bounds(owned.mq)
+        _, hi = await self._positions.bounds(owned.mq)
         self._seek_now(queue, owned, hi)
 
     async def seek_to_time(self, queue: MessageQueue, when: datetime) -> None:
@@ -731,24 +704,7 @@ class PullConsumer(GroupMember):
             RocketError: as [`seek`][aiorocket.PullConsumer.seek].
         """
         owned = self._require_owned(queue)
-        mq = owned.mq
-        ts = int(when.timestamp() * 1000)
-        addr = await self._broker(mq)
-        guess = await self._client.search_offset(addr, mq, ts)
-        lo, hi = await self._bounds(mq)
-
-        def stored_at(offset: int) -> Awaitable[float]:
-            return store_time(
-                self._client,
-                addr,
-                mq,
-                offset,
-                group=self._group,
-                timeout=self.settings.request_timeout,
-            )
-
-        offset = await first_offset_at(ts, lo=lo, hi=hi, guess=guess, stored_at=stored_at)
-        self._seek_now(queue, owned, offset)
+        self._seek_now(queue, owned, await self._positions.offset_at(owned.mq, when))
 
     # -- flow ---------------------------------------------------------------------------------
 
@@ -778,6 +734,8 @@ class PullConsumer(GroupMember):
 
     def paused(self) -> set[MessageQueue]:
         """The owned queues paused now."""
+        if not self._started:
+            return set()
         return {self._user_mq(mq) for mq in self._queues.entries if self._queues.is_paused(mq)}
 
     # -- retries, topics ----------------------------------------------------------------------
@@ -824,4 +782,5 @@ class PullConsumer(GroupMember):
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "started" if self._started else "new"
-        return f"PullConsumer(group={self._group!r}, {state}, queues={len(self._queues.entries)})"
+        held = len(self.held()) if self._started else 0
+        return f"PullConsumer(group={self._group!r}, {state}, queues={held})"

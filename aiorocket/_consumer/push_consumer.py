@@ -7,8 +7,8 @@ of requests brokers send us. Nothing starts in the constructor. ``start()`` (or 
 with``) returns once routes are known, the first heartbeat went out and the first rebalance
 ran, so start-up errors reach the caller. A bug in any task crashes the group; the error is
 logged and re-raised by [`PushConsumer.wait_closed`][aiorocket.PushConsumer.wait_closed] and by
-leaving ``async with``. The lifecycle, routes and heartbeats are `GroupMember`'s,
-shared with the pull consumer.
+leaving ``async with``. The lifecycle is `GroupMember`'s, shared with the other consumers;
+routes and heartbeats are its `Membership`'s, shared with the producer too.
 
 Shutdown (docs/architecture.md): stop rebalancing (and lock renewal); cancel pulls and put queues
 in *draining*; wait up to ``shutdown_grace`` for running handlers; flush offsets, unlock
@@ -55,9 +55,10 @@ from aiorocket._consumer.key_order import key_function
 from aiorocket._consumer.lock_renewer import BrokerLocks
 from aiorocket._consumer.pop_feed import FeedTarget, PopFeed
 from aiorocket._consumer.popping import PopClient
-from aiorocket._consumer.queue_table import PushQueues
+from aiorocket._consumer.queue_table import Pauses, PushQueues
 from aiorocket._consumer.rebalance import Rebalancer
 from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import (
     ConsumerStatistics,
     QueueStatistics,
@@ -68,6 +69,7 @@ from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import install_trace
 from aiorocket._protocol.codes import Perm
 from aiorocket._protocol.pop import QueryAssignmentRequestBody
+from aiorocket._remoting import Dispatcher
 from aiorocket.errors import (
     BrokerError,
     ConfigurationError,
@@ -200,9 +202,11 @@ class PushConsumer(GroupMember):
         self._locking = s.orderly and self._clustering
         self._handler: Handler | OrderlyHandler | None = None
         self._hooks: list[ConsumeHook] = []
-        #: the held queues; pause() lists everything, or queues and topics (wire names)
-        self._queues = PushQueues(self, locking=self._locking)
+        #: what pause() paused: everything, or queues and topics (wire names)
+        self._pauses = Pauses()
         # Built by start() (_build), besides GroupMember's parts.
+        #: the held queues
+        self._queues: PushQueues
         self._service: ConcurrentConsumeService | OrderlyConsumeService
         self._locks: BrokerLocks | None = None
         self._clean_timer: Periodic | None = None
@@ -291,7 +295,9 @@ class PushConsumer(GroupMember):
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
         queues, topics = self._pause_targets(targets)
-        self._queues.set_paused(True, queues, topics, everything=not targets)
+        self._pauses.set(True, queues, topics, everything=not targets)
+        if self._started:
+            self._queues.apply_pause()
 
     def resume(self, *targets: MessageQueue | str) -> None:
         """Undo [`pause`][aiorocket.PushConsumer.pause] for the given queues or topics, or for
@@ -303,7 +309,9 @@ class PushConsumer(GroupMember):
             ConfigurationError: a topic (or a queue's topic) this consumer does not subscribe.
         """
         queues, topics = self._pause_targets(targets)
-        self._queues.set_paused(False, queues, topics, everything=not targets)
+        self._pauses.set(False, queues, topics, everything=not targets)
+        if self._started:
+            self._queues.apply_pause()
 
     def _pause_targets(
         self, targets: Sequence[MessageQueue | str]
@@ -347,56 +355,32 @@ class PushConsumer(GroupMember):
         """Create the parts (no I/O, nothing started)."""
         s = self.settings
         assert self._handler is not None
-        requests = PushRequests(self, self._queues, handler=self._handler, orderly=self._orderly)
-        self._client = client = ClientInstance(s, handler=requests.dispatcher(grouped=True))
+        dispatcher = Dispatcher()  # (filled below, once the queues it reports exist)
+        self._client = client = ClientInstance(s, handler=dispatcher)
         loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
         self._stats = StatsRecorder(now=loop.time())
         self._offsets = self._new_offset_store(client)
+        self._rebalance_timer = Periodic(
+            self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
+        )
+        ctx = self._new_context(self._rebalance_timer.wake)
         if self.tracer is None:
             self.tracer = install_trace(client, s, self._hooks)
-        if self._orderly:
-            self._service = OrderlyConsumeService(
-                handler=cast(OrderlyHandler, self._handler),
-                group=self._group,
-                settings=s,
-                client=client,
-                offsets=self._offsets,
-                stats=self._stats,
-                spawn=self._spawn,
-                hooks=self._hooks,
-                on_lock_expired=self._on_lock_expired,
-                key_of=key_function(s.order_by),
-            )
-        else:
-            self._service = ConcurrentConsumeService(
-                handler=cast(Handler, self._handler),
-                group=self._group,
-                settings=s,
-                client=client,
-                offsets=self._offsets,
-                stats=self._stats,
-                hooks=self._hooks,
-            )
+        self._service = self._new_service(client)
         if self._locking:
             self._locks = BrokerLocks(client=client, group=self._group)
         if s.consume_mode != "pull":
-            sender = SendBack(client=client, group=self._group, settings=s)
-            pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
-            concurrent = (
-                self._service if isinstance(self._service, ConcurrentConsumeService) else None
-            )
-            self._feed = PopFeed(
-                pop=pop,
-                service=concurrent,
-                settings=s,
-                stats=self._stats,
-                spawn=self._spawn,
-                orderly=None if concurrent else cast(OrderlyHandler, self._handler),
-            )
-            if concurrent is not None:
-                concurrent.pop_retry = self._feed.retry
-        self._queues.build(self._service, self._locks, self._on_lock_expired)
+            self._feed = self._new_feed(client)
+        self._queues = PushQueues(
+            ctx,
+            self._pauses,
+            service=self._service,
+            locks=self._locks,
+            on_lock_expired=self._on_lock_expired,
+            start_offset=self._start_offset,
+        )
+        requests = PushRequests(ctx, self._queues, handler=self._handler, orderly=self._orderly)
+        requests.register(dispatcher, grouped=True)
         self._rebalancer = Rebalancer(
             client=client,
             group=self._group,
@@ -408,8 +392,15 @@ class PushConsumer(GroupMember):
             locker=self._locks,
             on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
         )
-        self._queues.init_limits()
-        self._membership_timers()
+        self._new_membership(on_routes_changed=self._rebalance_timer.wake)
+        self._steps = ShutdownSteps(
+            stop_assigning=self._stop_assigning,
+            stop_feeding=self._stop_feeding,
+            drain=self._drain,
+            flush_offsets=self._flush_offsets,
+            release=self._queues.unlock_all,
+            finalize=self._offsets.close,
+        )
         self._persist_timer = Periodic(
             self._persist_offsets, s.offset_persist_interval, name="persist", run_first=False
         )
@@ -427,18 +418,58 @@ class PushConsumer(GroupMember):
                 run_first=False,
             )
 
+    def _new_service(
+        self, client: ClientInstance
+    ) -> ConcurrentConsumeService | OrderlyConsumeService:
+        """The consume service of this consumer's mode."""
+        s = self.settings
+        if self._orderly:
+            return OrderlyConsumeService(
+                handler=cast(OrderlyHandler, self._handler),
+                group=self._group,
+                settings=s,
+                client=client,
+                offsets=self._offsets,
+                stats=self._stats,
+                spawn=self._spawn,
+                hooks=self._hooks,
+                on_lock_expired=self._on_lock_expired,
+                key_of=key_function(s.order_by),
+            )
+        return ConcurrentConsumeService(
+            handler=cast(Handler, self._handler),
+            group=self._group,
+            settings=s,
+            client=client,
+            offsets=self._offsets,
+            stats=self._stats,
+            hooks=self._hooks,
+        )
+
+    def _new_feed(self, client: ClientInstance) -> PopFeed:
+        """POP and server modes: the pop tasks feeding the consume service."""
+        s = self.settings
+        sender = SendBack(client=client, group=self._group, settings=s)
+        pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        service = self._service
+        concurrent = service if isinstance(service, ConcurrentConsumeService) else None
+        feed = PopFeed(
+            pop=pop,
+            service=concurrent,
+            settings=s,
+            stats=self._stats,
+            spawn=self._spawn,
+            orderly=None if concurrent else cast(OrderlyHandler, self._handler),
+        )
+        if concurrent is not None:
+            concurrent.pop_retry = feed.retry
+        return feed
+
     # -- start-up -----------------------------------------------------------------------------
 
     async def _startup(self) -> None:
-        self._start_wall = int(time.time() * 1000)
         await self._offsets.load()
-        await self._refresh_routes(at_start=True)
-        await self._check_client_config()
-        await self._claim_client_id()
-        await self._send_heartbeats(at_start=True)
-        if any(self._client.route(t) is None for t in self._subscriptions):
-            # A Java broker creates %RETRY%<group> when the first heartbeat names the group.
-            await self._refresh_routes()
+        await self._join(heartbeats=True, claim_id=self._clustering)
         if isinstance(self._service, ConcurrentConsumeService):
             for i in range(self.settings.concurrency):
                 self._spawn(self._service.worker(), name=f"consume worker {i}")
@@ -448,14 +479,12 @@ class PushConsumer(GroupMember):
         self._spawn(self._rebalance_timer.run(), name="rebalance")
         if self._lock_timer is not None:
             self._spawn(self._lock_timer.run(), name="lock renewal")
-        self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
-        self._spawn(self._route_timer.run(), name="route refresh")
+        self._membership.start()
         self._spawn(self._persist_timer.run(), name="persist offsets")
         if self._clean_timer is not None:
             self._spawn(self._clean_timer.run(), name="consume clean-up")
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
-        self._client.on_new_brokers = self._on_new_brokers
 
     # -- periodic work ------------------------------------------------------------------------
 
@@ -534,13 +563,16 @@ class PushConsumer(GroupMember):
 
     # -- orderly locks ------------------------------------------------------------------------
 
+    async def _disambiguate_client_id(self) -> None:
+        await self._membership.disambiguate_client_id()
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        return await self._rebalancer.start_offset(mq)
+
     def _on_lock_expired(self) -> None:
         # tryLockLaterAndReconsume: a queue waits for its lock; try to renew it now.
         if self._lock_timer is not None and not self._closing:
             self._lock_timer.wake()
-
-    async def _unlock_all(self) -> None:
-        await self._queues.unlock_all()
 
     def held(self) -> list[MessageQueue]:
         """The queues this member holds now."""
@@ -548,41 +580,27 @@ class PushConsumer(GroupMember):
 
     # -- shutdown -----------------------------------------------------------------------------
 
-    async def _shutdown(self) -> None:
-        s = self.settings
-        client = self._client
-        # 1. No more rebalancing or lock renewal: the held set is final.
+    # (the order is GroupMember._shutdown's; these are this consumer's steps)
+
+    def _stop_assigning(self) -> None:
+        # No more rebalancing or lock renewal: the held set is final.
         self._rebalance_timer.stop()
         if self._lock_timer is not None:
             self._lock_timer.stop()
+
+    async def _stop_feeding(self) -> None:
         async with self._queues.lock:
-            # 2. Pulls (and pops) stop; queues drain (finished work still commits).
+            # Pulls (and pops) stop; queues drain (finished work still commits).
             self._queues.stop_pulling()
             if self._feed is not None:
                 self._feed.stop_popping()
-        # 3. Running handlers finish within the grace period; their acks go out.
-        await self._service.drain(s.shutdown_grace)
+
+    async def _drain(self, grace: float) -> None:
+        # Running handlers finish within the grace period; their acks go out.
+        await self._service.drain(grace)
         if self._feed is not None:
-            await self._feed.drain(s.shutdown_grace)
+            await self._feed.drain(grace)
             await self._cleanup(self._feed.flush(), "send acks")
-        for timer in (self._route_timer, self._persist_timer, self._clean_timer):
-            if timer is not None:
-                timer.stop()
-        # The tracer first: its task may be sending a batch that cancelling would lose.
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
-        for task in list(self._tasks):
-            if task is not self._heartbeat_task:
-                task.cancel()
-        # 4. Offsets flushed, orderly queues unlocked (after the flush, so the next owner
-        #    reads the final offsets), client unregistered: shielded and bounded.
-        await self._cleanup(self._flush_offsets(), "flush offsets")
-        await self._unlock_all()
-        self._heartbeat_timer.stop()
-        await self._cleanup(self._unregister(), "unregister consumer")
-        # 5. Connections closed.
-        await client.close()
-        log.info("consumer %s closed", self._group)
 
     # -- statistics ---------------------------------------------------------------------------
 
@@ -640,4 +658,5 @@ class PushConsumer(GroupMember):
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "started" if self._started else "new"
-        return f"PushConsumer(group={self._group!r}, {state}, queues={len(self._queues.entries)})"
+        held = len(self.held()) if self._started else 0
+        return f"PushConsumer(group={self._group!r}, {state}, queues={held})"

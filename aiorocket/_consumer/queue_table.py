@@ -19,18 +19,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService
 from aiorocket._consumer.consume_orderly import OrderlyConsumeService
-from aiorocket._consumer.group_member import GroupMember, flow_limits
+from aiorocket._consumer.context import ConsumerContext
+from aiorocket._consumer.group_member import flow_limits
 from aiorocket._consumer.lock_renewer import BrokerLocks
+from aiorocket._consumer.offset_store import OffsetStore
 from aiorocket._consumer.process_queue import FlowLimits, ProcessQueue
 from aiorocket._consumer.pull_loop import Dispatch, PullGate, PullLoop, PullOffsets
 from aiorocket.models import MessageQueue, ReceivedMessage
 
-__all__ = ["OwnedQueue", "PullQueues", "PushQueues", "QueueEntry", "QueueTable"]
+__all__ = ["OwnedQueue", "Pauses", "PullQueues", "PushQueues", "QueueEntry", "QueueTable"]
 
 log = logging.getLogger("aiorocket.consumer")
 
@@ -50,6 +52,45 @@ class QueueEntry:
 _E = TypeVar("_E", bound=QueueEntry)
 
 
+class Pauses:
+    """What the application paused: queues by name, topics, or everything (wire names). It
+    belongs to the consumer, not to its queue table, so a push consumer can pause before it
+    started (the table is built by the start)."""
+
+    __slots__ = ("everything", "queues", "topics")
+
+    def __init__(self) -> None:
+        self.everything = False
+        self.queues: set[MessageQueue] = set()
+        self.topics: set[str] = set()
+
+    def covers(self, mq: MessageQueue) -> bool:
+        """Whether ``mq`` is paused, by name, through its topic or as part of everything."""
+        return self.everything or mq in self.queues or mq.topic in self.topics
+
+    def set(
+        self,
+        paused: bool,
+        queues: Iterable[MessageQueue] = (),
+        topics: Iterable[str] = (),
+        *,
+        everything: bool = False,
+    ) -> None:
+        """Pause (or resume) these queues and topics, or everything; resuming everything also
+        forgets every queue and topic paused by name."""
+        if paused:
+            self.queues.update(queues)
+            self.topics.update(topics)
+        else:
+            if everything:
+                self.queues.clear()
+                self.topics.clear()
+            self.queues.difference_update(queues)
+            self.topics.difference_update(topics)
+        if everything:
+            self.everything = paused
+
+
 class QueueTable(Generic[_E]):
     """The held queues of one consumer (see the module docs).
 
@@ -58,18 +99,19 @@ class QueueTable(Generic[_E]):
     `_pause_changed`.
     """
 
-    def __init__(self, member: GroupMember) -> None:
-        self._m = member
-        self.settings = member.settings
+    def __init__(self, ctx: ConsumerContext, pauses: Pauses) -> None:
+        self._ctx = ctx
+        self.settings = ctx.settings
+        #: what the application paused (shared with the consumer)
+        self.pauses = pauses
         #: the held queues (wire names)
         self.entries: dict[MessageQueue, _E] = {}
         #: held while the table changes in steps that await (rebalance, resets, shutdown)
         self.lock = asyncio.Lock()
         #: the flow limits of one queue of each topic
         self.limits: dict[str, FlowLimits] = {}
-        self.paused_all = False
-        self.paused_queues: set[MessageQueue] = set()
-        self.paused_topics: set[str] = set()
+        for topic in ctx.subscriptions:  # (until the first rebalance counts the queues)
+            self.queues_changed(topic, 1)
 
     # -- what specialisations provide ---------------------------------------------------------
 
@@ -91,7 +133,7 @@ class QueueTable(Generic[_E]):
         raise NotImplementedError
 
     def _pull_offsets(self) -> PullOffsets:
-        return self._m._offsets
+        return self._ctx.offsets
 
     def _pause_changed(self, entry: _E, paused: bool) -> None:
         """``entry``'s pause state was applied (called for every held queue)."""
@@ -106,11 +148,6 @@ class QueueTable(Generic[_E]):
         """Recompute ``topic``'s flow limits (per-topic thresholds split over its queues)."""
         self.limits[topic] = flow_limits(self.settings, count, span=self.dispatch.uses_span_limit)
 
-    def init_limits(self) -> None:
-        """The limits of every subscribed topic before the first rebalance."""
-        for topic in self._m._subscriptions:
-            self.queues_changed(topic, 1)
-
     # -- pulling ------------------------------------------------------------------------------
 
     def _new_pq(self, mq: MessageQueue) -> ProcessQueue:
@@ -121,23 +158,23 @@ class QueueTable(Generic[_E]):
 
     def _start_pulling(self, entry: _E, offset: int, gate: PullGate | None = None) -> None:
         """Build ``entry``'s pull loop and start its task at ``offset``."""
-        m = self._m
+        ctx = self._ctx
         topic = entry.mq.topic
         loop_ = PullLoop(
             pq=entry.pq,
-            subscription=m._subscriptions[topic],
-            client=m._client,
-            group=m._group,
+            subscription=ctx.subscriptions[topic],
+            client=ctx.client,
+            group=ctx.group,
             settings=self.settings,
             offsets=self._pull_offsets(),
             dispatch=self.dispatch,
-            stats=m._stats,
+            stats=ctx.stats,
             limits=lambda: self.limits[topic],
             on_offset_illegal=self._on_offset_illegal,
             gate=gate,
         )
         entry.loop = loop_
-        entry.task = m._spawn(loop_.run(offset), name=f"pull {entry.mq}")
+        entry.task = ctx.spawn(loop_.run(offset), f"pull {entry.mq}")
 
     def restart_silent_pulls(self) -> None:
         """The pull-expired watchdog (Java's rebalance drops a queue whose pull has been idle
@@ -161,11 +198,11 @@ class QueueTable(Generic[_E]):
                 limit,
                 loop_.next_offset,
             )
-            self._m._stats.pull_restarts += 1
+            self._ctx.stats.pull_restarts += 1
             if entry.task is not None:
                 entry.task.cancel()
             loop_.last_active = now  # (not silent again before the new task first runs)
-            entry.task = self._m._spawn(loop_.run(loop_.next_offset), name=f"pull {mq}")
+            entry.task = self._ctx.spawn(loop_.run(loop_.next_offset), f"pull {mq}")
 
     def stop_pulling(self) -> None:
         """Shutdown (under `lock`): pulls stop; queues drain (finished work still
@@ -179,7 +216,7 @@ class QueueTable(Generic[_E]):
 
     def is_paused(self, mq: MessageQueue) -> bool:
         """Whether ``mq`` is paused, by name, through its topic or as part of everything."""
-        return self.paused_all or mq in self.paused_queues or mq.topic in self.paused_topics
+        return self.pauses.covers(mq)
 
     def set_paused(
         self,
@@ -189,22 +226,13 @@ class QueueTable(Generic[_E]):
         *,
         everything: bool = False,
     ) -> None:
-        """Pause (or resume) these queues and topics (wire names), or everything; resuming
-        everything also forgets every queue and topic paused by name."""
-        if paused:
-            self.paused_queues.update(queues)
-            self.paused_topics.update(topics)
-        else:
-            if everything:
-                self.paused_queues.clear()
-                self.paused_topics.clear()
-            self.paused_queues.difference_update(queues)
-            self.paused_topics.difference_update(topics)
-        if everything:
-            self.paused_all = paused
-        self._apply_pause()
+        """Pause (or resume) these queues and topics (wire names), or everything (see
+        [`Pauses.set`][aiorocket._consumer.queue_table.Pauses.set]), and apply it."""
+        self.pauses.set(paused, queues, topics, everything=everything)
+        self.apply_pause()
 
-    def _apply_pause(self) -> None:
+    def apply_pause(self) -> None:
+        """Pause or resume each held queue as `pauses` says."""
         for mq, entry in self.entries.items():
             paused = self.is_paused(mq)
             if paused:
@@ -227,21 +255,28 @@ class _Release:
 class _LockGate:
     """The pull gate of an orderly clustering consumer (see `PullGate`)."""
 
-    __slots__ = ("_queues",)
+    __slots__ = ("_expiry", "_on_lock_expired", "_start_offset")
 
-    def __init__(self, queues: PushQueues) -> None:
-        self._queues = queues
+    def __init__(
+        self,
+        expiry: float,
+        on_lock_expired: Callable[[], None],
+        start_offset: Callable[[MessageQueue], Awaitable[int]],
+    ) -> None:
+        self._expiry = expiry
+        self._on_lock_expired = on_lock_expired
+        self._start_offset = start_offset
 
     def pullable(self, pq: ProcessQueue) -> bool:
-        return pq.lock_valid(asyncio.get_running_loop().time(), self._queues.settings.lock_expiry)
+        return pq.lock_valid(asyncio.get_running_loop().time(), self._expiry)
 
     async def wait_pullable(self, pq: ProcessQueue) -> None:
-        self._queues.on_lock_expired()
+        self._on_lock_expired()
         await pq.wait_lock_change()
 
     async def locked_first_offset(self, pq: ProcessQueue) -> int:
         # computePullFromWhere: the stored offset, else the consume-from policy.
-        return await self._queues._m._rebalancer.start_offset(pq.queue)
+        return await self._start_offset(pq.queue)
 
 
 class PushQueues(QueueTable[QueueEntry]):
@@ -249,28 +284,37 @@ class PushQueues(QueueTable[QueueEntry]):
     clustering mode (``locking``), queues are pulled and their offsets written only under a
     live broker lock, and a dropped queue is unlocked once its running handler call ended.
 
-    `build` gives it the consume service and the broker locks before the first
-    rebalance.
+    Args:
+        ctx: the consumer's parts.
+        pauses: what the application paused.
+        service: where pulled messages go.
+        locks: the broker locks (orderly clustering), else ``None``: queues are then pulled
+            without a lock.
+        on_lock_expired: called when a queue waits for its lock (renew them now).
+        start_offset: where a queue starts once locked (the stored offset, else the
+            consume-from policy).
     """
 
-    def __init__(self, member: GroupMember, *, locking: bool) -> None:
-        super().__init__(member)
-        self._locking = locking
-        self._releasing: dict[MessageQueue, _Release] = {}
-        self._service: ConcurrentConsumeService | OrderlyConsumeService
-        self._locks: BrokerLocks | None = None
-        self.on_lock_expired: Callable[[], None] = lambda: None
-
-    def build(
+    def __init__(
         self,
+        ctx: ConsumerContext,
+        pauses: Pauses,
+        *,
         service: ConcurrentConsumeService | OrderlyConsumeService,
         locks: BrokerLocks | None,
         on_lock_expired: Callable[[], None],
+        start_offset: Callable[[MessageQueue], Awaitable[int]],
     ) -> None:
-        """Set the parts built by the consumer's start."""
         self._service = service
+        super().__init__(ctx, pauses)
         self._locks = locks
-        self.on_lock_expired = on_lock_expired
+        self._locking = locks is not None
+        self._releasing: dict[MessageQueue, _Release] = {}
+        self._gate = (
+            _LockGate(self.settings.lock_expiry, on_lock_expired, start_offset)
+            if locks is not None
+            else None
+        )
 
     @property
     def dispatch(self) -> Dispatch:
@@ -281,9 +325,8 @@ class PushQueues(QueueTable[QueueEntry]):
         """Start holding ``mq`` (rebalancer callback); ``locked_at``: when its granted lock
         request was sent (orderly clustering)."""
         entry = QueueEntry(mq, self._new_pq(mq))
-        gate: PullGate | None = None
+        gate: PullGate | None = self._gate
         if self._locking:
-            gate = _LockGate(self)
             release = self._releasing.pop(mq, None)
             if release is not None:
                 # Dropped and re-added before its unlock: keep the lock (just renewed by the
@@ -301,7 +344,7 @@ class PushQueues(QueueTable[QueueEntry]):
         entry = self.entries.pop(mq, None)
         if entry is None:
             return
-        offsets = self._m._offsets
+        offsets = self._ctx.offsets
         pq = entry.pq
         pq.mark_dropped()
         if entry.task is not None:
@@ -314,12 +357,12 @@ class PushQueues(QueueTable[QueueEntry]):
             # Awaited, so the broker has it before the unlock lets the next owner read it.
             await offsets.persist(mq, sync=True)
         offsets.remove(mq)
-        task = self._m._spawn(self._release(mq, pq), name=f"release {mq}")
+        task = self._ctx.spawn(self._release(mq, pq), f"release {mq}")
         self._releasing[mq] = _Release(pq, task)
 
     async def _on_offset_illegal(self, pq: ProcessQueue, offset: int) -> None:
         mq = pq.queue
-        offsets = self._m._offsets
+        offsets = self._ctx.offsets
         async with self.lock:
             entry = self.entries.get(mq)
             if entry is None or entry.pq is not pq:
@@ -329,13 +372,13 @@ class PushQueues(QueueTable[QueueEntry]):
             await offsets.persist(mq, sync=True)
             offsets.remove(mq)
         log.warning("%s: offset reset to %d; re-adding it", mq, offset)
-        self._m._rebalance_timer.wake()
+        self._ctx.wake_rebalance()
 
     async def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (``MQClientInstance.resetOffset``): drop ``topic``'s
         queues the table names (the others go on untouched), store the new offsets, let the
         next rebalance re-add them from there."""
-        offsets = self._m._offsets
+        offsets = self._ctx.offsets
         async with self.lock:
             for mq in [mq for mq in self.entries if mq.topic == topic and mq in table]:
                 entry = self.entries.pop(mq)
@@ -350,7 +393,7 @@ class PushQueues(QueueTable[QueueEntry]):
                 offsets.update(mq, offset, increase_only=False)
                 await offsets.persist(mq, sync=True)
                 offsets.remove(mq)
-        self._m._rebalance_timer.wake()
+        self._ctx.wake_rebalance()
 
     # -- orderly locks ------------------------------------------------------------------------
 
@@ -371,15 +414,15 @@ class PushQueues(QueueTable[QueueEntry]):
         after any other lock (``lockedFirst``), since another member may have consumed it
         meanwhile.
         """
-        m = self._m
-        if m._closing or self._locks is None:
+        ctx = self._ctx
+        if ctx.closing() or self._locks is None:
             return
         queues = {mq: r.pq for mq, r in self._releasing.items()}
         queues.update((mq, e.pq) for mq, e in self.entries.items())
         lost, regained = await self._locks.renew(queues, expiry=self.settings.lock_expiry)
         lost = [pq for pq in lost if not pq.dropped]
         regained = [pq for pq in regained if not pq.dropped]
-        if (not lost and not regained) or m._closing:
+        if (not lost and not regained) or ctx.closing():
             return
         async with self.lock:
             for pq in lost:
@@ -394,11 +437,11 @@ class PushQueues(QueueTable[QueueEntry]):
                 pq.mark_dropped()
                 if entry.task is not None:
                     entry.task.cancel()
-                m._offsets.remove(pq.queue)
+                ctx.offsets.remove(pq.queue)
                 # The offset given here is replaced by the broker's before the first pull.
                 self.start_queue(pq.queue, 0, locked_at=pq.last_lock_time)
         if lost:
-            m._rebalance_timer.wake()
+            ctx.wake_rebalance()
 
     async def _release(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Unlock a dropped orderly queue once no handler runs on it (the consume lock of
@@ -430,7 +473,7 @@ class PushQueues(QueueTable[QueueEntry]):
                 mqs.add(mq)
         self._releasing.clear()
         if mqs:
-            await self._m._cleanup(self._locks.unlock(sorted(mqs)), "unlock orderly queues")
+            await self._ctx.cleanup(self._locks.unlock(sorted(mqs)), "unlock orderly queues")
 
 
 class OwnedQueue(QueueEntry):
@@ -458,7 +501,7 @@ class OwnedQueue(QueueEntry):
     def position(self) -> int:
         """The offset of the next message the application gets from this queue."""
         if self.idx:
-            return self.buffer[0][self.idx]._r.queue_offset
+            return self.buffer[0][self.idx].queue_offset
         if not self.buffer and self.loop is not None:
             # Everything pulled was handed out or filtered out by tag: what the next pull
             # asks for is next (Java's correctTagsOffset, without waiting for that pull).
@@ -470,13 +513,14 @@ class _Positions:
     """The pull loops' view of offsets (``PullOffsets``): the committed offset rides on each
     pull; a tag-filtered skip over an empty cache moves the queue's position."""
 
-    __slots__ = ("_queues",)
+    __slots__ = ("_offsets", "_queues")
 
-    def __init__(self, queues: PullQueues) -> None:
+    def __init__(self, queues: PullQueues, offsets: OffsetStore) -> None:
         self._queues = queues
+        self._offsets = offsets
 
     def read(self, mq: MessageQueue) -> int:
-        return self._queues._m._offsets.read(mq)
+        return self._offsets.read(mq)
 
     def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
         queues = self._queues
@@ -498,8 +542,8 @@ class PullQueues(QueueTable[OwnedQueue]):
     #: Java's lite pull consumer applies ``consumeMaxSpan`` too.
     uses_span_limit = True
 
-    def __init__(self, member: GroupMember, *, auto_commit: bool) -> None:
-        super().__init__(member)
+    def __init__(self, ctx: ConsumerContext, pauses: Pauses, *, auto_commit: bool) -> None:
+        super().__init__(ctx, pauses)
         self._auto_commit = auto_commit
         #: queues with something to hand out, in turn
         self.ready: deque[OwnedQueue] = deque()
@@ -507,7 +551,7 @@ class PullQueues(QueueTable[OwnedQueue]):
         self.dirty: set[OwnedQueue] = set()
         #: set while ``ready`` is not empty (and on close, to wake readers)
         self.data = asyncio.Event()
-        self._positions = _Positions(self)
+        self._positions = _Positions(self, ctx.offsets)
 
     @property
     def dispatch(self) -> Dispatch:
@@ -521,7 +565,7 @@ class PullQueues(QueueTable[OwnedQueue]):
 
     def start_queue(self, mq: MessageQueue, offset: int, *, locked_at: float | None = None) -> None:
         """Own ``mq`` and prefetch it from ``offset`` (rebalancer callback)."""
-        owned = OwnedQueue(mq, self._new_pq(mq), offset, written=self._m._offsets.read(mq))
+        owned = OwnedQueue(mq, self._new_pq(mq), offset, written=self._ctx.offsets.read(mq))
         self.entries[mq] = owned
         self._start_pulling(owned, offset)
 
@@ -531,8 +575,8 @@ class PullQueues(QueueTable[OwnedQueue]):
         owned = self.entries.pop(mq, None)
         if owned is None:
             return
-        self.paused_queues.discard(mq)
-        offsets = self._m._offsets
+        self.pauses.queues.discard(mq)
+        offsets = self._ctx.offsets
         owned.pq.mark_dropped()
         if owned.task is not None:
             owned.task.cancel()
@@ -592,7 +636,7 @@ class PullQueues(QueueTable[OwnedQueue]):
         if owned.queued:
             owned.queued = False
             self.ready.remove(owned)
-            if not self.ready and not self._m._closing:
+            if not self.ready and not self._ctx.closing():
                 self.data.clear()
 
     def forget_buffer(self, owned: OwnedQueue) -> None:
@@ -611,7 +655,7 @@ class PullQueues(QueueTable[OwnedQueue]):
     def store_acknowledged(self, owned: Iterable[OwnedQueue]) -> list[MessageQueue]:
         """Put the acknowledged positions that changed since last written into the offset
         store; the queues that changed."""
-        offsets = self._m._offsets
+        offsets = self._ctx.offsets
         changed = []
         for o in owned:
             if o.acked != o.written:
@@ -670,5 +714,5 @@ class PullQueues(QueueTable[OwnedQueue]):
             ready.append(owned)
         else:
             owned.queued = False
-            if not ready and not self._m._closing:
+            if not ready and not self._ctx.closing():
                 self.data.clear()

@@ -33,7 +33,6 @@ from aiorocket._consumer.popping import (
     trace_acked,
 )
 from aiorocket._consumer.send_back import SendBack
-from aiorocket._consumer.stats import StatsRecorder
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import trace_dispatcher
 from aiorocket._protocol.codes import Perm
@@ -86,6 +85,7 @@ class SimpleConsumer(GroupMember):
     """
 
     _consume_type: ClassVar[str] = "CONSUME_ACTIVELY"
+    _kind: ClassVar[str] = "simple consumer"
 
     def __init__(
         self,
@@ -156,40 +156,16 @@ class SimpleConsumer(GroupMember):
     def _build(self) -> None:
         s = self.settings
         self._client = client = ClientInstance(s)
-        self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
-        self._offsets = self._new_offset_store(client)  # unused: POP keeps offsets broker-side
         sender = SendBack(client=client, group=self._group, settings=s)
         self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
-        self._membership_timers()
+        self._new_membership()
 
     async def _startup(self) -> None:
-        await self._refresh_routes(at_start=True)
-        await self._check_client_config()
-        await self._send_heartbeats(at_start=True)
-        self._heartbeat_task = self._spawn(self._heartbeat_timer.run(), name="heartbeat")
-        self._client.on_new_brokers = self._on_new_brokers
-        self._spawn(self._route_timer.run(), name="route refresh")
+        await self._join(heartbeats=True)
+        self._membership.start()
         if self.tracer is not None:
             self._spawn(self.tracer.run(), name="trace")
-
-    async def _shutdown(self) -> None:
-        for timer in (self._route_timer, self._heartbeat_timer):
-            timer.stop()
-        # The tracer first: its task may be sending a batch that cancelling would lose.
-        if self.tracer is not None:
-            await self._cleanup(self.tracer.close(), "flush traces")
-        for task in list(self._tasks):
-            task.cancel()
-        await self._cleanup(self._unregister(), "unregister consumer")
-        await self._client.close()
-        log.info("simple consumer %s closed", self._group)
-
-    async def _rebalance(self) -> None:
-        """Nothing: POP brokers hand out messages, not queues."""
-
-    async def _flush_offsets(self) -> None:
-        """Nothing: POP brokers keep the group's offsets themselves."""
 
     def held(self) -> list[MessageQueue]:
         """No queue is held: every message is popped from whichever queue has it."""
@@ -250,7 +226,7 @@ class SimpleConsumer(GroupMember):
         deadline = time.monotonic() + self._await
         targets = self._targets()
         if not targets:
-            await self._refresh_routes()
+            await self._membership.refresh_routes()
             targets = self._targets()
             if not targets:
                 # No route yet (an unknown topic): wait a little rather than let a receive

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._concurrency import Periodic, Service, bounded
+from aiorocket._client.membership import Membership
+from aiorocket._concurrency import Service, bounded
 from aiorocket._concurrency.service import ServiceOwner
 from aiorocket._names import validate_group, wrap_namespace
 from aiorocket._producer.checks import (
@@ -51,7 +52,7 @@ from aiorocket._protocol.msgid import UniqKeyGenerator
 from aiorocket._protocol.properties import MSG_TYPE, REPLY_MESSAGE_FLAG, UNIQ_KEY, encode_properties
 from aiorocket._remoting import Dispatcher, RequestHandler
 from aiorocket._trace import TraceDispatcher
-from aiorocket.errors import ClientClosedError, RocketError
+from aiorocket.errors import ClientClosedError
 from aiorocket.models import Message, MessageQueue, ReceivedMessage, SendResult, validate_name
 from aiorocket.settings import ProducerSettings, build_settings
 
@@ -95,7 +96,6 @@ class Producer(ServiceOwner):
         #: topics a request was sent to: the first one heartbeats every broker first
         self._request_topics: set[str] = set()
         self._client = ClientInstance(self.settings, handler=self._broker_requests())
-        self._client.on_new_brokers = self._on_new_brokers
         self._routes = PublishRoutes(
             self._client,
             create_topic_key=self.settings.create_topic_key,
@@ -171,15 +171,15 @@ class Producer(ServiceOwner):
         if self._closed:
             raise ClientClosedError("the producer is closed")
         if not self._lifecycle.started:
-            s = self.settings
-            self._refresh = Periodic(
-                self._routes.refresh_all,
-                s.route_refresh_interval,
-                name="route refresh",
-                run_first=False,
-            )
-            self._heartbeat = Periodic(
-                self._send_heartbeats, s.heartbeat_interval, name="heartbeat", run_first=False
+            self._membership = Membership(
+                self._client,
+                group=self._wire_group(),
+                role="producer",
+                settings=self.settings,
+                heartbeat_data=self._heartbeat_data,
+                spawn=self._lifecycle.spawn,
+                closing=lambda: self._closed,
+                refresh=self._routes.refresh_all,
             )
         await self._lifecycle.start()
 
@@ -194,18 +194,16 @@ class Producer(ServiceOwner):
         tg = self._lifecycle.task_group
         self._client.start(tg.create_task)
         await self._client.connect_namesrv()
-        tg.create_task(self._refresh.run(), name="route refresh")
-        tg.create_task(self._heartbeat.run(), name="heartbeat")
+        self._membership.start()
         if self.tracer is not None:
             tg.create_task(self.tracer.run(), name="trace")
 
     async def _shutdown(self) -> None:
-        self._refresh.stop()
-        self._heartbeat.stop()
+        self._membership.stop_refresh()
         if self.tracer is not None:
             await bounded(self.tracer.close(), "flush traces", _UNREGISTER_TIMEOUT, log)
         # Bounded: an unreachable broker must not hang the close.
-        await bounded(self._unregister(), "unregister producer", _UNREGISTER_TIMEOUT, log)
+        await bounded(self._membership.leave(), "unregister producer", _UNREGISTER_TIMEOUT, log)
         await self._client.close()
 
     async def _abort(self, started: bool) -> None:
@@ -427,7 +425,7 @@ class Producer(ServiceOwner):
             # client, so that whichever stores the reply can push it here.
             if wire_topic not in self._request_topics:
                 await self._publish_info(wire_topic)
-                await self._send_heartbeats()
+                await self._membership.send_heartbeats()
                 self._request_topics.add(wire_topic)
 
         async def send(fields: dict[str, str], left: float) -> object:
@@ -583,28 +581,8 @@ class Producer(ServiceOwner):
     async def _publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
         return await self._routes.get(topic, refresh=refresh)
 
-    def _on_new_brokers(self, names: set[str]) -> None:
-        if self._started and not self._closed:
-            self._heartbeat.wake()
-
     def _heartbeat_data(self) -> HeartbeatData:
         return HeartbeatData(
             client_id=self._client.client_id,
             producers=(ProducerData(group_name=self._wire_group()),),
         )
-
-    async def _send_heartbeats(self) -> None:
-        data = self._heartbeat_data()
-        # Producer-only clients heartbeat masters only (MQClientInstance.sendHeartbeatToAllBroker).
-        for addr in self._client.all_broker_addresses(masters_only=True):
-            try:
-                await self._client.heartbeat(addr, data)
-            except RocketError as exc:
-                log.warning("heartbeat to %s failed: %s", addr, exc)
-
-    async def _unregister(self) -> None:
-        for addr in self._client.all_broker_addresses(masters_only=True):
-            try:
-                await self._client.unregister_client(addr, producer_group=self._wire_group())
-            except RocketError as exc:
-                log.debug("unregister from %s failed: %s", addr, exc)

@@ -397,7 +397,7 @@ class TransactionProducer(Producer):
         """
         for topic in topics:
             await self._publish_info(self._wire_topic(topic))
-        self._heartbeat.wake()
+        self._membership.wake_heartbeats()
 
     async def _end(
         self, result: SendResult, state: TransactionState, error: BaseException | None

@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from aiorocket import App, Message, Producer, PushConsumer
+from aiorocket._client.membership import Membership
 from aiorocket._consumer.process_queue import ProcessQueue
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.embedded.groups import ClientGroups
@@ -140,10 +141,10 @@ async def test_wait_closed_of_a_push_consumer_reraises_a_crash_of_its_pull_task(
 async def test_wait_closed_of_a_producer_reraises_a_crash_of_its_heartbeat(
     broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken_heartbeat(self: Producer) -> None:
+    async def broken_heartbeat(self: Membership, *, at_start: bool = False) -> None:
         raise Bug("heartbeat bug")
 
-    monkeypatch.setattr(Producer, "_send_heartbeats", broken_heartbeat)
+    monkeypatch.setattr(Membership, "send_heartbeats", broken_heartbeat)
     async with Producer(namesrv=broker.address, group="pg", heartbeat_interval=0.05) as producer:
         with pytest.raises(BaseExceptionGroup, match="producer pg crashed") as info:
             await asyncio.wait_for(producer.wait_closed(), 10)

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from aiorocket import Producer
+from aiorocket._client.membership import Membership
 from aiorocket._concurrency import Service, describe_crash
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ClientClosedError
@@ -99,10 +100,10 @@ async def test_a_start_up_failure_is_raised_to_the_caller_unwrapped() -> None:
 async def test_a_producer_crashing_in_the_background_leaves_its_starter_running(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, broker: EmbeddedBroker
 ) -> None:
-    async def broken_heartbeat(self: Producer) -> None:
+    async def broken_heartbeat(self: Membership, *, at_start: bool = False) -> None:
         raise Bug("heartbeat bug")
 
-    monkeypatch.setattr(Producer, "_send_heartbeats", broken_heartbeat)
+    monkeypatch.setattr(Membership, "send_heartbeats", broken_heartbeat)
     # (a live name server: a producer's start connects to one)
     producer = Producer(namesrv=broker.address, group="svc", heartbeat_interval=0.05)
     finished: list[bool] = []
