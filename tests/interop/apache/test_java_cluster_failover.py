@@ -30,11 +30,16 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 import aiorocket as rmq
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic, wait_route
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.harness import unique_name
+
+# CI runs these against 4.x only (.ci/run); `make interop` against every version.
+pytestmark = pytest.mark.ha
 
 JAVA_BROKERS = ("broker-a", "broker-b")
 

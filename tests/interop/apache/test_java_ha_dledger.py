@@ -16,10 +16,15 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 import aiorocket as rmq
 from tests._harness.wait import wait_for
 from tests.interop.apache.cluster import JavaCluster, dledger_group
 from tests.interop.harness import unique_name
+
+# CI runs these against 4.x only (.ci/run); `make interop` against every version.
+pytestmark = pytest.mark.ha
 
 JAVA_BROKERS = dledger_group("broker-a")
 

@@ -15,6 +15,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 import aiorocket as rmq
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -22,6 +24,9 @@ from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic
 from tests.interop.apache.cluster import JavaCluster, master_slave, request
 from tests.interop.harness import unique_name
+
+# CI runs these against 4.x only (.ci/run); `make interop` against every version.
+pytestmark = pytest.mark.ha
 
 JAVA_BROKERS = master_slave("broker-a")
 #: a 5.x slave serves pulls only with ``slaveReadEnable`` (``PullMessageProcessor.rejectRequest``
