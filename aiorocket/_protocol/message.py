@@ -198,13 +198,99 @@ def inflate_body(data: bytes, sys_flag: int, limit: int = DEFAULT_MAX_BODY_SIZE)
     return _inflate(data, sys_flag, limit, 0)
 
 
+def _v6_head(
+    buf: bytes, pos: int, size: int, sys_flag: int, topic_len_size: int
+) -> tuple[str, int, int, str, int, int, int, int, int]:
+    """The head of a record with an IPv6 host (MessageDecoder: the V6 flags widen the host
+    IPs to 16 bytes; the head is read again): born host and port, store time, store host and
+    port, reconsume times, prepared offset, body length, and the body's position."""
+    head = _HEADS[(sys_flag & _HOSTS_V6) >> 4]
+    if head.size + topic_len_size + 2 > size:
+        raise _bad(pos, f"storeSize {size} too small for IPv6 hosts")
+    (
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        born_raw,
+        born_port,
+        store_ts,
+        store_raw,
+        store_port,
+        reconsume_times,
+        prepared_offset,
+        body_len,
+    ) = head.unpack_from(buf, pos)
+    born_host = (
+        _ipv6_text(born_raw)
+        if sys_flag & _BORN_V6
+        else (_IPV4_TEXT.get(born_raw) or _ipv4_text(born_raw))
+    )
+    store_host = (
+        _ipv6_text(store_raw)
+        if sys_flag & _STORE_V6
+        else (_IPV4_TEXT.get(store_raw) or _ipv4_text(store_raw))
+    )
+    return (
+        born_host,
+        born_port,
+        store_ts,
+        store_host,
+        store_port,
+        reconsume_times,
+        prepared_offset,
+        body_len,
+        pos + head.size,
+    )
+
+
+def _topic_and_properties(
+    buf: bytes, pos: int, q: int, end: int, topic_len_size: int, size: int
+) -> tuple[str, dict[str, str]]:
+    """A record's topic and properties, from ``q`` (after the body) to ``end``."""
+    if topic_len_size == 1:
+        topic_len = buf[q]
+        if topic_len > 127:  # _V1_TOPIC_MAX
+            raise _bad(pos, f"topic length byte {topic_len} is negative as a Java byte")
+        q += 1
+    else:
+        topic_len = (buf[q] << 8) | buf[q + 1]
+        if topic_len > 32767:  # _V2_TOPIC_MAX
+            raise _bad(pos, "topic length is negative as a Java short")
+        q += 2
+    t = q + topic_len
+    if t + 2 > end:
+        raise _bad(pos, f"topic length {topic_len} overruns the record")
+    props_len = (buf[t] << 8) | buf[t + 1]
+    # The properties must end the record exactly (storeSize agrees with the fields).
+    if t + 2 + props_len != end or props_len > 32767:  # MAX_PROPERTIES_SIZE
+        raise _bad(pos, f"propertiesLength {props_len} disagrees with storeSize {size}")
+    try:
+        topic = buf[q:t].decode()
+        properties: dict[str, str] = {}
+        if props_len:
+            # MessageDecoder.string2messageProperties, inlined: the consumer hot path.
+            for item in buf[t + 2 : end].decode().split("\x02"):
+                key, _, value = item.partition("\x01")
+                if key and value:
+                    properties[key] = value
+    except UnicodeDecodeError as exc:
+        raise _bad(pos, f"topic or properties are not UTF-8: {exc}") from None
+    return topic, properties
+
+
 def _decode_run(
     buf: bytes, pos: int, n: int, decompress: bool, max_body_size: int, single: bool
 ) -> tuple[list[MessageRecord], int]:
     """Decode records from ``pos`` up to ``n`` (or just one if ``single``).
 
-    Return them and the offset after the last. One loop with locals bound up front, no call per
-    record: this is the consumer's hot path.
+    Return them and the offset after the last. One loop with locals bound up front: this is
+    the consumer's hot path where the compiled codec is missing (accel.py).
     """
     out: list[MessageRecord] = []
     append = out.append
@@ -239,48 +325,14 @@ def _decode_run(
             raise _bad(pos, f"storeSize {size} with {n - pos} bytes left")
         end = pos + size
         # Literals rather than the module constants: a global lookup per record adds up.
-        if magic == 0xDAA320A7:  # MAGIC_V1
-            topic_len_size = 1
-        elif magic == 0xDAA320AB:  # MAGIC_V2
-            topic_len_size = 2
-        else:
+        topic_len_size = 1 if magic == 0xDAA320A7 else 2 if magic == 0xDAA320AB else 0  # V1, V2
+        if not topic_len_size:
             raise _bad(pos, f"unknown magic code 0x{magic:08X}")
 
         if sys_flag & 0x30:  # BORNHOST_V6 | STOREHOST_V6
-            # MessageDecoder: the V6 flags widen the host IPs to 16 bytes; re-read the head.
-            head = _HEADS[(sys_flag & _HOSTS_V6) >> 4]
-            if head.size + topic_len_size + 2 > size:
-                raise _bad(pos, f"storeSize {size} too small for IPv6 hosts")
-            (
-                _,
-                _,
-                _,
-                _,
-                _,
-                _,
-                _,
-                _,
-                _,
-                born_raw,
-                born_port,
-                store_ts,
-                store_raw,
-                store_port,
-                reconsume_times,
-                prepared_offset,
-                body_len,
-            ) = head.unpack_from(buf, pos)
-            born_host = (
-                _ipv6_text(born_raw)
-                if sys_flag & _BORN_V6
-                else (ipv4_text.get(born_raw) or _ipv4_text(born_raw))
-            )
-            store_host = (
-                _ipv6_text(store_raw)
-                if sys_flag & _STORE_V6
-                else (ipv4_text.get(store_raw) or _ipv4_text(store_raw))
-            )
-            p = pos + head.size
+            v6 = _v6_head(buf, pos, size, sys_flag, topic_len_size)
+            born_host, born_port, store_ts, store_host = v6[:4]
+            store_port, reconsume_times, prepared_offset, body_len, p = v6[4:]
         else:
             born_host = ipv4_text.get(born_ip) or _ipv4_text(born_ip)
             store_host = ipv4_text.get(store_ip) or _ipv4_text(store_ip)
@@ -291,34 +343,7 @@ def _decode_run(
             raise _bad(pos, f"bodyLength {body_len} overruns the record")
         q = p + body_len
         body = buf[p:q]
-        if topic_len_size == 1:
-            topic_len = buf[q]
-            if topic_len > 127:  # _V1_TOPIC_MAX
-                raise _bad(pos, f"topic length byte {topic_len} is negative as a Java byte")
-            q += 1
-        else:
-            topic_len = (buf[q] << 8) | buf[q + 1]
-            if topic_len > 32767:  # _V2_TOPIC_MAX
-                raise _bad(pos, "topic length is negative as a Java short")
-            q += 2
-        t = q + topic_len
-        if t + 2 > end:
-            raise _bad(pos, f"topic length {topic_len} overruns the record")
-        props_len = (buf[t] << 8) | buf[t + 1]
-        # The properties must end the record exactly (storeSize agrees with the fields).
-        if t + 2 + props_len != end or props_len > 32767:  # MAX_PROPERTIES_SIZE
-            raise _bad(pos, f"propertiesLength {props_len} disagrees with storeSize {size}")
-        try:
-            topic = buf[q:t].decode()
-            properties: dict[str, str] = {}
-            if props_len:
-                # MessageDecoder.string2messageProperties, inlined: the consumer hot path.
-                for item in buf[t + 2 : end].decode().split("\x02"):
-                    key, _, value = item.partition("\x01")
-                    if key and value:
-                        properties[key] = value
-        except UnicodeDecodeError as exc:
-            raise _bad(pos, f"topic or properties are not UTF-8: {exc}") from None
+        topic, properties = _topic_and_properties(buf, pos, q, end, topic_len_size, size)
 
         if sys_flag & 0x1 and decompress:  # COMPRESSED
             body = _inflate(body, sys_flag, max_body_size, pos)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -147,91 +147,98 @@ class TransferBean:
     keys: tuple[str, ...]
 
 
+def _message_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
+    """What Pub, EndTransaction and Recall records start with: the record, then the message."""
+    return (
+        ctx.trace_type.value,
+        str(ctx.timestamp),
+        _s(ctx.region_id),
+        _s(ctx.group),
+        _s(b.topic),
+        _s(b.msg_id),
+    )
+
+
+def _pub_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
+    return (
+        *_message_fields(ctx, b),
+        _s(b.tags),
+        _s(b.keys),
+        _s(b.store_host),
+        str(b.body_length),
+        str(ctx.cost_ms),
+        _ordinal(b.msg_type),
+        _s(b.offset_msg_id),
+        _b(ctx.success),
+    )
+
+
+def _sub_before_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
+    return (
+        ctx.trace_type.value,
+        str(ctx.timestamp),
+        _s(ctx.region_id),
+        _s(ctx.group),
+        _s(ctx.request_id),
+        _s(b.msg_id),
+        str(b.retry_times),
+        _s(b.keys),
+    )
+
+
+def _sub_after_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
+    return (
+        ctx.trace_type.value,
+        _s(ctx.request_id),
+        _s(b.msg_id),
+        str(ctx.cost_ms),
+        _b(ctx.success),
+        _s(b.keys),
+        str(ctx.context_code),
+        str(ctx.timestamp),
+        _s(ctx.group),
+    )
+
+
+def _end_transaction_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
+    return (
+        *_message_fields(ctx, b),
+        _s(b.tags),
+        _s(b.keys),
+        _s(b.store_host),
+        _ordinal(b.msg_type),
+        _s(b.transaction_id),
+        _s(b.transaction_state),
+        _b(b.from_transaction_check),
+    )
+
+
+def _recall_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
+    return (*_message_fields(ctx, b), _b(ctx.success))
+
+
+#: each record type's fields, and whether it writes a record per bean (Sub records) or one
+#: for the first bean (Java ``TraceDataEncoder.encoderFromContextBean``)
+_FIELDS: Final[
+    dict[TraceType, tuple[Callable[[TraceContext, TraceBean], tuple[str, ...]], bool]]
+] = {
+    TraceType.Pub: (_pub_fields, False),
+    TraceType.SubBefore: (_sub_before_fields, True),
+    TraceType.SubAfter: (_sub_after_fields, True),
+    TraceType.EndTransaction: (_end_transaction_fields, False),
+    TraceType.Recall: (_recall_fields, False),
+}
+
+
 def encode_trace(ctx: TraceContext) -> TransferBean:
     """Java ``TraceDataEncoder.encoderFromContextBean`` (local access channel)."""
     c, f = CONTENT_SPLITOR, FIELD_SPLITOR
     parts: list[str] = []
-    t = ctx.trace_type
-    if t is TraceType.Pub:
-        b = ctx.beans[0]
-        parts.append(
-            c.join(
-                (
-                    t.value,
-                    str(ctx.timestamp),
-                    _s(ctx.region_id),
-                    _s(ctx.group),
-                    _s(b.topic),
-                    _s(b.msg_id),
-                    _s(b.tags),
-                    _s(b.keys),
-                    _s(b.store_host),
-                    str(b.body_length),
-                    str(ctx.cost_ms),
-                    _ordinal(b.msg_type),
-                    _s(b.offset_msg_id),
-                    _b(ctx.success),
-                )
-            )
-            + f
-        )
-    elif t is TraceType.SubBefore:
-        for b in ctx.beans:
-            fields: tuple[str, ...] = (
-                t.value,
-                str(ctx.timestamp),
-                _s(ctx.region_id),
-                _s(ctx.group),
-                _s(ctx.request_id),
-                _s(b.msg_id),
-                str(b.retry_times),
-                _s(b.keys),
-            )
-            parts.append(c.join(fields) + f)
-    elif t is TraceType.SubAfter:
-        for b in ctx.beans:
-            fields = (
-                t.value,
-                _s(ctx.request_id),
-                _s(b.msg_id),
-                str(ctx.cost_ms),
-                _b(ctx.success),
-                _s(b.keys),
-                str(ctx.context_code),
-                str(ctx.timestamp),
-                _s(ctx.group),
-            )
-            parts.append(c.join(fields) + f)
-    elif t is TraceType.EndTransaction:
-        b = ctx.beans[0]
-        fields = (
-            t.value,
-            str(ctx.timestamp),
-            _s(ctx.region_id),
-            _s(ctx.group),
-            _s(b.topic),
-            _s(b.msg_id),
-            _s(b.tags),
-            _s(b.keys),
-            _s(b.store_host),
-            _ordinal(b.msg_type),
-            _s(b.transaction_id),
-            _s(b.transaction_state),
-            _b(b.from_transaction_check),
-        )
-        parts.append(c.join(fields) + f)
-    elif t is TraceType.Recall:
-        b = ctx.beans[0]
-        fields = (
-            t.value,
-            str(ctx.timestamp),
-            _s(ctx.region_id),
-            _s(ctx.group),
-            _s(b.topic),
-            _s(b.msg_id),
-            _b(ctx.success),
-        )
-        parts.append(c.join(fields) + f)
+    entry = _FIELDS.get(ctx.trace_type)
+    if entry is not None:
+        fields_of, every_bean = entry
+        beans = ctx.beans if every_bean else ctx.beans[:1]
+        parts = [c.join(fields_of(ctx, b)) + f for b in beans]
     keys: list[str] = []
     for b in ctx.beans:
         keys.append(_s(b.msg_id))

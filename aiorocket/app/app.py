@@ -189,19 +189,7 @@ class App(ServiceOwner):
             raise ConfigurationError("batch_size must be at least 1")
         if order_by != "queue" and not orderly:
             raise ConfigurationError("order_by needs orderly=True")
-        where = f"subscriber of {topic!r} in group {group!r}"
-        check_group_settings(settings, where, client=False)
-        group_settings = dict(settings)
-        for other in self._subscribers:
-            if other.group != group:
-                continue
-            for name in other.settings.keys() & settings.keys():
-                if other.settings[name] != settings[name]:
-                    raise ConfigurationError(
-                        f"{where}: {name}={settings[name]!r} but another subscriber of the "
-                        f"group has {name}={other.settings[name]!r}; they share one consumer"
-                    )
-            group_settings = {**other.settings, **group_settings}
+        group_settings = self._group_settings(topic, group, settings)
         # Checked now, as the consumer will check it: a bad value fails at the decorator.
         build_settings(
             ConsumerSettings,
@@ -238,32 +226,29 @@ class App(ServiceOwner):
                 ),
                 settings=dict(settings),
             )
-            for other in self._subscribers:
-                if other.group != group:
-                    continue
-                if other.orderly != orderly:
-                    raise ConfigurationError(
-                        f"group {group!r} mixes orderly and concurrent subscribers; use two groups"
-                    )
-                if other.order_by != order_by:
-                    raise ConfigurationError(
-                        f"group {group!r} mixes subscribers ordered by {other.order_by!r} and "
-                        f"by {order_by!r}; use two groups"
-                    )
-                if other.topic == topic and (
-                    other.tags is None
-                    or sub.tags is None
-                    or other.tags & sub.tags
-                    or (other.sql is not None or sub.sql is not None)
-                ):
-                    raise ConfigurationError(
-                        f"two subscribers of group {group!r} overlap on topic {topic!r}; "
-                        "give them distinct tags or groups"
-                    )
+            sub.check_joins(self._subscribers)
             self._subscribers.append(sub)
             return fn
 
         return register
+
+    def _group_settings(self, topic: str, group: str, settings: dict[str, Any]) -> dict[str, Any]:
+        """The consumer settings of ``group`` with a new subscriber's ``settings``: each
+        checked, and none given two values by two subscribers (they share one consumer)."""
+        where = f"subscriber of {topic!r} in group {group!r}"
+        check_group_settings(settings, where, client=False)
+        group_settings = dict(settings)
+        for other in self._subscribers:
+            if other.group != group:
+                continue
+            for name in other.settings.keys() & settings.keys():
+                if other.settings[name] != settings[name]:
+                    raise ConfigurationError(
+                        f"{where}: {name}={settings[name]!r} but another subscriber of the "
+                        f"group has {name}={other.settings[name]!r}; they share one consumer"
+                    )
+            group_settings = {**other.settings, **group_settings}
+        return group_settings
 
     def publisher(
         self,

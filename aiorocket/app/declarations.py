@@ -13,6 +13,7 @@ from aiorocket.app.asyncapi import Endpoint
 from aiorocket.app.decoding import HandlerSignature
 from aiorocket.app.failures import FailureLog
 from aiorocket.app.signals import RetryPolicy
+from aiorocket.errors import ConfigurationError
 from aiorocket.models import ReceivedMessage
 
 __all__ = [
@@ -76,6 +77,38 @@ class Subscriber:
     def matches(self, msg: ReceivedMessage) -> bool:
         """Whether ``msg`` is for this subscriber (its topic, one of its tags)."""
         return msg.topic == self.topic and (self.tags is None or msg.tags in self.tags)
+
+    def check_joins(self, subscribers: list[Subscriber]) -> None:
+        """Check that it may join the subscribers of its group already declared: they share
+        one consumer, so one kind of ordering, and no two of them take the same message.
+
+        Raises:
+            ConfigurationError: the group would mix orderly and concurrent subscribers, or
+                two orders, or two subscribers overlap on a topic.
+        """
+        group, topic = self.group, self.topic
+        for other in subscribers:
+            if other.group != group:
+                continue
+            if other.orderly != self.orderly:
+                raise ConfigurationError(
+                    f"group {group!r} mixes orderly and concurrent subscribers; use two groups"
+                )
+            if other.order_by != self.order_by:
+                raise ConfigurationError(
+                    f"group {group!r} mixes subscribers ordered by {other.order_by!r} and "
+                    f"by {self.order_by!r}; use two groups"
+                )
+            if other.topic == topic and (
+                other.tags is None
+                or self.tags is None
+                or other.tags & self.tags
+                or (other.sql is not None or self.sql is not None)
+            ):
+                raise ConfigurationError(
+                    f"two subscribers of group {group!r} overlap on topic {topic!r}; "
+                    "give them distinct tags or groups"
+                )
 
     def endpoint(self) -> Endpoint:
         """Its ``receive`` operation in the app's AsyncAPI document."""

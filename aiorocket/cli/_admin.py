@@ -30,8 +30,8 @@ import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
 
 from aiorocket import Admin, GroupLag, ReceivedMessage, TopicMessageType
 from aiorocket._admin.dlq import DEFAULT_MAX_RECONSUME_TIMES, DlqEntry, ResendOutcome
@@ -59,6 +59,30 @@ def add_admin_parser(sub: Any) -> None:
         "dead letters",
         description="Operate a RocketMQ cluster (embedded or Java) from Python.",
     )
+    leaf = _common_options()
+    sub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        # argparse %-formats a subcommand's help (not its description): %DLQ% must be escaped.
+        parser: argparse.ArgumentParser = sub.add_parser(
+            name,
+            parents=[leaf],
+            help=help.replace("%", "%%"),
+            description=help,
+            formatter_class=HelpFormatter,
+        )
+        return parser
+
+    _add_lookups(command)
+    _add_topic_commands(command)
+    _add_dlq(command)
+
+
+_Command = Callable[[str, str], argparse.ArgumentParser]
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """The options every command takes: where, how to connect, how to print."""
     leaf = argparse.ArgumentParser(add_help=False)
     leaf.add_argument(
         "-n",
@@ -78,19 +102,10 @@ def add_admin_parser(sub: Any) -> None:
         action="store_true",
         help="TLS without certificate checks (test clusters only); implies --tls",
     )
-    sub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    return leaf
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        # argparse %-formats a subcommand's help (not its description): %DLQ% must be escaped.
-        parser: argparse.ArgumentParser = sub.add_parser(
-            name,
-            parents=[leaf],
-            help=help.replace("%", "%%"),
-            description=help,
-            formatter_class=HelpFormatter,
-        )
-        return parser
 
+def _add_lookups(command: _Command) -> None:
     command("topics", "list every topic")
     r = command("route", "where a topic's queues live")
     r.add_argument("topic")
@@ -114,6 +129,9 @@ def add_admin_parser(sub: Any) -> None:
     tr.add_argument("id", help="the message's client id (UNIQ_KEY)")
     tr.add_argument("--topic", default="RMQ_SYS_TRACE_TOPIC", help="the trace topic")
     tr.add_argument("--max", type=int, default=64, help="most trace messages")
+
+
+def _add_topic_commands(command: _Command) -> None:
     c = command("create-topic", "create or update a topic")
     c.add_argument("topic")
     c.add_argument("--queues", type=int, default=8, help="read and write queues")
@@ -142,6 +160,9 @@ def add_admin_parser(sub: Any) -> None:
         help="POP: also read this many neighbours' queues (0: every client reads every queue)",
     )
     sc.add_argument("--cluster", default=None, help="only this cluster's brokers")
+
+
+def _add_dlq(command: _Command) -> None:
     dl = command(
         "dlq",
         "a consumer group's dead letters (%DLQ%GROUP) with their original topic and reason; "
@@ -166,15 +187,17 @@ def add_admin_parser(sub: Any) -> None:
     dl.add_argument("--limit", type=int, default=1000, help="most dead letters read")
 
 
-def parse_time(text: str) -> str | int | dt.datetime:
+def parse_time(text: str) -> Literal["earliest", "latest"] | int | dt.datetime:
     """``earliest``/``latest``, epoch milliseconds, or an ISO-8601 time (a time without an
     offset is local time).
 
     Raises:
         ConfigurationError: none of those.
     """
-    if text in ("earliest", "latest"):
-        return text
+    if text == "earliest":
+        return "earliest"
+    if text == "latest":
+        return "latest"
     if text.isdigit():
         return int(text)
     try:
@@ -324,6 +347,171 @@ async def _dlq(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
     return [_dlq_json(e) for e in entries], text
 
 
+async def _topics(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    topics = await admin.topics()
+    return topics, "\n".join(topics)
+
+
+async def _route(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    route = await admin.route(args.topic)
+    rows = []
+    for name in sorted(route.brokers):
+        read, write, perm = route.queues.get(name, (0, 0, 0))
+        for bid, addr in sorted(route.brokers[name].items()):
+            rows.append([name, bid, addr, read, write, perm])
+    value = {
+        "topic": route.topic,
+        "brokers": {n: {str(i): a for i, a in b.items()} for n, b in route.brokers.items()},
+        "queues": {n: {"read": r, "write": w, "perm": p} for n, (r, w, p) in route.queues.items()},
+    }
+    headers = ["BROKER", "ID", "ADDRESS", "READ", "WRITE", "PERM"]
+    return value, render_table(headers, rows)
+
+
+async def _lag(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    lag = await admin.lag(args.group)
+    rows = [
+        [
+            q.queue.topic,
+            q.queue.broker_name,
+            q.queue.queue_id,
+            q.broker_offset,
+            q.committed_offset,
+            q.lag,
+            _time(q.last_timestamp),
+        ]
+        for q in lag.queues
+    ]
+    headers = ["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "COMMITTED", "LAG", "LAST"]
+    totals = " ".join(f"{t}={n}" for t, n in sorted(lag.by_topic().items()))
+    text = (
+        render_table(headers, rows)
+        + f"\n\ntotal lag {lag.total} ({totals}); consume tps {lag.consume_tps:.2f}"
+    )
+    return _lag_json(lag), text
+
+
+async def _reset_offset(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    offsets = await admin.reset_offset(args.group, args.topic, parse_time(args.to))
+    rows = [[mq.topic, mq.broker_name, mq.queue_id, o] for mq, o in offsets.items()]
+    value = [
+        {"topic": mq.topic, "broker": mq.broker_name, "queue": mq.queue_id, "offset": o}
+        for mq, o in offsets.items()
+    ]
+    return value, render_table(["TOPIC", "BROKER", "QUEUE", "OFFSET"], rows)
+
+
+async def _message(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    if args.key is not None:
+        msgs = await admin.messages_by_key(args.topic, args.key, max_num=args.max)
+    else:
+        msgs = [await admin.message(args.id, topic=args.topic)]
+    rows = [
+        [
+            m.msg_id,
+            m.topic,
+            m.queue.queue_id,
+            m.queue_offset,
+            m.tags or "",
+            " ".join(m.keys),
+            _time(m.store_timestamp),
+            len(m.body),
+        ]
+        for m in msgs
+    ]
+    headers = ["MSG ID", "TOPIC", "QUEUE", "OFFSET", "TAGS", "KEYS", "STORED", "BYTES"]
+    value: Any = [_message_json(m) for m in msgs]
+    if args.id is not None:
+        value = value[0]
+    return value, render_table(headers, rows) if rows else "no message"
+
+
+async def _trace(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    entries = await admin.trace(args.id, trace_topic=args.topic, max_num=args.max)
+    rows = [
+        [
+            e.type,
+            _time(e.timestamp),
+            e.group,
+            e.client_host,
+            e.topic,
+            e.keys,
+            e.cost_ms,
+            str(e.success).lower(),
+            e.status,
+        ]
+        for e in entries
+    ]
+    headers = ["TYPE", "TIME", "GROUP", "CLIENT HOST", "TOPIC", "KEYS", "COST MS"]
+    value = [dataclasses.asdict(e) for e in entries]
+    text = render_table([*headers, "SUCCESS", "STATUS"], rows)
+    return value, text if rows else f"no trace of {args.id}"
+
+
+async def _create_topic(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    brokers = await admin.create_topic(
+        args.topic,
+        queues=args.queues,
+        cluster=args.cluster,
+        order=args.order,
+        message_type=args.message_type,
+    )
+    value = {
+        "topic": args.topic,
+        "queues": args.queues,
+        "message_type": args.message_type,
+        "brokers": brokers,
+    }
+    kind = f", {args.message_type}" if args.message_type else ""
+    return value, f"topic {args.topic} ({args.queues} queues{kind}) on {', '.join(brokers)}"
+
+
+async def _delete_topic(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
+    value = {"topic": args.topic, "brokers": brokers}
+    return value, f"topic {args.topic} deleted from {', '.join(brokers)}"
+
+
+async def _set_consume_mode(admin: Admin, args: argparse.Namespace) -> tuple[Any, str]:
+    brokers = await admin.set_consume_mode(
+        args.group,
+        args.topic,
+        args.mode,
+        pop_share_queue_num=args.pop_share_queue_num,
+        cluster=args.cluster,
+    )
+    value = {"group": args.group, "topic": args.topic, "mode": args.mode, "brokers": brokers}
+    return value, f"{args.group} reads {args.topic} by {args.mode} on {', '.join(brokers)}"
+
+
+#: each command: ``(json value, table text)`` from a connected `Admin`
+_COMMANDS: dict[str, Callable[[Admin, argparse.Namespace], Awaitable[tuple[Any, str]]]] = {
+    "topics": _topics,
+    "route": _route,
+    "lag": _lag,
+    "reset-offset": _reset_offset,
+    "message": _message,
+    "trace": _trace,
+    "create-topic": _create_topic,
+    "delete-topic": _delete_topic,
+    "dlq": _dlq,
+    "set-consume-mode": _set_consume_mode,
+}
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Bad input fails before connecting."""
+    cmd = args.admin_command
+    if cmd == "reset-offset":
+        parse_time(args.to)
+    if cmd == "message" and (args.key is None) == (args.id is None):
+        raise ConfigurationError("give a message id, or --key with --topic")
+    if cmd == "message" and args.key is not None and args.topic is None:
+        raise ConfigurationError("--key needs --topic")
+    if cmd == "dlq" and args.dry_run and not args.resend:
+        raise ConfigurationError("--dry-run goes with --resend")
+
+
 async def _run(args: argparse.Namespace) -> tuple[Any, str]:
     """Run the command; returns ``(json value, table text)``."""
     settings: dict[str, Any] = {
@@ -334,149 +522,12 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
         settings.update(access_key=args.access_key, secret_key=args.secret_key)
     if args.tls or args.tls_ca or args.tls_insecure:
         settings.update(tls=True, tls_ca=args.tls_ca, tls_verify=not args.tls_insecure)
-    cmd = args.admin_command
-    value: Any
-    target: Any = None
-    if cmd == "reset-offset":
-        target = parse_time(args.to)  # bad input fails before connecting
-    if cmd == "message" and (args.key is None) == (args.id is None):
-        raise ConfigurationError("give a message id, or --key with --topic")
-    if cmd == "message" and args.key is not None and args.topic is None:
-        raise ConfigurationError("--key needs --topic")
-    if cmd == "dlq" and args.dry_run and not args.resend:
-        raise ConfigurationError("--dry-run goes with --resend")
+    command = _COMMANDS.get(args.admin_command)
+    if command is None:  # pragma: no cover
+        raise ConfigurationError(f"unknown admin command {args.admin_command!r}")
+    _check(args)
     async with Admin(namesrv=args.namesrv, **settings) as admin:
-        if cmd == "topics":
-            topics = await admin.topics()
-            return topics, "\n".join(topics)
-        if cmd == "route":
-            route = await admin.route(args.topic)
-            rows = []
-            for name in sorted(route.brokers):
-                read, write, perm = route.queues.get(name, (0, 0, 0))
-                for bid, addr in sorted(route.brokers[name].items()):
-                    rows.append([name, bid, addr, read, write, perm])
-            value = {
-                "topic": route.topic,
-                "brokers": {n: {str(i): a for i, a in b.items()} for n, b in route.brokers.items()},
-                "queues": {
-                    n: {"read": r, "write": w, "perm": p} for n, (r, w, p) in route.queues.items()
-                },
-            }
-            headers = ["BROKER", "ID", "ADDRESS", "READ", "WRITE", "PERM"]
-            return value, render_table(headers, rows)
-        if cmd == "lag":
-            lag = await admin.lag(args.group)
-            rows = [
-                [
-                    q.queue.topic,
-                    q.queue.broker_name,
-                    q.queue.queue_id,
-                    q.broker_offset,
-                    q.committed_offset,
-                    q.lag,
-                    _time(q.last_timestamp),
-                ]
-                for q in lag.queues
-            ]
-            headers = ["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "COMMITTED", "LAG", "LAST"]
-            totals = " ".join(f"{t}={n}" for t, n in sorted(lag.by_topic().items()))
-            text = (
-                render_table(headers, rows)
-                + f"\n\ntotal lag {lag.total} ({totals}); consume tps {lag.consume_tps:.2f}"
-            )
-            return _lag_json(lag), text
-        if cmd == "reset-offset":
-            offsets = await admin.reset_offset(args.group, args.topic, target)
-            rows = [[mq.topic, mq.broker_name, mq.queue_id, o] for mq, o in offsets.items()]
-            value = [
-                {"topic": mq.topic, "broker": mq.broker_name, "queue": mq.queue_id, "offset": o}
-                for mq, o in offsets.items()
-            ]
-            return value, render_table(["TOPIC", "BROKER", "QUEUE", "OFFSET"], rows)
-        if cmd == "message":
-            if args.key is not None:
-                msgs = await admin.messages_by_key(args.topic, args.key, max_num=args.max)
-            else:
-                msgs = [await admin.message(args.id, topic=args.topic)]
-            rows = [
-                [
-                    m.msg_id,
-                    m.topic,
-                    m.queue.queue_id,
-                    m.queue_offset,
-                    m.tags or "",
-                    " ".join(m.keys),
-                    _time(m.store_timestamp),
-                    len(m.body),
-                ]
-                for m in msgs
-            ]
-            headers = ["MSG ID", "TOPIC", "QUEUE", "OFFSET", "TAGS", "KEYS", "STORED", "BYTES"]
-            value = [_message_json(m) for m in msgs]
-            if args.id is not None:
-                value = value[0]
-            return value, render_table(headers, rows) if rows else "no message"
-        if cmd == "trace":
-            entries = await admin.trace(args.id, trace_topic=args.topic, max_num=args.max)
-            rows = [
-                [
-                    e.type,
-                    _time(e.timestamp),
-                    e.group,
-                    e.client_host,
-                    e.topic,
-                    e.keys,
-                    e.cost_ms,
-                    str(e.success).lower(),
-                    e.status,
-                ]
-                for e in entries
-            ]
-            headers = ["TYPE", "TIME", "GROUP", "CLIENT HOST", "TOPIC", "KEYS", "COST MS"]
-            value = [dataclasses.asdict(e) for e in entries]
-            text = render_table([*headers, "SUCCESS", "STATUS"], rows)
-            return value, text if rows else f"no trace of {args.id}"
-        if cmd == "create-topic":
-            brokers = await admin.create_topic(
-                args.topic,
-                queues=args.queues,
-                cluster=args.cluster,
-                order=args.order,
-                message_type=args.message_type,
-            )
-            value = {
-                "topic": args.topic,
-                "queues": args.queues,
-                "message_type": args.message_type,
-                "brokers": brokers,
-            }
-            kind = f", {args.message_type}" if args.message_type else ""
-            text = f"topic {args.topic} ({args.queues} queues{kind}) on {', '.join(brokers)}"
-            return value, text
-        if cmd == "delete-topic":
-            brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
-            value = {"topic": args.topic, "brokers": brokers}
-            return value, f"topic {args.topic} deleted from {', '.join(brokers)}"
-        if cmd == "dlq":
-            return await _dlq(admin, args)
-        if cmd == "set-consume-mode":
-            brokers = await admin.set_consume_mode(
-                args.group,
-                args.topic,
-                args.mode,
-                pop_share_queue_num=args.pop_share_queue_num,
-                cluster=args.cluster,
-            )
-            value = {
-                "group": args.group,
-                "topic": args.topic,
-                "mode": args.mode,
-                "brokers": brokers,
-            }
-            text = f"{args.group} reads {args.topic} by {args.mode} on {', '.join(brokers)}"
-            return value, text
-    raise ConfigurationError(f"unknown admin command {cmd!r}")  # pragma: no cover
+        return await command(admin, args)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,24 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+@dataclass
+class _Run:
+    """What one demo run measured."""
+
+    produced: int = 0
+    elapsed: float = 0.0
+    production: float = 0.0
+    handled: int = 0
+    retried: int = 0
+    dead: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
 async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
     """Run the demo; returns the process exit code."""
     # Imported here so that `aiorocket --help` stays fast.
     from aiorocket import Admin
-    from aiorocket.cli._orders import EVENTS, POISON_ORDER, Ledger, OrderEvent, build_app
+    from aiorocket.cli._orders import EVENTS, POISON_ORDER, Ledger, build_app
     from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 
     rng = random.Random(seed)
@@ -88,99 +102,108 @@ async def run_demo(*, messages: int, duration: float, seed: int = 7) -> int:
             app = build_app(broker.address, ledger, consumer=consumer_settings)
             async with app:
                 print("app started: billing (concurrent) and fulfilment (orderly) subscribers")
-                produced = 0
-                t0 = time.perf_counter()
+                run = await _drive(app, ledger, orders, messages, duration)
+    return _summary(run, ledger, orders, len(flaky))
 
-                async def produce_order(order_id: int, start_at: float) -> None:
-                    nonlocal produced
-                    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
-                    for seq, event in enumerate(EVENTS):
-                        body = OrderEvent(
-                            order_id=order_id, seq=seq, event=event, amount_cents=100 * order_id
-                        )
-                        # One sharding key per order: its events share a queue, so the orderly
-                        # subscriber sees created → paid → shipped in sequence.
-                        await app.publish(
-                            "orders",
-                            body,
-                            tags=event,
-                            keys=[str(order_id)],
-                            sharding_key=str(order_id),
-                        )
-                        produced += 1
 
-                tty = sys.stdout.isatty()
+async def _drive(app: Any, ledger: Any, orders: int, messages: int, duration: float) -> _Run:
+    """Produce the orders over ``duration`` seconds with live progress, then wait (60 s at
+    most) until every event was handled and the poison order dead-lettered."""
+    from aiorocket.cli._orders import EVENTS, OrderEvent
 
-                async def progress() -> None:
-                    # A live line on a terminal; a plain line every 2 s in a log.
-                    while True:
-                        await asyncio.sleep(0.5 if tty else 2.0)
-                        line = _progress(app, ledger, produced, messages, t0)
-                        if tty:
-                            print("\r\x1b[2K" + line, end="", flush=True)
-                        else:
-                            print(line, flush=True)
+    run = _Run()
+    t0 = time.perf_counter()
 
-                ticker = asyncio.create_task(progress())
-                try:
-                    async with asyncio.TaskGroup() as tg:
-                        for i in range(orders):
-                            tg.create_task(produce_order(i + 1, t0 + duration * i / orders))
-                    produced_at = time.perf_counter()
-                    expected_billed = orders - 1  # every order but the poison one
-                    deadline = time.perf_counter() + 60
-                    while time.perf_counter() < deadline and not (  # noqa: ASYNC110 - counters
-                        len(ledger.billed) >= expected_billed
-                        and ledger.fulfilled_events >= orders * len(EVENTS)
-                        and _dead_lettered(app) >= 1
-                    ):
-                        await asyncio.sleep(0.1)
-                finally:
-                    ticker.cancel()
-                elapsed = time.perf_counter() - t0
-                final = _progress(app, ledger, produced, messages, t0)
-                print(("\r\x1b[2K" if tty else "") + final)
-                stats = app.statistics()
-                latencies = [x for s in stats.values() for x in s.latencies_ms]
-                handled = sum(s.handled for s in stats.values())
-                retried = sum(s.failed for s in stats.values())
-                dead = _dead_lettered(app)
-        complete = (
-            len(ledger.billed) == orders - 1
-            and ledger.fulfilled_events == orders * len(EVENTS)
-            and dead == 1
-        )
-        ok = complete and ledger.order_violations == 0
-        verdict = "OK" if ok else ("INCOMPLETE" if not complete else "ORDER VIOLATED")
-        rows = [
-            ("produced", f"{produced}"),
-            (
-                "consumed",
-                f"{handled} (billed {len(ledger.billed)} orders, "
-                f"fulfilled {ledger.fulfilled_events} events)",
-            ),
-            ("retried", f"{retried} ({len(flaky)} flaky orders, retried via %RETRY%billing)"),
-            ("dead-lettered", f"{dead} (order {POISON_ORDER} in %DLQ%billing after 3 attempts)"),
-            (
-                "order violations",
-                f"{ledger.order_violations} (in-order replays: {ledger.redelivered_in_order})",
-            ),
-            (
-                "throughput",
-                f"{handled / elapsed:,.0f} msgs/s over {elapsed:.1f} s "
-                f"(production took {produced_at - t0:.1f} s)",
-            ),
-            (
-                "store->handler",
-                f"p50 {_percentile(latencies, 0.5):.1f} ms, "
-                f"p99 {_percentile(latencies, 0.99):.1f} ms",
-            ),
-            ("result", verdict),
-        ]
-        print("\nsummary")
-        for name, value in rows:
-            print(f"  {name:<18} {value}")
-        return 0 if ok else 1
+    async def produce_order(order_id: int, start_at: float) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+        for seq, event in enumerate(EVENTS):
+            body = OrderEvent(order_id=order_id, seq=seq, event=event, amount_cents=100 * order_id)
+            # One sharding key per order: its events share a queue, so the orderly
+            # subscriber sees created → paid → shipped in sequence.
+            await app.publish(
+                "orders", body, tags=event, keys=[str(order_id)], sharding_key=str(order_id)
+            )
+            run.produced += 1
+
+    tty = sys.stdout.isatty()
+
+    async def progress() -> None:
+        # A live line on a terminal; a plain line every 2 s in a log.
+        while True:
+            await asyncio.sleep(0.5 if tty else 2.0)
+            line = _progress(app, ledger, run.produced, messages, t0)
+            if tty:
+                print("\r\x1b[2K" + line, end="", flush=True)
+            else:
+                print(line, flush=True)
+
+    ticker = asyncio.create_task(progress())
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for i in range(orders):
+                tg.create_task(produce_order(i + 1, t0 + duration * i / orders))
+        run.production = time.perf_counter() - t0
+        expected_billed = orders - 1  # every order but the poison one
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline and not (  # noqa: ASYNC110 - counters
+            len(ledger.billed) >= expected_billed
+            and ledger.fulfilled_events >= orders * len(EVENTS)
+            and _dead_lettered(app) >= 1
+        ):
+            await asyncio.sleep(0.1)
+    finally:
+        ticker.cancel()
+    run.elapsed = time.perf_counter() - t0
+    final = _progress(app, ledger, run.produced, messages, t0)
+    print(("\r\x1b[2K" if tty else "") + final)
+    stats = app.statistics()
+    run.latencies = [x for s in stats.values() for x in s.latencies_ms]
+    run.handled = sum(s.handled for s in stats.values())
+    run.retried = sum(s.failed for s in stats.values())
+    run.dead = _dead_lettered(app)
+    return run
+
+
+def _summary(run: _Run, ledger: Any, orders: int, flaky: int) -> int:
+    """Print the summary; the exit code (0: complete and in order)."""
+    from aiorocket.cli._orders import EVENTS, POISON_ORDER
+
+    complete = (
+        len(ledger.billed) == orders - 1
+        and ledger.fulfilled_events == orders * len(EVENTS)
+        and run.dead == 1
+    )
+    ok = complete and ledger.order_violations == 0
+    verdict = "OK" if ok else ("INCOMPLETE" if not complete else "ORDER VIOLATED")
+    latencies = run.latencies
+    rows = [
+        ("produced", f"{run.produced}"),
+        (
+            "consumed",
+            f"{run.handled} (billed {len(ledger.billed)} orders, "
+            f"fulfilled {ledger.fulfilled_events} events)",
+        ),
+        ("retried", f"{run.retried} ({flaky} flaky orders, retried via %RETRY%billing)"),
+        ("dead-lettered", f"{run.dead} (order {POISON_ORDER} in %DLQ%billing after 3 attempts)"),
+        (
+            "order violations",
+            f"{ledger.order_violations} (in-order replays: {ledger.redelivered_in_order})",
+        ),
+        (
+            "throughput",
+            f"{run.handled / run.elapsed:,.0f} msgs/s over {run.elapsed:.1f} s "
+            f"(production took {run.production:.1f} s)",
+        ),
+        (
+            "store->handler",
+            f"p50 {_percentile(latencies, 0.5):.1f} ms, p99 {_percentile(latencies, 0.99):.1f} ms",
+        ),
+        ("result", verdict),
+    ]
+    print("\nsummary")
+    for name, value in rows:
+        print(f"  {name:<18} {value}")
+    return 0 if ok else 1
 
 
 def _dead_lettered(app: Any) -> int:

@@ -366,6 +366,31 @@ class EmbeddedBroker(ServiceOwner):
         await self._open(self._config, self._data_dir)
 
     async def _open(self, config: BrokerConfig, root: Path) -> None:
+        # Order matters: state is loaded (and the timer wheel rebuilt) before the server
+        # accepts requests; the services' tasks start once it listens.
+        ctx, schedule, timers = await self._load_state(config, root)
+        pop, lite, transactions = self._install_processors(ctx, root / "config")
+        server = await self._serve(config)
+        await schedule.start()
+        await timers.start()
+        await pop.start()
+        # A crash of one of the parts (a bug in its task) crashes the broker, visibly.
+        for part in (ctx.store, server, schedule, timers, pop.context.revive):
+            self._lifecycle.watch(part)
+        if lite is not None:
+            lite.start()
+            self._spawn(run_lite_expiry(ctx, lite), "aiorocket-broker-lite-expiry")
+            self._spawn(run_subscription_expiry(ctx, lite), "aiorocket-broker-lite-subscribers")
+        self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
+        self._spawn(self._persist_loop(), "aiorocket-broker-persist")
+        self._spawn(transactions.run(), "aiorocket-broker-transactions")
+        log.info("embedded broker listening on %s (data in %s)", self.address, root)
+
+    async def _load_state(
+        self, config: BrokerConfig, root: Path
+    ) -> tuple[BrokerContext, ScheduleService, TimerService]:
+        """The store and the config tables, read from ``root``; the context every
+        processor shares."""
         store = MessageStore(
             root,
             flush=config.flush,
@@ -439,13 +464,20 @@ class EmbeddedBroker(ServiceOwner):
             spawn=self._spawn,
             timers=timers,
         )
+        return ctx, schedule, timers
+
+    def _install_processors(
+        self, ctx: BrokerContext, conf_dir: Path
+    ) -> tuple[PopService, LiteService | None, TransactionService]:
+        """Every request processor, on the dispatcher; the services among them that run
+        tasks (POP, lite topics, transaction checks)."""
         self._faults = BrokerFaults(ctx)
         self._transactions = transactions = TransactionService(ctx)
         # POP state (docs/protocol.md §12.3): the revive log is replayed before serving.
         self._pop = pop = PopService(ctx, conf_dir)
         pop.load()
         # Lite topics (§12.8), served when the broker answers as 5.x, as POP is.
-        lite = LiteService(ctx) if config.timers_enabled else None
+        lite = LiteService(ctx) if ctx.config.timers_enabled else None
         self._lite = lite
         lite_processor = None if lite is None else LiteProcessor(ctx, lite)
         install(
@@ -464,7 +496,10 @@ class EmbeddedBroker(ServiceOwner):
                 *(() if lite_processor is None else (lite_processor,)),
             ),
         )
+        return pop, lite, transactions
 
+    async def _serve(self, config: BrokerConfig) -> Server:
+        """Listen; the bound and the advertised address."""
         tls_mode = config.effective_tls_mode
         server = Server(
             self._handle,
@@ -490,20 +525,7 @@ class EmbeddedBroker(ServiceOwner):
             adv = bound_host
         self._bound = (bound_host, bound_port)
         self._advertised = (adv, config.advertised_port or bound_port)
-        await schedule.start()
-        await timers.start()
-        await pop.start()
-        # A crash of one of the parts (a bug in its task) crashes the broker, visibly.
-        for part in (store, server, schedule, timers, pop.context.revive):
-            self._lifecycle.watch(part)
-        if lite is not None:
-            lite.start()
-            self._spawn(run_lite_expiry(ctx, lite), "aiorocket-broker-lite-expiry")
-            self._spawn(run_subscription_expiry(ctx, lite), "aiorocket-broker-lite-subscribers")
-        self._spawn(self._housekeeping(), "aiorocket-broker-housekeeping")
-        self._spawn(self._persist_loop(), "aiorocket-broker-persist")
-        self._spawn(transactions.run(), "aiorocket-broker-transactions")
-        log.info("embedded broker listening on %s (data in %s)", self.address, root)
+        return server
 
     async def close(self) -> None:
         """Stop serving, write offsets and delay and timer progress, flush and close the store.

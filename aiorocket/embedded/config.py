@@ -263,6 +263,11 @@ class BrokerConfig:
     tls_handshake_timeout: float = 10.0
 
     def __post_init__(self) -> None:
+        self._check_addresses()
+        self._check_limits()
+        self._check_security()
+
+    def _check_addresses(self) -> None:
         for name in (self.broker_name, self.cluster_name, self.msg_trace_topic_name):
             # Java creates topics named after both, so they follow the topic-name rule.
             if not is_valid_name(name):
@@ -276,6 +281,8 @@ class BrokerConfig:
                 ) from None
         if self.advertised_port is not None and not 0 < self.advertised_port <= 65535:
             raise ConfigurationError(f"advertised_port {self.advertised_port} is outside 1..65535")
+
+    def _check_limits(self) -> None:
         if self.flush not in ("async", "sync"):
             raise ConfigurationError(f"flush must be 'async' or 'sync', not {self.flush!r}")
         if not 0 < self.flush_interval <= 0.5:
@@ -336,6 +343,8 @@ class BrokerConfig:
             raise ConfigurationError("min_lite_ttl and max_lite_subscriptions must be >= 0")
         if self.transaction_check_max < 1:
             raise ConfigurationError("transaction_check_max must be at least 1")
+
+    def _check_security(self) -> None:
         if (self.access_key is None) != (self.secret_key is None):
             raise ConfigurationError("ACL needs both access_key and secret_key")
         if self.access_key == "" or self.secret_key == "":

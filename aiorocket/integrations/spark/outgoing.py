@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -245,17 +245,7 @@ def messages(
         levels = chunk.get("delay_level", nones)
         times = chunk.get("deliver_at", nones)
         for i, body in enumerate(chunk["body"]):
-            if body is None:
-                raise bad("body", "null (every message needs a body)")
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-            elif not isinstance(body, bytes):
-                body = bytes(body)
-            if len(body) > max_size:
-                raise bad(
-                    "body",
-                    f"{len(body)} bytes, over max_message_size ({max_size} bytes)",
-                )
+            body = _body(body, max_size, bad)
             topic = (
                 layout.default_topic
                 if layout.topic_option_wins
@@ -269,52 +259,16 @@ def messages(
                 except InvalidNameError as exc:
                     raise bad("topic", str(exc)) from None
                 checked_topics.add(topic)
-            keys = all_keys[i]
-            if keys is None:
-                keys = []
-            elif isinstance(keys, str):
-                keys = keys.split()
-            else:
-                for k in keys:
-                    if not k or k.split() != [k]:
-                        raise bad("keys", f"key {k!r} must be non-empty without spaces")
+            keys = _keys(all_keys[i], bad)
             tags = all_tags[i]
             if tags is not None and (not tags or "||" in tags):
                 raise bad("tags", f"{tags!r} must be non-empty and contain no '||'")
-            group = shardings[i]
-            other = groups[i]
-            if other is not None:
-                if group is not None and group != other:
-                    raise bad("message_group", f"{other!r} differs from sharding_key {group!r}")
-                group = other
-            if group is not None and (not group.strip() or any(s in group for s in _SEPARATORS)):
-                raise bad("sharding_key", f"{group!r} must be non-blank without \\x01 or \\x02")
+            group = _group(shardings[i], groups[i], bad)
             level = levels[i]
             if level is not None and not 0 <= level <= MAX_DELAY_LEVEL:
                 raise bad("delay_level", f"{level} is not within 0..{MAX_DELAY_LEVEL}")
-            when = times[i]
-            if when is not None:
-                if level:
-                    raise bad("deliver_at", "a delivery time and a delay level exclude each other")
-                if group is not None:
-                    # 5.x: a FIFO message (message group) is not a timer message.
-                    raise bad("deliver_at", "a delivery time and a sharding key exclude each other")
-                if when.tzinfo is None:
-                    # Spark's Rows carry local wall-clock times; Arrow batches carry UTC.
-                    when = when.astimezone()
-            props = all_props[i]
-            user: dict[str, str] = {}
-            if props:
-                for k, v in props.items():
-                    if k in _SYSTEM_PROPERTIES or v is None:
-                        continue
-                    if not k or not v or any(s in k or s in v for s in _SEPARATORS):
-                        raise bad(
-                            "properties",
-                            f"{k!r}={v!r}: names and values must be non-empty "
-                            "without \\x01 or \\x02",
-                        )
-                    user[k] = v
+            when = _deliver_at(times[i], level, group, bad)
+            user = _properties(all_props[i], bad)
             if extra:
                 user.update(extra)
             if scope is not None:
@@ -338,3 +292,71 @@ def messages(
             )
             row += 1
     return out
+
+
+_Bad = Callable[[str, str], SinkInputError]
+
+
+def _body(body: Any, max_size: int, bad: _Bad) -> bytes:
+    if body is None:
+        raise bad("body", "null (every message needs a body)")
+    if isinstance(body, bytes):
+        data = body
+    elif isinstance(body, str):
+        data = body.encode("utf-8")
+    else:
+        data = bytes(body)
+    if len(data) > max_size:
+        raise bad("body", f"{len(data)} bytes, over max_message_size ({max_size} bytes)")
+    return data
+
+
+def _keys(keys: Any, bad: _Bad) -> list[str]:
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return keys.split()
+    for k in keys:
+        if not k or k.split() != [k]:
+            raise bad("keys", f"key {k!r} must be non-empty without spaces")
+    return list(keys)
+
+
+def _group(sharding_key: str | None, message_group: str | None, bad: _Bad) -> str | None:
+    group = sharding_key
+    if message_group is not None:
+        if group is not None and group != message_group:
+            raise bad("message_group", f"{message_group!r} differs from sharding_key {group!r}")
+        group = message_group
+    if group is not None and (not group.strip() or any(s in group for s in _SEPARATORS)):
+        raise bad("sharding_key", f"{group!r} must be non-blank without \\x01 or \\x02")
+    return group
+
+
+def _deliver_at(when: Any, level: int | None, group: str | None, bad: _Bad) -> Any:
+    if when is None:
+        return None
+    if level:
+        raise bad("deliver_at", "a delivery time and a delay level exclude each other")
+    if group is not None:
+        # 5.x: a FIFO message (message group) is not a timer message.
+        raise bad("deliver_at", "a delivery time and a sharding key exclude each other")
+    if when.tzinfo is None:
+        # Spark's Rows carry local wall-clock times; Arrow batches carry UTC.
+        when = when.astimezone()
+    return when
+
+
+def _properties(props: Mapping[str, Any] | None, bad: _Bad) -> dict[str, str]:
+    user: dict[str, str] = {}
+    if props:
+        for k, v in props.items():
+            if k in _SYSTEM_PROPERTIES or v is None:
+                continue
+            if not k or not v or any(s in k or s in v for s in _SEPARATORS):
+                raise bad(
+                    "properties",
+                    f"{k!r}={v!r}: names and values must be non-empty without \\x01 or \\x02",
+                )
+            user[k] = v
+    return user
