@@ -55,7 +55,7 @@ from aiorocket.embedded.context import BrokerContext, Processor, handles
 from aiorocket.embedded.lite_registry import LiteClient, LiteQuotaExceeded, LiteRegistry
 from aiorocket.embedded.pop import MAX_POP, TOO_LATE_MS, pop_offset, with_born_time
 from aiorocket.embedded.pop_order import ConsumerOrderInfo
-from aiorocket.embedded.store import GetStatus
+from aiorocket.embedded.store_results import GetStatus
 from aiorocket.errors import ConnectionClosedError
 
 __all__ = ["LiteProcessor", "LiteService"]

@@ -62,7 +62,7 @@ from aiorocket.embedded.pop_polling import PollKey
 from aiorocket.embedded.pop_revive import retry_topic_of
 from aiorocket.embedded.pop_service import PopContext
 from aiorocket.embedded.pull import read_matching
-from aiorocket.embedded.store import GetResult, GetStatus, PutResult
+from aiorocket.embedded.store_results import GetResult, GetStatus, PutResult
 from aiorocket.embedded.topics import TopicConfig
 from aiorocket.errors import InvalidSelectorError, LocalProtocolError, RemoteProtocolError
 

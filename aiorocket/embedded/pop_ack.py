@@ -44,7 +44,7 @@ from aiorocket._remoting import Connection
 from aiorocket.embedded.context import BrokerContext, Processor, handles, peer_address
 from aiorocket.embedded.pop_inflight import Checkpoint
 from aiorocket.embedded.pop_service import PopContext
-from aiorocket.embedded.store import PutResult
+from aiorocket.embedded.store_results import PutResult
 from aiorocket.errors import RemoteProtocolError
 
 __all__ = ["AckProcessor", "LiteAcks"]

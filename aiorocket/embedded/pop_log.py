@@ -39,7 +39,8 @@ from aiorocket._protocol.message import decode_message
 from aiorocket._protocol.tags import tags_code
 from aiorocket.embedded.offsets import ConsumerOffsets
 from aiorocket.embedded.pop_inflight import Checkpoint, CheckpointKey, InflightTable
-from aiorocket.embedded.store import GetStatus, MessageStore, PutResult
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import GetStatus, PutResult
 from aiorocket.embedded.topics import revive_topic
 from aiorocket.embedded.writer import broker_record
 from aiorocket.errors import RemoteProtocolError

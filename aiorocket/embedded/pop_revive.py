@@ -37,7 +37,7 @@ from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.offsets import ConsumerOffsets
 from aiorocket.embedded.pop_inflight import Checkpoint, InflightTable
 from aiorocket.embedded.pop_log import ReviveLog
-from aiorocket.embedded.store import GetStatus
+from aiorocket.embedded.store_results import GetStatus
 from aiorocket.embedded.topics import TopicTable
 from aiorocket.embedded.writer import MessageWriter
 from aiorocket.errors import RemoteProtocolError

@@ -30,7 +30,8 @@ from aiorocket._protocol.tags import TagFilter, parse_tag_expression
 from aiorocket._remoting import Connection
 from aiorocket._remoting.server import ServerConnection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
-from aiorocket.embedded.store import GetResult, GetStatus, MessageStore
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import GetResult, GetStatus
 from aiorocket.embedded.topics import is_valid_name
 from aiorocket.errors import InvalidSelectorError, RemoteProtocolError
 

@@ -25,7 +25,8 @@ from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import decode_message
 from aiorocket.embedded.files import PersistedTable, write_json_atomically
-from aiorocket.embedded.store import GetStatus, MessageStore, PutResult
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import GetStatus, PutResult
 from aiorocket.embedded.topics import SCHEDULE_TOPIC, TopicTable, is_valid_name
 from aiorocket.embedded.writer import MessageWriter, copy_record
 from aiorocket.errors import LocalProtocolError, RemoteProtocolError

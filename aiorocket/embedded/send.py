@@ -28,7 +28,7 @@ from aiorocket._protocol.properties import message_kind
 from aiorocket._protocol.recall import RecallHandle
 from aiorocket._remoting import Connection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
-from aiorocket.embedded.store import PutResult
+from aiorocket.embedded.store_results import PutResult
 from aiorocket.embedded.topics import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_PREFIX,

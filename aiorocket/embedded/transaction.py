@@ -40,7 +40,7 @@ from aiorocket._protocol.message import MessageRecord, decode_message, encode_me
 from aiorocket._protocol.msgid import make_offset_msg_id
 from aiorocket._remoting import Connection
 from aiorocket.embedded.context import BrokerContext, Processor, handles
-from aiorocket.embedded.store import GetStatus, PutResult
+from aiorocket.embedded.store_results import GetStatus, PutResult
 from aiorocket.embedded.topics import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, is_valid_name
 from aiorocket.embedded.writer import broker_record, copy_record, reset_transaction_value
 from aiorocket.errors import ClientClosedError, ConnectionClosedError, RemoteProtocolError

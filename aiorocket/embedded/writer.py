@@ -29,7 +29,8 @@ from aiorocket.embedded.delays import (
     timer_not_enabled,
 )
 from aiorocket.embedded.long_polling import PullWaiters
-from aiorocket.embedded.store import MessageStore, PutResult
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import PutResult
 from aiorocket.embedded.topics import HALF_TOPIC, TIMER_TOPIC
 
 __all__ = [

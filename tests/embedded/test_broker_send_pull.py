@@ -11,7 +11,7 @@ from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.msgid import make_offset_msg_id, parse_offset_msg_id
 from aiorocket._protocol.tags import java_hash
 from aiorocket.embedded.pull import pull_code
-from aiorocket.embedded.store import GetStatus
+from aiorocket.embedded.store_results import GetStatus
 from tests._harness.protocol import pull_header
 from tests.embedded.test_broker_kit import RawClient, running_broker
 

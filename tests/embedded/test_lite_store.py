@@ -13,7 +13,8 @@ import pytest
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.lite import lite_queue_name
 from aiorocket._protocol.message import decode_messages
-from aiorocket.embedded.store import GetStatus, MessageStore
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import GetStatus
 from tests.embedded.crash_writer import make_record
 from tests.embedded.test_store import read_path  # noqa: F401  (both read paths)
 

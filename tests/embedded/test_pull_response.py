@@ -10,7 +10,7 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.frame import encode_command_parts
 from aiorocket._protocol.message import decode_messages
 from aiorocket.embedded.pull import FoundResponse, PullProcessor
-from aiorocket.embedded.store import GetResult, GetStatus
+from aiorocket.embedded.store_results import GetResult, GetStatus
 from tests._harness.protocol import pull_header
 from tests.embedded.test_broker_kit import RawClient, running_broker
 

@@ -15,12 +15,8 @@ import pytest
 from aiorocket._protocol.message import MessageRecord, decode_messages
 from aiorocket._protocol.tags import tags_code
 from aiorocket.embedded import read_plan
-from aiorocket.embedded.store import (
-    SCHEDULE_TOPIC,
-    GetStatus,
-    MessageStore,
-    default_tags_code,
-)
+from aiorocket.embedded.store import SCHEDULE_TOPIC, MessageStore, default_tags_code
+from aiorocket.embedded.store_results import GetStatus
 from aiorocket.errors import (
     ClientClosedError,
     ConfigurationError,

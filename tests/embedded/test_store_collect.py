@@ -17,7 +17,8 @@ from aiorocket._protocol.message import decode_messages
 from aiorocket._protocol.tags import tags_code
 from aiorocket.embedded import read_plan
 from aiorocket.embedded.commit_log import RECORD_HEAD
-from aiorocket.embedded.store import GetStatus, MessageStore
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import GetStatus
 from tests.embedded.crash_writer import make_record
 
 try:

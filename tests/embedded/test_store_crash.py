@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from aiorocket._protocol.message import decode_messages
-from aiorocket.embedded.store import GetStatus, MessageStore
+from aiorocket.embedded.store import MessageStore
+from aiorocket.embedded.store_results import GetStatus
 from tests.embedded.crash_writer import (
     CRASH_CQ_ENTRIES,
     CRASH_QUEUES,
