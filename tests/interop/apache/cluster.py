@@ -76,15 +76,26 @@ def _ports_free(ports: Sequence[int]) -> bool:
     return True
 
 
+def _below_ephemeral() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(span: Sequence[int] = (0,)) -> int:
     """A port ``p`` such that ``p + d`` is free for every ``d`` in ``span``.
 
     A Java broker listens on its port, port - 2 (the VIP channel) and port + 1 (HA), so a
-    broker asks for ``span=(-2, -1, 0, 1)``.
+    broker asks for ``span=(-2, -1, 0, 1)``. Ports come from below the kernel's ephemeral
+    range: any process's outgoing connection takes a port from that range, and a server
+    binds its port seconds after it was chosen (a proxy's gRPC port there was once in use by then).
     """
     rng = random.Random()
+    top = max(_below_ephemeral(), 12000) - 2
     for _ in range(500):
-        base = rng.randrange(20000, 60000)
+        base = rng.randrange(10002, top)
         if _ports_free([base + d for d in span]):
             return base
     raise InstallError(f"no free ports with offsets {tuple(span)} after 500 tries")
@@ -358,8 +369,9 @@ class JavaCluster:
         if port is None:
             taken = {p + d for p in self.broker_ports.values() for d in (-2, -1, 0, 1)}
             taken |= set(self.dledger_ports.values())
+            taken |= {self.namesrv_port, self.proxy_port, self.proxy_grpc_port}
             port = free_port((-2, -1, 0, 1))
-            while {port + d for d in (-2, -1, 0, 1)} & (taken | {self.namesrv_port}):
+            while {port + d for d in (-2, -1, 0, 1)} & taken:
                 port = free_port((-2, -1, 0, 1))
             self.broker_ports[name] = port
         return port
