@@ -25,12 +25,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from aiorocket._client.instance import ClientInstance
 from aiorocket._client.lite import lite_subscription_ctl
 from aiorocket._concurrency import Periodic
-from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.group_member import ConsumerKind, MemberOwner, MemberParts
 from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext, run_received
 from aiorocket._consumer.popping import (
     MAX_MESSAGES,
@@ -98,7 +98,7 @@ _REFUSED = frozenset(
 )
 
 
-class LiteConsumer(GroupMember):
+class LiteConsumer(MemberOwner):
     """A consumer of the lite topics of one parent topic (RocketMQ 5.5; see the module docs):
     [subscribe_lite][aiorocket.LiteConsumer.subscribe_lite] and
     [unsubscribe_lite][aiorocket.LiteConsumer.unsubscribe_lite] while it runs,
@@ -132,9 +132,6 @@ class LiteConsumer(GroupMember):
         InvalidNameError: a bad group or topic name.
     """
 
-    _consume_type: ClassVar[str] = "CONSUME_ACTIVELY"
-    _kind: ClassVar[str] = "lite consumer"
-
     def __init__(
         self,
         *,
@@ -151,12 +148,22 @@ class LiteConsumer(GroupMember):
         if refused:
             raise ConfigurationError(f"{', '.join(refused)}: not a lite consumer setting")
         built = build_settings(ConsumerSettings, {"group": group, "namesrv": namesrv, **settings})
-        super().__init__(built)
-        if not self._clustering:
+        self._compose(
+            built,
+            ConsumerKind(
+                name="lite consumer",
+                consume_type="CONSUME_ACTIVELY",
+                check_startable=self._check_startable,
+                build=self._build,
+                startup=self._startup,
+                held=self.held,
+            ),
+        )
+        if not self._m.clustering:
             raise ConfigurationError("lite consumption is clustering only")
         validate_name(topic)
-        self._topic = self._wire_topic(topic)
-        self._subscriptions[self._topic] = Subscription.create(self._topic, "*", None)
+        self._topic = self._m.wire_topic(topic)
+        self._m.subscriptions[self._topic] = Subscription.create(self._topic, "*", None)
         self._invisible_ms = duration_ms(invisible_duration, "invisible_duration")
         if not await_duration >= 0:
             raise ConfigurationError("await_duration must not be negative")
@@ -194,7 +201,7 @@ class LiteConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was started already.
         """
-        self._check_not_started("register a hook")
+        self._m.check_not_started("register a hook")
         self._receive_hooks.append(hook)
 
     # -- subscriptions --------------------------------------------------------------------------
@@ -217,14 +224,14 @@ class LiteConsumer(GroupMember):
         """
         option = _offset_option(start)
         names = _checked(lite_topics)
-        if not self._started:
-            if self._closing:
+        if not self._m.started:
+            if self._m.closing:
                 raise ClientClosedError("the consumer is closed")
             self._lite.update(names)
             if option is not None:
                 self._starts.update(dict.fromkeys(names, option))
             return
-        self._require_running()
+        self._m.require_running()
         new = [t for t in names if t not in self._lite]
         if new:
             async with self._ctl_lock:
@@ -242,10 +249,10 @@ class LiteConsumer(GroupMember):
         """
         if not lite_topics:
             raise ConfigurationError("name at least one lite topic")
-        if not self._started:
+        if not self._m.started:
             self._lite.difference_update(lite_topics)
             return
-        self._require_running()
+        self._m.require_running()
         gone = [t for t in dict.fromkeys(lite_topics) if t in self._lite]
         if gone:
             async with self._ctl_lock:
@@ -260,7 +267,7 @@ class LiteConsumer(GroupMember):
         dto = LiteSubscriptionDTO(
             action=action,
             client_id=self._client.client_id,
-            group=self._group,
+            group=self._m.group,
             topic=self._topic,
             lite_topic_set=tuple(sorted(lite_topics)),
             offset_option=option,
@@ -311,37 +318,37 @@ class LiteConsumer(GroupMember):
     async def _on_unsubscribe(self, conn: Connection, cmd: RemotingCommand) -> None:
         # NOTIFY_UNSUBSCRIBE_LITE (oneway): a broker took a lite topic away.
         h = NotifyUnsubscribeLiteRequestHeader.from_ext(cmd.ext_fields)
-        if h.consumer_group != self._group or h.lite_topic not in self._lite:
+        if h.consumer_group != self._m.group or h.lite_topic not in self._lite:
             return
         self._lite.discard(h.lite_topic)
-        log.info("lite topic %s of %s was taken away by its broker", h.lite_topic, self._group)
+        log.info("lite topic %s of %s was taken away by its broker", h.lite_topic, self._m.group)
         if self._on_unsubscribed is not None:
             try:
                 self._on_unsubscribed(h.lite_topic)
             except Exception:
                 log.exception("on_unsubscribed(%r) failed", h.lite_topic)
 
-    # -- lifecycle (GroupMember) --------------------------------------------------------------
+    # -- lifecycle (its GroupMember's kind)----------------------------------------------------
 
     def _check_startable(self) -> None:
         """Nothing to check: a lite consumer may start with no lite topic."""
 
-    def _build(self) -> None:
+    def _build(self) -> MemberParts:
         s = self.settings
         requests = Dispatcher()
         requests.register(RequestCode.NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
         self._client = client = ClientInstance(s, handler=requests)
-        sender = SendBack(client=client, group=self._group, settings=s)
-        self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        sender = SendBack(client=client, group=self._m.group, settings=s)
+        self._pop = PopClient(client=client, group=self._m.group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
-        self._new_membership()
         self._sync_timer = Periodic(
             self._sync_all, self._sync_interval, name="lite sync", run_first=False
         )
-        self._steps = ShutdownSteps(stop_assigning=self._sync_timer.stop, release=self._release)
+        steps = ShutdownSteps(stop_assigning=self._sync_timer.stop, release=self._release)
+        return MemberParts(client, self._m.new_membership(client), steps, self.tracer)
 
     async def _startup(self) -> None:
-        await self._join(heartbeats=False)
+        await self._m.join(heartbeats=False)
         if self._client.route(self._topic) is None:
             raise TopicNotExistError(
                 f"the parent topic {self._topic} has no route: create it as a LITE topic "
@@ -355,19 +362,19 @@ class LiteConsumer(GroupMember):
         for option, names in by_option.items():
             await self._ctl("PARTIAL_ADD", names, option)
         self._client.on_new_brokers = self._on_new_brokers
-        self._spawn(self._sync_timer.run(), name="lite sync")
-        self._membership.start(heartbeats=False)  # (a lite consumer is heard through its syncs)
+        self._m.spawn(self._sync_timer.run(), name="lite sync")
+        self._m.membership.start(heartbeats=False)  # (a lite consumer is heard through its syncs)
         if self.tracer is not None:
-            self._spawn(self.tracer.run(), name="trace")
+            self._m.spawn(self.tracer.run(), name="trace")
 
     def _on_new_brokers(self, names: set[str]) -> None:
-        if not self._closing:
+        if not self._m.closing:
             self._sync_timer.wake()  # subscribe there too
 
     async def _release(self) -> None:
         # What was popped and not handed out comes back after its invisible time.
         self._buffer.clear()
-        await self._cleanup(self._remove_subscriptions(), "remove lite subscriptions")
+        await self._m.cleanup(self._remove_subscriptions(), "remove lite subscriptions")
 
     async def _remove_subscriptions(self) -> None:
         # The proxy's offlineClientLiteSubscription: COMPLETE_REMOVE at every broker.
@@ -391,7 +398,7 @@ class LiteConsumer(GroupMember):
     async def _brokers_now(self) -> list[str]:
         names = self._brokers()
         if not names:
-            await self._membership.refresh_routes()
+            await self._m.membership.refresh_routes()
             names = self._brokers()
         return names
 
@@ -418,7 +425,7 @@ class LiteConsumer(GroupMember):
             if invisible_duration is None
             else duration_ms(invisible_duration, "invisible_duration")
         )
-        self._require_running()
+        self._m.require_running()
         started = time.time_ns()
         got = await self._receive(max_messages, invisible)
         if got and self._receive_hooks:
@@ -460,7 +467,7 @@ class LiteConsumer(GroupMember):
         # One request held per broker; its attemptId is used again after a lost answer, so
         # the broker does not keep the lite topics it handed out blocked on its account.
         attempt = self._attempts.setdefault(broker_name, uuid.uuid4().hex)
-        self._inflight[broker_name] = self._spawn(
+        self._inflight[broker_name] = self._m.spawn(
             self._pop_at(broker_name, max_messages, invisible_ms, poll_ms, attempt),
             name=f"lite pop {broker_name}",
         )
@@ -470,7 +477,7 @@ class LiteConsumer(GroupMember):
     ) -> list[PoppedMessage] | RocketError:
         try:
             return await self._pop.pop_lite(
-                (self._subscriptions[self._topic], broker_name),
+                (self._m.subscriptions[self._topic], broker_name),
                 client_id=self._client.client_id,
                 max_messages=max_messages,
                 invisible_ms=invisible_ms,
@@ -525,7 +532,7 @@ class LiteConsumer(GroupMember):
             BrokerError, TransportError: the broker refused or could not be reached.
             ClientClosedError: the consumer is closed.
         """
-        self._require_running()
+        self._m.require_running()
         popped = self._pop.check(msg)
         await self._pop.ack(popped)
         trace_acked(self.tracer, (popped,))
@@ -541,7 +548,7 @@ class LiteConsumer(GroupMember):
             BrokerError, TransportError: a broker refused or could not be reached.
             ClientClosedError: the consumer is closed.
         """
-        self._require_running()
+        self._m.require_running()
         popped = [self._pop.check(m) for m in msgs]
         await self._pop.ack_all(popped)
         trace_acked(self.tracer, popped)
@@ -556,13 +563,13 @@ class LiteConsumer(GroupMember):
                 handle, a refusal, a transport failure, a closed consumer).
         """
         invisible = duration_ms(seconds, "seconds")
-        self._require_running()
+        self._m.require_running()
         await self._pop.change_invisible(self._pop.check(msg), invisible)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closing else "started" if self._started else "new"
+        state = "closed" if self._m.closing else "started" if self._m.started else "new"
         return (
-            f"LiteConsumer(group={self._group!r}, {state}, topic={self._topic!r}, "
+            f"LiteConsumer(group={self._m.group!r}, {state}, topic={self._topic!r}, "
             f"lite_topics={len(self._lite)})"
         )
 

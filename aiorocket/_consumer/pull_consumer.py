@@ -1,7 +1,7 @@
 """The pull consumer (Java ``DefaultLitePullConsumer`` / ``DefaultLitePullConsumerImpl``): the
 application asks for messages when it is ready.
 
-Group membership is the push consumer's (` GroupMember`: routes, heartbeats, unregistering, the
+Group membership is the push consumer's (a `GroupMember`: routes, heartbeats, unregistering, the
 supervisor task group, the shutdown order) and so is the rebalance (`Rebalancer`, the same
 allocation strategies), so Java, push and pull members of one group share its queues. The
 owned queues are a `PullQueues`, the push consumer's
@@ -45,7 +45,7 @@ from typing import Any, Literal
 from aiorocket._client.instance import ClientInstance
 from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import BrokerRequests
-from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.group_member import ConsumerKind, MemberOwner, MemberParts
 from aiorocket._consumer.hooks import (
     ConsumeHook,
     ReceiveHook,
@@ -102,7 +102,7 @@ _PUSH_ONLY = frozenset(
 )
 
 
-class PullConsumer(GroupMember):
+class PullConsumer(MemberOwner):
     """Reads topics when the application asks, queues shared across the group.
 
     ```python
@@ -187,9 +187,6 @@ class PullConsumer(GroupMember):
             is not ``async def`` (at construction).
     """
 
-    _consume_type = "CONSUME_ACTIVELY"
-    _kind = "pull consumer"
-
     def __init__(
         self,
         *,
@@ -218,7 +215,17 @@ class PullConsumer(GroupMember):
                 **settings,
             },
         )
-        super().__init__(built)
+        self._compose(
+            built,
+            ConsumerKind(
+                name="pull consumer",
+                consume_type="CONSUME_ACTIVELY",
+                check_startable=self._check_startable,
+                build=self._build,
+                startup=self._startup,
+                held=self.held,
+            ),
+        )
         if not auto_commit_interval > 0:
             raise ConfigurationError("auto_commit_interval must be positive")
         for name, fn in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
@@ -241,7 +248,7 @@ class PullConsumer(GroupMember):
         self._close_acks = True
         self._hooks: list[ConsumeHook] = []
         self._receive_hooks: list[ReceiveHook] = []
-        # Built by start() (_build), besides GroupMember's parts.
+        # Built by start() (_build).
         #: the owned queues, their buffers and positions
         self._queues: PullQueues
         self._sender: SendBack
@@ -258,7 +265,7 @@ class PullConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was started already.
         """
-        self._check_not_started("register a hook")
+        self._m.check_not_started("register a hook")
         if callable(getattr(hook, "received", None)):
             self._receive_hooks.append(hook)  # type: ignore[arg-type]
         if callable(getattr(hook, "consume_before", None)):
@@ -278,13 +285,13 @@ class PullConsumer(GroupMember):
             ConfigurationError: both a tag expression and ``sql``, or the consumer was started
                 already.
         """
-        self._check_not_started("subscribe")
+        self._m.check_not_started("subscribe")
         check_selector(expression, sql)
         if self._mode == "assign":
             raise SubscriptionConflictError("cannot subscribe: this consumer was assigned queues")
         validate_name(topic)
-        wire = self._wire_topic(topic)
-        self._subscriptions[wire] = Subscription.create(wire, expression, sql)
+        wire = self._m.wire_topic(topic)
+        self._m.subscriptions[wire] = Subscription.create(wire, expression, sql)
         self._mode = "subscribe"
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
@@ -297,7 +304,7 @@ class PullConsumer(GroupMember):
                 [`MessageQueue`][aiorocket.MessageQueue], or the consumer was started already.
             InvalidNameError: a bad topic name.
         """
-        self._check_not_started("assign queues")
+        self._m.check_not_started("assign queues")
         if self._mode == "subscribe":
             raise SubscriptionConflictError("cannot assign queues: this consumer subscribed topics")
         wanted: set[MessageQueue] = set()
@@ -309,41 +316,41 @@ class PullConsumer(GroupMember):
         if not wanted:
             raise ConfigurationError("assign at least one queue")
         self._assigned = sorted(wanted)
-        self._subscriptions = {
-            t: Subscription.create(t, "*") for t in sorted({mq.topic for mq in wanted})
-        }
+        self._m.subscriptions.clear()
+        for t in sorted({mq.topic for mq in wanted}):
+            self._m.subscriptions[t] = Subscription.create(t, "*")
         self._mode = "assign"
 
     def _wire_mq(self, mq: MessageQueue) -> MessageQueue:
-        topic = self._wire_topic(mq.topic)
+        topic = self._m.wire_topic(mq.topic)
         return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
 
     def _user_mq(self, mq: MessageQueue) -> MessageQueue:
         topic = without_namespace(self.settings.namespace, mq.topic)
         return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
 
-    # -- lifecycle (GroupMember) --------------------------------------------------------------
+    # -- lifecycle (its GroupMember's kind)----------------------------------------------------
 
     def _check_startable(self) -> None:
         if self._mode == "none":
             raise ConfigurationError("subscribe to a topic or assign queues before starting")
-        if self._mode == "subscribe" and self._clustering:
+        if self._mode == "subscribe" and self._m.clustering:
             # Retried messages come back through %RETRY%<group> (the push consumer reads it
             # too; Java 4.9's lite pull consumer does not, and has no send-back).
-            self._subscriptions.setdefault(
-                self._retry_topic, Subscription.create(self._retry_topic, "*")
+            self._m.subscriptions.setdefault(
+                self._m.retry_topic, Subscription.create(self._m.retry_topic, "*")
             )
 
-    def _build(self) -> None:
+    def _build(self) -> MemberParts:
         s = self.settings
         dispatcher = Dispatcher()  # (filled below, once the queues it reports exist)
         self._client = client = ClientInstance(s, handler=dispatcher)
         self._stats = StatsRecorder(now=asyncio.get_running_loop().time())
-        self._offsets = self._new_offset_store(client)
+        self._offsets = self._m.new_offset_store(client)
         self._rebalance_timer = Periodic(
             self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
         )
-        ctx = self._new_context(self._rebalance_timer.wake)
+        ctx = self._m.new_context(client, self._offsets, self._stats, self._rebalance_timer.wake)
         self._queues = PullQueues(ctx, self._pauses, auto_commit=self._auto_commit)
         self._positions = BrokerPositions(ctx)
         requests = BrokerRequests(
@@ -352,20 +359,20 @@ class PullConsumer(GroupMember):
         # RESET_CONSUMER_CLIENT_OFFSET and CONSUME_MESSAGE_DIRECTLY are push-consumer requests
         # (MQClientInstance answers them only for DefaultMQPushConsumerImpl): code 3 here.
         requests.register(dispatcher, grouped=self._mode == "subscribe")
-        self._sender = SendBack(client=client, group=self._group, settings=s)
+        self._sender = SendBack(client=client, group=self._m.group, settings=s)
         self._trace_hooks: list[ConsumeHook] = list(self._hooks)
         self.tracer = install_trace(client, s, self._trace_hooks)
         self._rebalancer = Rebalancer(
             client=client,
-            group=self._group,
+            group=self._m.group,
             host=self._queues,
             offsets=self._offsets,
-            strategy=self._allocation_strategy(),
-            broadcasting=not self._clustering,
+            strategy=self._m.allocation_strategy(),
+            broadcasting=not self._m.clustering,
             consume_from=s.consume_from,
         )
-        self._new_membership(on_routes_changed=self._rebalance_timer.wake)
-        self._steps = ShutdownSteps(
+        membership = self._m.new_membership(client, on_routes_changed=self._rebalance_timer.wake)
+        steps = ShutdownSteps(
             stop_assigning=self._stop_assigning,
             stop_feeding=self._stop_feeding,
             drain=self._drain,
@@ -375,21 +382,22 @@ class PullConsumer(GroupMember):
         self._commit_timer = Periodic(
             self._auto_commit_now, self._auto_commit_interval, name="auto commit", run_first=False
         )
+        return MemberParts(client, membership, steps, self.tracer)
 
     async def _startup(self) -> None:
         await self._offsets.load()
         grouped = self._mode == "subscribe"
-        await self._join(heartbeats=grouped)
+        await self._m.join(heartbeats=grouped)
         await self._rebalance()
         # Assigned queues go through the same rounds: a queue whose start offset could not
         # be found is tried again at the next one.
-        self._spawn(self._rebalance_timer.run(), name="rebalance")
+        self._m.spawn(self._rebalance_timer.run(), name="rebalance")
         # (assigned queues: no group to be heard by)
-        self._membership.start(heartbeats=grouped)
+        self._m.membership.start(heartbeats=grouped)
         if self._auto_commit:
-            self._spawn(self._commit_timer.run(), name="auto commit")
+            self._m.spawn(self._commit_timer.run(), name="auto commit")
         if self.tracer is not None:
-            self._spawn(self.tracer.run(), name="trace")
+            self._m.spawn(self.tracer.run(), name="trace")
 
     async def close(self) -> None:
         """Commit and shut down: with ``auto_commit``, everything handed out counts as
@@ -418,10 +426,10 @@ class PullConsumer(GroupMember):
         await super().__aexit__(exc_type, exc, tb)
 
     def _wake_readers(self) -> None:
-        if self._started:
+        if self._m.started:
             self._queues.data.set()
 
-    # (the order is GroupMember._shutdown's; these are this consumer's steps)
+    # (the order is its GroupMember's shutdown; these are this consumer's steps)
 
     def _stop_assigning(self) -> None:
         # No more rebalancing: the owned set is final; readers get nothing more.
@@ -446,11 +454,11 @@ class PullConsumer(GroupMember):
     # -- rebalance ----------------------------------------------------------------------------
 
     async def _rebalance(self) -> None:
-        if self._closing:
+        if self._m.closing:
             return
         queues = self._queues
         async with queues.lock:
-            topics = list(self._subscriptions)
+            topics = list(self._m.subscriptions)
             if self._mode == "assign":
                 wanted: dict[str, list[MessageQueue]] = {t: [] for t in topics}
                 for mq in self._assigned:
@@ -476,7 +484,7 @@ class PullConsumer(GroupMember):
         try:
             await listener(sorted(self._user_mq(mq) for mq in mqs))
         except Exception:
-            log.exception("%s listener of %s failed", what, self._group)
+            log.exception("%s listener of %s failed", what, self._m.group)
 
     def held(self) -> list[MessageQueue]:
         """The queues this member owns now (wire names)."""
@@ -496,7 +504,7 @@ class PullConsumer(GroupMember):
             ConfigurationError: not started, or ``max_messages`` below 1.
             ClientClosedError: the consumer is closed.
         """
-        self._require_running()
+        self._m.require_running()
         if max_messages < 1:
             raise ConfigurationError("max_messages must be at least 1")
         started = time.time_ns() if self._receive_hooks else 0
@@ -514,7 +522,7 @@ class PullConsumer(GroupMember):
                     await queues.data.wait()
             except TimeoutError:
                 return []
-            if self._closing:
+            if self._m.closing:
                 return []
             out = queues.take(max_messages)
         return self._hand_out(out, started)
@@ -537,25 +545,25 @@ class PullConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was never started.
         """
-        if not self._started:
-            if self._closing:
+        if not self._m.started:
+            if self._m.closing:
                 raise StopAsyncIteration
             raise ConfigurationError("the consumer has not been started")
         queues = self._queues
         if queues.dirty:
             queues.acknowledge()
         while not queues.ready:
-            if self._closing:
+            if self._m.closing:
                 raise StopAsyncIteration
             await queues.data.wait()
-        if self._closing:
+        if self._m.closing:
             raise StopAsyncIteration
         return queues.take_one()
 
     # -- positions ----------------------------------------------------------------------------
 
     def _require_owned(self, queue: MessageQueue, *, revoking: bool = False) -> OwnedQueue:
-        self._require_running()
+        self._m.require_running()
         owned = self._queues.entries.get(self._wire_mq(queue))
         if owned is None:
             raise QueueNotAssignedError(queue)
@@ -566,9 +574,9 @@ class PullConsumer(GroupMember):
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer owns now (after [`assign`][aiorocket.PullConsumer.assign],
         before start: those)."""
-        if not self._started and self._mode == "assign":
+        if not self._m.started and self._mode == "assign":
             return {self._user_mq(mq) for mq in self._assigned}
-        if not self._started:
+        if not self._m.started:
             return set()
         return {self._user_mq(mq) for mq, o in self._queues.entries.items() if not o.revoking}
 
@@ -592,14 +600,14 @@ class PullConsumer(GroupMember):
             ClientClosedError: the consumer is closed.
             TransportError, BrokerError: the broker could not be asked.
         """
-        self._require_running()
+        self._m.require_running()
         mq = self._wire_mq(queue)
         owned = mq in self._queues.entries
         if owned:
             offset = self._offsets.read(mq)
             if offset >= 0:
                 return offset
-        if not self._clustering:
+        if not self._m.clustering:
             return None if owned else await self._offsets.read_stored(mq)
         return await self._positions.committed(mq)
 
@@ -615,7 +623,7 @@ class PullConsumer(GroupMember):
             TransportError, BrokerError: the broker did not take an offset (the first error,
                 after every queue was tried).
         """
-        self._require_running()
+        self._m.require_running()
         if offsets is None:
             self._queues.acknowledge()
             targets = list(self._queues.entries.values())
@@ -668,7 +676,7 @@ class PullConsumer(GroupMember):
     def _seek_now(self, queue: MessageQueue, owned: OwnedQueue, offset: int) -> None:
         if self._queues.entries.get(owned.mq) is not owned or owned.revoking:
             raise QueueNotAssignedError(queue, "was revoked by a rebalance during the seek")
-        self._require_running()
+        self._m.require_running()
         log.info("%s: seek to %d", owned.mq, offset)
         self._queues.reseat(owned, offset)
 
@@ -734,7 +742,7 @@ class PullConsumer(GroupMember):
 
     def paused(self) -> set[MessageQueue]:
         """The owned queues paused now."""
-        if not self._started:
+        if not self._m.started:
             return set()
         return {self._user_mq(mq) for mq in self._queues.entries if self._queues.is_paused(mq)}
 
@@ -754,8 +762,8 @@ class PullConsumer(GroupMember):
             TransportError, BrokerError: neither the send-back nor the fallback resend into
                 ``%RETRY%<group>`` got there; do not count the message as processed.
         """
-        self._require_running()
-        if not self._clustering:
+        self._m.require_running()
+        if not self._m.clustering:
             raise ConfigurationError("a broadcasting consumer cannot send messages back")
         await self._sender.send_back_or_raise(msg, delay_level, msg.broker_name)
 
@@ -768,8 +776,8 @@ class PullConsumer(GroupMember):
             TransportError: no name server answered.
         """
         validate_name(topic)
-        wire = self._wire_topic(topic)
-        if self._started and not self._closing:
+        wire = self._m.wire_topic(topic)
+        if self._m.started and not self._m.closing:
             route = await self._client.fetch_route(wire)
         else:
             client = ClientInstance(self.settings)
@@ -781,6 +789,6 @@ class PullConsumer(GroupMember):
         return sorted(self._user_mq(mq) for mq in route.subscribe_queues(wire))
 
     def __repr__(self) -> str:
-        state = "closed" if self._closing else "started" if self._started else "new"
-        held = len(self.held()) if self._started else 0
-        return f"PullConsumer(group={self._group!r}, {state}, queues={held})"
+        state = "closed" if self._m.closing else "started" if self._m.started else "new"
+        held = len(self.held()) if self._m.started else 0
+        return f"PullConsumer(group={self._m.group!r}, {state}, queues={held})"

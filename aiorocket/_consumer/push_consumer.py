@@ -7,7 +7,7 @@ of requests brokers send us. Nothing starts in the constructor. ``start()`` (or 
 with``) returns once routes are known, the first heartbeat went out and the first rebalance
 ran, so start-up errors reach the caller. A bug in any task crashes the group; the error is
 logged and re-raised by [`PushConsumer.wait_closed`][aiorocket.PushConsumer.wait_closed] and by
-leaving ``async with``. The lifecycle is `GroupMember`'s, shared with the other consumers;
+leaving ``async with``. The lifecycle is its `GroupMember`'s, as every consumer's;
 routes and heartbeats are its `Membership`'s, shared with the producer too.
 
 Shutdown (docs/architecture.md): stop rebalancing (and lock renewal); cancel pulls and put queues
@@ -49,7 +49,7 @@ from aiorocket._concurrency import Periodic
 from aiorocket._consumer.broker_requests import PushRequests
 from aiorocket._consumer.consume_concurrently import ConcurrentConsumeService, Handler
 from aiorocket._consumer.consume_orderly import OrderlyConsumeService, OrderlyHandler
-from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.group_member import ConsumerKind, MemberOwner, MemberParts
 from aiorocket._consumer.hooks import ConsumeHook
 from aiorocket._consumer.key_order import key_function
 from aiorocket._consumer.lock_renewer import BrokerLocks
@@ -140,7 +140,7 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-class PushConsumer(GroupMember):
+class PushConsumer(MemberOwner):
     """Consumes topics with a handler, queues shared across the group.
 
     ```python
@@ -195,16 +195,26 @@ class PushConsumer(GroupMember):
                 **settings,
             },
         )
-        super().__init__(built)
+        self._compose(
+            built,
+            ConsumerKind(
+                name="consumer",
+                consume_type="CONSUME_PASSIVELY",
+                check_startable=self._check_startable,
+                build=self._build,
+                startup=self._startup,
+                held=self.held,
+            ),
+        )
         s = self.settings
         self._orderly = s.orderly
         #: orderly clustering: queues are locked on their brokers
-        self._locking = s.orderly and self._clustering
+        self._locking = s.orderly and self._m.clustering
         self._handler: Handler | OrderlyHandler | None = None
         self._hooks: list[ConsumeHook] = []
         #: what pause() paused: everything, or queues and topics (wire names)
         self._pauses = Pauses()
-        # Built by start() (_build), besides GroupMember's parts.
+        # Built by start() (_build).
         #: the held queues
         self._queues: PushQueues
         self._service: ConcurrentConsumeService | OrderlyConsumeService
@@ -228,11 +238,11 @@ class PushConsumer(GroupMember):
             ConfigurationError: both a tag expression and ``sql``, or the consumer was started
                 already.
         """
-        self._check_not_started("subscribe")
+        self._m.check_not_started("subscribe")
         check_selector(expression, sql)
         validate_name(topic)
-        wire = self._wire_topic(topic)
-        self._subscriptions[wire] = Subscription.create(wire, expression, sql)
+        wire = self._m.wire_topic(topic)
+        self._m.subscriptions[wire] = Subscription.create(wire, expression, sql)
 
     def register_listener(self, handler: Handler | OrderlyHandler) -> None:
         """Set the handler: ``async def (msgs, ctx) -> ConsumeStatus | None``.
@@ -253,7 +263,7 @@ class PushConsumer(GroupMember):
                 messages and the context of this consumer's mode), a handler is set already,
                 or the consumer was started already.
         """
-        self._check_not_started("register a listener")
+        self._m.check_not_started("register a listener")
         check_listener(handler, orderly=self._orderly)
         if self._handler is not None:
             raise ConfigurationError("a listener is registered already")
@@ -274,7 +284,7 @@ class PushConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was started already.
         """
-        self._check_not_started("register a hook")
+        self._m.check_not_started("register a hook")
         self._hooks.append(hook)
 
     def pause(self, *targets: MessageQueue | str) -> None:
@@ -296,7 +306,7 @@ class PushConsumer(GroupMember):
         """
         queues, topics = self._pause_targets(targets)
         self._pauses.set(True, queues, topics, everything=not targets)
-        if self._started:
+        if self._m.started:
             self._queues.apply_pause()
 
     def resume(self, *targets: MessageQueue | str) -> None:
@@ -310,7 +320,7 @@ class PushConsumer(GroupMember):
         """
         queues, topics = self._pause_targets(targets)
         self._pauses.set(False, queues, topics, everything=not targets)
-        if self._started:
+        if self._m.started:
             self._queues.apply_pause()
 
     def _pause_targets(
@@ -322,19 +332,19 @@ class PushConsumer(GroupMember):
         for target in targets:
             if isinstance(target, MessageQueue):
                 mq = MessageQueue(
-                    self._wire_topic(target.topic), target.broker_name, target.queue_id
+                    self._m.wire_topic(target.topic), target.broker_name, target.queue_id
                 )
                 self._check_subscribed(mq.topic)
                 queues.append(mq)
             else:
-                topic = self._wire_topic(target)
+                topic = self._m.wire_topic(target)
                 self._check_subscribed(topic)
                 topics.append(topic)
         return queues, topics
 
     def _check_subscribed(self, topic: str) -> None:
-        if topic not in self._subscriptions and not (
-            self._clustering and topic == self._retry_topic
+        if topic not in self._m.subscriptions and not (
+            self._m.clustering and topic == self._m.retry_topic
         ):
             raise ConfigurationError(f"topic {topic} is not subscribed by this consumer")
 
@@ -343,15 +353,15 @@ class PushConsumer(GroupMember):
     def _check_startable(self) -> None:
         if self._handler is None:
             raise ConfigurationError("register a listener before starting the consumer")
-        if not self._subscriptions:
+        if not self._m.subscriptions:
             raise ConfigurationError("subscribe to at least one topic before starting")
-        if self._clustering and self.settings.consume_mode != "pop":
+        if self._m.clustering and self.settings.consume_mode != "pop":
             # POP retries go through the broker's POP retry topics, not %RETRY%<group>.
-            self._subscriptions.setdefault(
-                self._retry_topic, Subscription.create(self._retry_topic, "*")
+            self._m.subscriptions.setdefault(
+                self._m.retry_topic, Subscription.create(self._m.retry_topic, "*")
             )
 
-    def _build(self) -> None:
+    def _build(self) -> MemberParts:
         """Create the parts (no I/O, nothing started)."""
         s = self.settings
         assert self._handler is not None
@@ -359,16 +369,15 @@ class PushConsumer(GroupMember):
         self._client = client = ClientInstance(s, handler=dispatcher)
         loop = asyncio.get_running_loop()
         self._stats = StatsRecorder(now=loop.time())
-        self._offsets = self._new_offset_store(client)
+        self._offsets = self._m.new_offset_store(client)
         self._rebalance_timer = Periodic(
             self._rebalance, s.rebalance_interval, name="rebalance", run_first=False
         )
-        ctx = self._new_context(self._rebalance_timer.wake)
-        if self.tracer is None:
-            self.tracer = install_trace(client, s, self._hooks)
+        ctx = self._m.new_context(client, self._offsets, self._stats, self._rebalance_timer.wake)
+        self.tracer = install_trace(client, s, self._hooks)
         self._service = self._new_service(client)
         if self._locking:
-            self._locks = BrokerLocks(client=client, group=self._group)
+            self._locks = BrokerLocks(client=client, group=self._m.group)
         if s.consume_mode != "pull":
             self._feed = self._new_feed(client)
         self._queues = PushQueues(
@@ -383,17 +392,17 @@ class PushConsumer(GroupMember):
         requests.register(dispatcher, grouped=True)
         self._rebalancer = Rebalancer(
             client=client,
-            group=self._group,
+            group=self._m.group,
             host=self._queues,
             offsets=self._offsets,
-            strategy=self._allocation_strategy(),
-            broadcasting=not self._clustering,
+            strategy=self._m.allocation_strategy(),
+            broadcasting=not self._m.clustering,
             consume_from=s.consume_from,
             locker=self._locks,
-            on_duplicate_id=self._disambiguate_client_id if self._clustering else None,
+            on_duplicate_id=self._disambiguate_client_id if self._m.clustering else None,
         )
-        self._new_membership(on_routes_changed=self._rebalance_timer.wake)
-        self._steps = ShutdownSteps(
+        membership = self._m.new_membership(client, on_routes_changed=self._rebalance_timer.wake)
+        steps = ShutdownSteps(
             stop_assigning=self._stop_assigning,
             stop_feeding=self._stop_feeding,
             drain=self._drain,
@@ -417,6 +426,7 @@ class PushConsumer(GroupMember):
                 name="lock renewal",
                 run_first=False,
             )
+        return MemberParts(client, membership, steps, self.tracer)
 
     def _new_service(
         self, client: ClientInstance
@@ -426,19 +436,19 @@ class PushConsumer(GroupMember):
         if self._orderly:
             return OrderlyConsumeService(
                 handler=cast(OrderlyHandler, self._handler),
-                group=self._group,
+                group=self._m.group,
                 settings=s,
                 client=client,
                 offsets=self._offsets,
                 stats=self._stats,
-                spawn=self._spawn,
+                spawn=self._m.spawn,
                 hooks=self._hooks,
                 on_lock_expired=self._on_lock_expired,
                 key_of=key_function(s.order_by),
             )
         return ConcurrentConsumeService(
             handler=cast(Handler, self._handler),
-            group=self._group,
+            group=self._m.group,
             settings=s,
             client=client,
             offsets=self._offsets,
@@ -449,8 +459,8 @@ class PushConsumer(GroupMember):
     def _new_feed(self, client: ClientInstance) -> PopFeed:
         """POP and server modes: the pop tasks feeding the consume service."""
         s = self.settings
-        sender = SendBack(client=client, group=self._group, settings=s)
-        pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        sender = SendBack(client=client, group=self._m.group, settings=s)
+        pop = PopClient(client=client, group=self._m.group, settings=s, sender=sender)
         service = self._service
         concurrent = service if isinstance(service, ConcurrentConsumeService) else None
         feed = PopFeed(
@@ -458,7 +468,7 @@ class PushConsumer(GroupMember):
             service=concurrent,
             settings=s,
             stats=self._stats,
-            spawn=self._spawn,
+            spawn=self._m.spawn,
             orderly=None if concurrent else cast(OrderlyHandler, self._handler),
         )
         if concurrent is not None:
@@ -469,29 +479,29 @@ class PushConsumer(GroupMember):
 
     async def _startup(self) -> None:
         await self._offsets.load()
-        await self._join(heartbeats=True, claim_id=self._clustering)
+        await self._m.join(heartbeats=True, claim_id=self._m.clustering)
         if isinstance(self._service, ConcurrentConsumeService):
             for i in range(self.settings.concurrency):
-                self._spawn(self._service.worker(), name=f"consume worker {i}")
+                self._m.spawn(self._service.worker(), name=f"consume worker {i}")
         if self._feed is not None:
             self._feed.start()
         await self._rebalance()
-        self._spawn(self._rebalance_timer.run(), name="rebalance")
+        self._m.spawn(self._rebalance_timer.run(), name="rebalance")
         if self._lock_timer is not None:
-            self._spawn(self._lock_timer.run(), name="lock renewal")
-        self._membership.start()
-        self._spawn(self._persist_timer.run(), name="persist offsets")
+            self._m.spawn(self._lock_timer.run(), name="lock renewal")
+        self._m.membership.start()
+        self._m.spawn(self._persist_timer.run(), name="persist offsets")
         if self._clean_timer is not None:
-            self._spawn(self._clean_timer.run(), name="consume clean-up")
+            self._m.spawn(self._clean_timer.run(), name="consume clean-up")
         if self.tracer is not None:
-            self._spawn(self.tracer.run(), name="trace")
+            self._m.spawn(self.tracer.run(), name="trace")
 
     # -- periodic work ------------------------------------------------------------------------
 
     async def _rebalance(self) -> None:
-        if self._closing:
+        if self._m.closing:
             return
-        pulled = list(self._subscriptions)
+        pulled = list(self._m.subscriptions)
         targets: list[FeedTarget] = []
         if self._feed is not None:
             targets = await self._pop_targets()
@@ -514,8 +524,8 @@ class PushConsumer(GroupMember):
         pulled, as the broker assigns it)."""
         out: list[FeedTarget] = []
         client = self._client
-        for topic, sub in self._subscriptions.items():
-            if topic == self._retry_topic:
+        for topic, sub in self._m.subscriptions.items():
+            if topic == self._m.retry_topic:
                 continue
             route = client.route(topic)
             if route is None:
@@ -525,7 +535,7 @@ class PushConsumer(GroupMember):
                 out.extend((sub, name, -1) for name in brokers)
                 continue
             body = QueryAssignmentRequestBody(
-                topic=topic, consumer_group=self._group, client_id=client.client_id
+                topic=topic, consumer_group=self._m.group, client_id=client.client_id
             )
             for name in brokers:
                 try:
@@ -564,14 +574,14 @@ class PushConsumer(GroupMember):
     # -- orderly locks ------------------------------------------------------------------------
 
     async def _disambiguate_client_id(self) -> None:
-        await self._membership.disambiguate_client_id()
+        await self._m.membership.disambiguate_client_id()
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         return await self._rebalancer.start_offset(mq)
 
     def _on_lock_expired(self) -> None:
         # tryLockLaterAndReconsume: a queue waits for its lock; try to renew it now.
-        if self._lock_timer is not None and not self._closing:
+        if self._lock_timer is not None and not self._m.closing:
             self._lock_timer.wake()
 
     def held(self) -> list[MessageQueue]:
@@ -580,7 +590,7 @@ class PushConsumer(GroupMember):
 
     # -- shutdown -----------------------------------------------------------------------------
 
-    # (the order is GroupMember._shutdown's; these are this consumer's steps)
+    # (the order is its GroupMember's shutdown; these are this consumer's steps)
 
     def _stop_assigning(self) -> None:
         # No more rebalancing or lock renewal: the held set is final.
@@ -600,7 +610,7 @@ class PushConsumer(GroupMember):
         await self._service.drain(grace)
         if self._feed is not None:
             await self._feed.drain(grace)
-            await self._cleanup(self._feed.flush(), "send acks")
+            await self._m.cleanup(self._feed.flush(), "send acks")
 
     # -- statistics ---------------------------------------------------------------------------
 
@@ -610,7 +620,7 @@ class PushConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was never started.
         """
-        if not self._started:
+        if not self._m.started:
             raise ConfigurationError("the consumer has not been started")
         loop_now = asyncio.get_running_loop().time()
         offset = time.time() - loop_now
@@ -657,6 +667,6 @@ class PushConsumer(GroupMember):
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._closing else "started" if self._started else "new"
-        held = len(self.held()) if self._started else 0
-        return f"PushConsumer(group={self._group!r}, {state}, queues={held})"
+        state = "closed" if self._m.closing else "started" if self._m.started else "new"
+        held = len(self.held()) if self._m.started else 0
+        return f"PushConsumer(group={self._m.group!r}, {state}, queues={held})"

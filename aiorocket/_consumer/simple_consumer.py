@@ -19,10 +19,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from aiorocket._client.instance import ClientInstance
-from aiorocket._consumer.group_member import GroupMember
+from aiorocket._consumer.group_member import ConsumerKind, MemberOwner, MemberParts
 from aiorocket._consumer.hooks import ReceiveHook, ReceiveHookContext, run_received
 from aiorocket._consumer.popping import (
     MAX_MESSAGES,
@@ -33,6 +33,7 @@ from aiorocket._consumer.popping import (
     trace_acked,
 )
 from aiorocket._consumer.send_back import SendBack
+from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import trace_dispatcher
 from aiorocket._protocol.codes import Perm
@@ -55,7 +56,7 @@ _PUSH_ONLY = frozenset(
 )
 
 
-class SimpleConsumer(GroupMember):
+class SimpleConsumer(MemberOwner):
     """A POP consumer the application drives: ``receive``, then ``ack`` (or let the invisible
     time pass for a retry, or move it with ``change_invisible_duration``). Needs RocketMQ 5.x
     brokers (or the embedded broker); a 4.x broker answers
@@ -84,9 +85,6 @@ class SimpleConsumer(GroupMember):
         ConfigurationError: a bad setting.
     """
 
-    _consume_type: ClassVar[str] = "CONSUME_ACTIVELY"
-    _kind: ClassVar[str] = "simple consumer"
-
     def __init__(
         self,
         *,
@@ -107,7 +105,18 @@ class SimpleConsumer(GroupMember):
             ConsumerSettings,
             {"group": group, "namesrv": namesrv, "consume_from": consume_from, **settings},
         )
-        super().__init__(built)
+        self._compose(
+            built,
+            ConsumerKind(
+                name="simple consumer",
+                consume_type="CONSUME_ACTIVELY",
+                check_startable=self._check_startable,
+                build=self._build,
+                startup=self._startup,
+                held=self.held,
+                describe_mode=self._describe_mode,
+            ),
+        )
         self._invisible_ms = duration_ms(invisible_duration, "invisible_duration")
         if not await_duration >= 0:
             raise ConfigurationError("await_duration must not be negative")
@@ -126,7 +135,7 @@ class SimpleConsumer(GroupMember):
         Raises:
             ConfigurationError: the consumer was started already.
         """
-        self._check_not_started("register a hook")
+        self._m.check_not_started("register a hook")
         self._receive_hooks.append(hook)
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
@@ -139,33 +148,33 @@ class SimpleConsumer(GroupMember):
             InvalidSelectorError: ``sql`` does not compile.
             ConfigurationError: both a tag expression and ``sql``, or already started.
         """
-        self._check_not_started("subscribe")
+        self._m.check_not_started("subscribe")
         check_selector(expression, sql)
         validate_name(topic)
-        wire = self._wire_topic(topic)
-        self._subscriptions[wire] = Subscription.create(wire, expression, sql)
+        wire = self._m.wire_topic(topic)
+        self._m.subscriptions[wire] = Subscription.create(wire, expression, sql)
 
-    # -- lifecycle (GroupMember) --------------------------------------------------------------
+    # -- lifecycle (its GroupMember's kind)----------------------------------------------------
 
     def _check_startable(self) -> None:
-        if not self._subscriptions:
+        if not self._m.subscriptions:
             raise ConfigurationError("subscribe to a topic before starting")
-        if not self._clustering:
+        if not self._m.clustering:
             raise ConfigurationError("POP consumption is clustering only")
 
-    def _build(self) -> None:
+    def _build(self) -> MemberParts:
         s = self.settings
         self._client = client = ClientInstance(s)
-        sender = SendBack(client=client, group=self._group, settings=s)
-        self._pop = PopClient(client=client, group=self._group, settings=s, sender=sender)
+        sender = SendBack(client=client, group=self._m.group, settings=s)
+        self._pop = PopClient(client=client, group=self._m.group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
-        self._new_membership()
+        return MemberParts(client, self._m.new_membership(client), ShutdownSteps(), self.tracer)
 
     async def _startup(self) -> None:
-        await self._join(heartbeats=True)
-        self._membership.start()
+        await self._m.join(heartbeats=True)
+        self._m.membership.start()
         if self.tracer is not None:
-            self._spawn(self.tracer.run(), name="trace")
+            self._m.spawn(self.tracer.run(), name="trace")
 
     def held(self) -> list[MessageQueue]:
         """No queue is held: every message is popped from whichever queue has it."""
@@ -179,7 +188,7 @@ class SimpleConsumer(GroupMember):
     def _targets(self) -> list[PopTarget]:
         """Every (subscription, broker name) with a readable queue, in a stable order."""
         out: list[PopTarget] = []
-        for topic, sub in self._subscriptions.items():
+        for topic, sub in self._m.subscriptions.items():
             route = self._client.route(topic)
             if route is None:
                 continue
@@ -222,11 +231,11 @@ class SimpleConsumer(GroupMember):
             if invisible_duration is None
             else duration_ms(invisible_duration, "invisible_duration")
         )
-        self._require_running()
+        self._m.require_running()
         deadline = time.monotonic() + self._await
         targets = self._targets()
         if not targets:
-            await self._membership.refresh_routes()
+            await self._m.membership.refresh_routes()
             targets = self._targets()
             if not targets:
                 # No route yet (an unknown topic): wait a little rather than let a receive
@@ -297,7 +306,7 @@ class SimpleConsumer(GroupMember):
             BrokerError, TransportError: the broker refused or could not be reached.
             ClientClosedError: the consumer is closed.
         """
-        self._require_running()
+        self._m.require_running()
         popped = self._pop.check(msg)
         await self._pop.ack(popped)
         self._trace_acked((popped,))
@@ -309,7 +318,7 @@ class SimpleConsumer(GroupMember):
             RocketError: as [`ack`][aiorocket.SimpleConsumer.ack] (before anything is sent when a
                 handle is foreign or expired).
         """
-        self._require_running()
+        self._m.require_running()
         popped = [self._pop.check(m) for m in msgs]
         await self._pop.ack_all(popped)
         self._trace_acked(popped)
@@ -329,11 +338,10 @@ class SimpleConsumer(GroupMember):
             RocketError: as [`ack`][aiorocket.SimpleConsumer.ack].
         """
         invisible = duration_ms(seconds, "seconds")
-        self._require_running()
+        self._m.require_running()
         await self._pop.change_invisible(self._pop.check(msg), invisible)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closing else "started" if self._started else "new"
-        return (
-            f"SimpleConsumer(group={self._group!r}, {state}, topics={sorted(self._subscriptions)})"
-        )
+        state = "closed" if self._m.closing else "started" if self._m.started else "new"
+        topics = sorted(self._m.subscriptions)
+        return f"SimpleConsumer(group={self._m.group!r}, {state}, topics={topics})"

@@ -120,11 +120,13 @@ async def test_dead_letter_after_max_attempts(broker: EmbeddedBroker) -> None:
     reader, dlq = dlq_reader(broker, "simple-dlq-reader", "simple-g")
     async with simple(broker, invisible_duration=0.3, max_reconsume_times=1) as c:
         deliveries = []
+        reading = False
         deadline = time.monotonic() + 15
         while not dlq and time.monotonic() < deadline:
             deliveries.extend(await c.receive(16))  # never acked
-            if len(deliveries) >= 2 and not reader._started:
+            if len(deliveries) >= 2 and not reading:
                 await reader.start()
+                reading = True
         assert [m.reconsume_times for m in deliveries] == [0, 1]
         await wait_for(lambda: len(dlq) == 1, timeout=10, what="the dead letter")
         assert dlq[0].body == deliveries[0].body
