@@ -37,9 +37,7 @@ from aiorocket._consumer.popping import (
     PopClient,
     PoppedMessage,
     duration_ms,
-    trace_acked,
 )
-from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.subscription import Subscription
 from aiorocket._consumer.trace_hook import trace_dispatcher
@@ -338,9 +336,8 @@ class LiteConsumer(MemberOwner):
         requests = Dispatcher()
         requests.register(RequestCode.NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
         self._client = client = ClientInstance(s, handler=requests)
-        sender = SendBack(client=client, group=self._m.group, settings=s)
-        self._pop = PopClient(client=client, group=self._m.group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
+        self._pop = PopClient.for_group(client, self._m.group, s, self.tracer)
         self._sync_timer = Periodic(
             self._sync_all, self._sync_interval, name="lite sync", run_first=False
         )
@@ -533,9 +530,7 @@ class LiteConsumer(MemberOwner):
             ClientClosedError: the consumer is closed.
         """
         self._m.require_running()
-        popped = self._pop.check(msg)
-        await self._pop.ack(popped)
-        trace_acked(self.tracer, (popped,))
+        await self._pop.ack_received((msg,))
 
     async def ack_all(self, msgs: Iterable[ReceivedMessage]) -> None:
         """Acknowledge several messages (one ACK_MESSAGE each: brokers take no batch ack of
@@ -549,9 +544,7 @@ class LiteConsumer(MemberOwner):
             ClientClosedError: the consumer is closed.
         """
         self._m.require_running()
-        popped = [self._pop.check(m) for m in msgs]
-        await self._pop.ack_all(popped)
-        trace_acked(self.tracer, popped)
+        await self._pop.ack_received(msgs)
 
     async def change_invisible_duration(self, msg: ReceivedMessage, seconds: float) -> None:
         """Make ``msg`` invisible for ``seconds`` from now (its lite topic stays blocked until

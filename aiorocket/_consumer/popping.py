@@ -125,6 +125,7 @@ class PopClient:
     Args:
         group: the wire consumer group (namespace applied).
         sender: for dead letters.
+        tracer: what `ack_received` records acked messages with (``trace=True``).
     """
 
     def __init__(
@@ -134,8 +135,10 @@ class PopClient:
         group: str,
         settings: ConsumerSettings,
         sender: SendBack,
+        tracer: TraceDispatcher | None = None,
     ) -> None:
         self._client = client
+        self._tracer = tracer
         self._group = group
         self._settings = settings
         self._sender = sender
@@ -143,6 +146,18 @@ class PopClient:
         #: broker names whose address refused BATCH_ACK_MESSAGE / NOTIFICATION (a proxy's)
         self._no_batch_ack: set[str] = set()
         self._no_notification: set[str] = set()
+
+    @classmethod
+    def for_group(
+        cls,
+        client: ClientInstance,
+        group: str,
+        settings: ConsumerSettings,
+        tracer: TraceDispatcher | None = None,
+    ) -> PopClient:
+        """The POP requests of ``group`` with their own sender of dead letters."""
+        sender = SendBack(client=client, group=group, settings=settings)
+        return cls(client=client, group=group, settings=settings, sender=sender, tracer=tracer)
 
     # -- popping ------------------------------------------------------------------------------
 
@@ -395,6 +410,17 @@ class PopClient:
                     self._no_batch_ack.add(broker_name)
             for msg in popped:
                 await self.ack(msg)
+
+    async def ack_received(self, msgs: Iterable[ReceivedMessage]) -> None:
+        """What an application's ``ack``/``ack_all`` does: check every message (nothing is
+        sent when one is foreign or expired), ack them (`ack_all`), trace them.
+
+        Raises:
+            As `ack_all`.
+        """
+        popped = [self.check(m) for m in msgs]
+        await self.ack_all(popped)
+        trace_acked(self._tracer, popped)
 
     def _wire_topic(self, msg: PoppedMessage) -> str:
         # BatchAck names the subscribed topic and marks the retry topic separately.

@@ -317,19 +317,7 @@ class ProcessQueue:
             freed += size
             run.nbytes -= size
             run.count -= 1
-            if run.count == 0:
-                self._drop_run(run)
-            else:
-                if i == run.head:
-                    head = i + 1
-                    while not live[head]:
-                        head += 1
-                    run.head = head
-                if i == run.tail:
-                    tail = i - 1
-                    while not live[tail]:
-                        tail -= 1
-                    run.tail = tail
+            self._unlink(run, i)
         self.cached_count -= count
         self.cached_bytes -= freed
         if self._capacity_waiter is not None:
@@ -338,6 +326,24 @@ class ProcessQueue:
             first = runs[0]
             return first.offsets[first.head]
         return self.max_offset_ever + 1
+
+    def _unlink(self, run: _Run, i: int) -> None:
+        """After entry ``i`` of ``run`` went (``live[i]`` cleared, ``count`` lowered): drop
+        the run once empty, else move its head or tail past the dead entries."""
+        if run.count == 0:
+            self._drop_run(run)
+            return
+        live = run.live
+        if i == run.head:
+            head = i + 1
+            while not live[head]:
+                head += 1
+            run.head = head
+        if i == run.tail:
+            tail = i - 1
+            while not live[tail]:
+                tail -= 1
+            run.tail = tail
 
     def _remove_one(self, msg: ReceivedMessage) -> int:
         """`remove` of one message (the same steps, without the loop's bookkeeping)."""
@@ -357,19 +363,7 @@ class ProcessQueue:
             run.count -= 1
             self.cached_count -= 1
             self.cached_bytes -= size
-            if run.count == 0:
-                self._drop_run(run)
-            else:
-                if i == run.head:
-                    head = i + 1
-                    while not live[head]:
-                        head += 1
-                    run.head = head
-                if i == run.tail:
-                    tail = i - 1
-                    while not live[tail]:
-                        tail -= 1
-                    run.tail = tail
+            self._unlink(run, i)
         if self._capacity_waiter is not None:
             self._wake_if_capacity()
         if runs:

@@ -57,7 +57,6 @@ from aiorocket._consumer.pop_feed import FeedTarget, PopFeed
 from aiorocket._consumer.popping import PopClient
 from aiorocket._consumer.queue_table import Pauses, PushQueues
 from aiorocket._consumer.rebalance import Rebalancer
-from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.stats import (
     ConsumerStatistics,
@@ -459,8 +458,7 @@ class PushConsumer(MemberOwner):
     def _new_feed(self, client: ClientInstance) -> PopFeed:
         """POP and server modes: the pop tasks feeding the consume service."""
         s = self.settings
-        sender = SendBack(client=client, group=self._m.group, settings=s)
-        pop = PopClient(client=client, group=self._m.group, settings=s, sender=sender)
+        pop = PopClient.for_group(client, self._m.group, s)
         service = self._service
         concurrent = service if isinstance(service, ConcurrentConsumeService) else None
         feed = PopFeed(

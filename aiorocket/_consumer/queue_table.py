@@ -218,17 +218,10 @@ class QueueTable(Generic[_E]):
         """Whether ``mq`` is paused, by name, through its topic or as part of everything."""
         return self.pauses.covers(mq)
 
-    def set_paused(
-        self,
-        paused: bool,
-        queues: Iterable[MessageQueue] = (),
-        topics: Iterable[str] = (),
-        *,
-        everything: bool = False,
-    ) -> None:
-        """Pause (or resume) these queues and topics (wire names), or everything (see
+    def set_paused(self, paused: bool, queues: Iterable[MessageQueue]) -> None:
+        """Pause (or resume) these queues (wire names; see
         [`Pauses.set`][aiorocket._consumer.queue_table.Pauses.set]), and apply it."""
-        self.pauses.set(paused, queues, topics, everything=everything)
+        self.pauses.set(paused, queues)
         self.apply_pause()
 
     def apply_pause(self) -> None:

@@ -30,9 +30,7 @@ from aiorocket._consumer.popping import (
     PoppedMessage,
     PopTarget,
     duration_ms,
-    trace_acked,
 )
-from aiorocket._consumer.send_back import SendBack
 from aiorocket._consumer.shutdown import ShutdownSteps
 from aiorocket._consumer.subscription import Subscription, check_selector
 from aiorocket._consumer.trace_hook import trace_dispatcher
@@ -165,9 +163,8 @@ class SimpleConsumer(MemberOwner):
     def _build(self) -> MemberParts:
         s = self.settings
         self._client = client = ClientInstance(s)
-        sender = SendBack(client=client, group=self._m.group, settings=s)
-        self._pop = PopClient(client=client, group=self._m.group, settings=s, sender=sender)
         self.tracer = trace_dispatcher(client, s)
+        self._pop = PopClient.for_group(client, self._m.group, s, self.tracer)
         return MemberParts(client, self._m.new_membership(client), ShutdownSteps(), self.tracer)
 
     async def _startup(self) -> None:
@@ -307,9 +304,7 @@ class SimpleConsumer(MemberOwner):
             ClientClosedError: the consumer is closed.
         """
         self._m.require_running()
-        popped = self._pop.check(msg)
-        await self._pop.ack(popped)
-        self._trace_acked((popped,))
+        await self._pop.ack_received((msg,))
 
     async def ack_all(self, msgs: Iterable[ReceivedMessage]) -> None:
         """Acknowledge several messages, one BATCH_ACK_MESSAGE request per broker.
@@ -319,12 +314,7 @@ class SimpleConsumer(MemberOwner):
                 handle is foreign or expired).
         """
         self._m.require_running()
-        popped = [self._pop.check(m) for m in msgs]
-        await self._pop.ack_all(popped)
-        self._trace_acked(popped)
-
-    def _trace_acked(self, msgs: Iterable[PoppedMessage]) -> None:
-        trace_acked(self.tracer, msgs)
+        await self._pop.ack_received(msgs)
 
     async def change_invisible_duration(self, msg: ReceivedMessage, seconds: float) -> None:
         """Make ``msg`` invisible to the group for ``seconds`` from now (to extend a long job,

@@ -147,16 +147,15 @@ class TransferBean:
     keys: tuple[str, ...]
 
 
+def _record_fields(ctx: TraceContext) -> tuple[str, str, str, str]:
+    """What Pub, SubBefore, EndTransaction and Recall records start with: the record's
+    type, time, region and group."""
+    return ctx.trace_type.value, str(ctx.timestamp), _s(ctx.region_id), _s(ctx.group)
+
+
 def _message_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
     """What Pub, EndTransaction and Recall records start with: the record, then the message."""
-    return (
-        ctx.trace_type.value,
-        str(ctx.timestamp),
-        _s(ctx.region_id),
-        _s(ctx.group),
-        _s(b.topic),
-        _s(b.msg_id),
-    )
+    return (*_record_fields(ctx), _s(b.topic), _s(b.msg_id))
 
 
 def _pub_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
@@ -175,10 +174,7 @@ def _pub_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
 
 def _sub_before_fields(ctx: TraceContext, b: TraceBean) -> tuple[str, ...]:
     return (
-        ctx.trace_type.value,
-        str(ctx.timestamp),
-        _s(ctx.region_id),
-        _s(ctx.group),
+        *_record_fields(ctx),
         _s(ctx.request_id),
         _s(b.msg_id),
         str(b.retry_times),

@@ -116,6 +116,19 @@ def _total(messages: Sequence[WriterCommitMessage | None]) -> int:
     return sum(m.messages for m in messages if isinstance(m, SinkCommit))
 
 
+def _abort(tx: TxTarget | None, messages: list[WriterCommitMessage | None], what: str) -> None:
+    """A write (or micro-batch) failed for good: roll back what exactly-once tasks sent,
+    or say what at-least-once tasks left stored."""
+    if tx is not None:
+        abort_write(tx, messages, what)
+        return
+    log.warning(
+        "rocketmq sink: %s aborted; %d messages of finished tasks stay stored",
+        what,
+        _total(messages),
+    )
+
+
 class RocketMQBatchWriter(DataSourceArrowWriter):
     """``df.write.format("rocketmq")``: each task sends its partition (see the module
     documentation); ``idempotentKeys`` ids are scoped by a write id made on the driver, which
@@ -156,15 +169,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A task failed for good: what the others sent stays stored (at least once), or is
         rolled back (exactly once)."""
-        what = f"write {self._write_id}"
-        if self._tx is not None:
-            abort_write(self._tx, messages, what)
-            return
-        log.warning(
-            "rocketmq sink: %s aborted; %d messages of finished tasks stay stored",
-            what,
-            _total(messages),
-        )
+        _abort(self._tx, messages, f"write {self._write_id}")
 
 
 def _stream_ids() -> tuple[str, str]:
@@ -239,15 +244,7 @@ class RocketMQStreamWriter(_StreamBase):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """A task failed for good: what the others sent stays stored (at least once), or is
         rolled back (exactly once)."""
-        what = f"micro-batch {batchId}"
-        if self._tx is not None:
-            abort_write(self._tx, messages, what)
-            return
-        log.warning(
-            "rocketmq sink: %s aborted; %d messages of finished tasks stay stored",
-            what,
-            _total(messages),
-        )
+        _abort(self._tx, messages, f"micro-batch {batchId}")
 
 
 def writer_for(options: Mapping[str, str], schema: StructType, *, streaming: bool) -> Any:
