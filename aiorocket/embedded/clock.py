@@ -1,0 +1,191 @@
+"""The embedded broker's time: monotonic seconds, wall-clock milliseconds, and waiting.
+
+Everything the broker does *because time passed* reads this clock: store times, delay levels
+and timer messages coming due, POP invisible times and revive, transaction checks, lite
+topics coming due and expiring. `Clock` is the real one (the default); `ManualClock` stands
+still until a test moves it with [`advance`][aiorocket.embedded.ManualClock.advance], so a
+test of a 10 s delay level takes no 10 s.
+
+What measures a *client's* patience stays on the event loop's real time: held pulls and
+POPs (the client waits for their answer with its own timer), heartbeats and channel expiry,
+queue-lock leases (the client renews them on its own timer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiorocket._names import now_ms
+
+__all__ = ["Clock", "ManualClock", "TimerHandle"]
+
+#: loop turns `ManualClock.advance` gives woken tasks before it goes on (each step of a
+#: delivery — wake, read, re-store, wake the next waiter — is one turn or a few)
+_SETTLE_TURNS = 20
+
+
+class TimerHandle(Protocol):
+    """What `Clock.call_later` returns: a callback that can still be called off."""
+
+    def cancel(self) -> None:
+        """Call it off (nothing happens if it already ran)."""
+
+
+class Clock:
+    """The real clock: ``time.monotonic``, the wall clock, the event loop's timers.
+
+    A broker built without a clock uses one of these; every method behaves as the standard
+    library call it wraps.
+    """
+
+    def monotonic(self) -> float:
+        """Monotonic seconds (only differences mean anything)."""
+        return time.monotonic()
+
+    def now_ms(self) -> int:
+        """Wall-clock milliseconds since the epoch (store times, due times)."""
+        return now_ms()
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (0 or less: yield to the loop once)."""
+        await asyncio.sleep(max(seconds, 0.0))
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """Wait until ``event`` is set or ``timeout`` seconds pass; returns whether it is set."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await event.wait()
+        return event.is_set()
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
+        """Call ``callback(*args)`` on the running loop in ``delay`` seconds."""
+        return asyncio.get_running_loop().call_later(max(delay, 0.0), callback, *args)
+
+
+class _ManualTimer:
+    """A callback of a `ManualClock`, due at its monotonic ``when``."""
+
+    __slots__ = ("args", "callback", "cancelled", "when")
+
+    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.when = when
+        self.callback = callback
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class ManualClock(Clock):
+    """A clock that moves only when told to: for tests of what the broker does when time
+    passes (delay levels, timer messages, invisible times, transaction checks).
+
+    ```python
+    clock = ManualClock()
+    async with EmbeddedBroker(clock=clock) as broker:
+        ...  # send a message with delay level 3 (10 s)
+        await clock.advance(10)  # the broker delivers it now
+    ```
+
+    Its wall clock starts at the real time of its creation (or ``start_ms``), so the store
+    times of a broker on it look like real ones; only `advance` moves it on. Sleepers and
+    timers whose time has come are woken in due order, each given a few loop turns to act
+    before the clock moves past it.
+
+    Args:
+        start_ms: the wall-clock milliseconds it starts at (``None``: now).
+    """
+
+    def __init__(self, *, start_ms: int | None = None) -> None:
+        self._start_ms = now_ms() if start_ms is None else start_ms
+        self._elapsed = 0.0
+        self._timers: list[tuple[float, int, _ManualTimer]] = []
+        self._seq = itertools.count()
+
+    def monotonic(self) -> float:
+        """Seconds advanced since creation."""
+        return self._elapsed
+
+    def now_ms(self) -> int:
+        """The start time plus the milliseconds advanced."""
+        # A hair added before flooring: 0.1 + 0.2 s advanced must read 300 ms, not 299.
+        return self._start_ms + int(self._elapsed * 1000 + 1e-6)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock is advanced by ``seconds`` (0 or less: yield once)."""
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer = self.call_later(seconds, _wake, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """Wait until ``event`` is set or the clock is advanced by ``timeout`` seconds;
+        returns whether it is set."""
+        if event.is_set():
+            return True
+        waiter = asyncio.ensure_future(event.wait())
+        timed_out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer = self.call_later(timeout, _wake, timed_out)
+        try:
+            await asyncio.wait((waiter, timed_out), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            waiter.cancel()
+            timed_out.cancel()
+        return event.is_set()
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
+        """Call ``callback(*args)`` once the clock is advanced by ``delay`` seconds."""
+        timer = _ManualTimer(self._elapsed + max(delay, 0.0), callback, args)
+        heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
+        return timer
+
+    async def advance(self, seconds: float) -> None:
+        """Move the clock on by ``seconds``: every timer due by then runs, earliest first,
+        with the clock reading its due time, and the tasks it wakes get a few loop turns
+        before the next (so a task that sleeps again is woken again within the same advance).
+
+        Raises:
+            ValueError: ``seconds`` is negative (time does not go back).
+        """
+        if seconds < 0:
+            raise ValueError(f"cannot advance by {seconds} s: time does not go back")
+        target = self._elapsed + seconds
+        while self._timers and self._timers[0][0] <= target:
+            when, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self._elapsed = max(self._elapsed, when)
+            timer.callback(*timer.args)
+            await _settle()
+        self._elapsed = target
+        await _settle()
+
+    @property
+    def pending(self) -> int:
+        """How many sleepers and timers wait for the clock (cancelled ones excluded)."""
+        return sum(not t.cancelled for _, _, t in self._timers)
+
+
+async def _settle() -> None:
+    # Woken tasks run in the loop turns after their future is set; a few turns let them
+    # finish their step (and sleep again) before the clock moves on.
+    for _ in range(_SETTLE_TURNS):
+        await asyncio.sleep(0)
