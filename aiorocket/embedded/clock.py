@@ -2,8 +2,8 @@
 
 Everything the broker does *because time passed* reads this clock: store times, delay levels
 and timer messages coming due, POP invisible times and revive, transaction checks, lite
-topics coming due and expiring. `Clock` is the real one (the default); `ManualClock` stands
-still until a test moves it with [`advance`][aiorocket.embedded.ManualClock.advance], so a
+topics coming due and expiring. `Clock` is the real one (the default); `ManualClock` jumps
+ahead when a test moves it with [`advance`][aiorocket.embedded.ManualClock.advance], so a
 test of a 10 s delay level takes no 10 s.
 
 What measures a *client's* patience stays on the event loop's real time: held pulls and
@@ -89,8 +89,8 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 
 class ManualClock(Clock):
-    """A clock that moves only when told to: for tests of what the broker does when time
-    passes (delay levels, timer messages, invisible times, transaction checks).
+    """A clock a test moves on by hand: for tests of what the broker does when time passes
+    (delay levels, timer messages, invisible times, transaction checks).
 
     ```python
     clock = ManualClock()
@@ -99,32 +99,43 @@ class ManualClock(Clock):
         await clock.advance(10)  # the broker delivers it now
     ```
 
-    Its wall clock starts at the real time of its creation (or ``start_ms``), so the store
-    times of a broker on it look like real ones; only `advance` moves it on. Sleepers and
-    timers whose time has come are woken in due order, each given a few loop turns to act
-    before the clock moves past it.
+    By default it runs at the pace of real time from the real time of its creation, and
+    [`advance`][aiorocket.embedded.ManualClock.advance] jumps it ahead: the broker's time is
+    then never behind a client's, which compares the receipt handles it got with its own
+    wall clock. A ``frozen`` one moves only when advanced (for code that reads no other
+    clock). Sleepers and timers whose time has come are woken in due order, each given a few
+    loop turns to act before the clock moves past it.
 
     Args:
         start_ms: the wall-clock milliseconds it starts at (``None``: now).
+        frozen: stand still between advances instead of running with real time.
     """
 
-    def __init__(self, *, start_ms: int | None = None) -> None:
+    def __init__(self, *, start_ms: int | None = None, frozen: bool = False) -> None:
         self._start_ms = now_ms() if start_ms is None else start_ms
-        self._elapsed = 0.0
+        self._frozen = frozen
+        self._real0 = time.monotonic()
+        self._offset = 0.0  # seconds advanced (and absorbed while advancing)
         self._timers: list[tuple[float, int, _ManualTimer]] = []
         self._seq = itertools.count()
+        # Running with real time: one loop timer at the earliest deadline fires what is due.
+        self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_at = float("inf")
+
+    def _real(self) -> float:
+        return 0.0 if self._frozen else time.monotonic() - self._real0
 
     def monotonic(self) -> float:
-        """Seconds advanced since creation."""
-        return self._elapsed
+        """Seconds since creation: the real ones (none when frozen) plus those advanced."""
+        return self._real() + self._offset
 
     def now_ms(self) -> int:
-        """The start time plus the milliseconds advanced."""
+        """The start time plus `monotonic` in milliseconds."""
         # A hair added before flooring: 0.1 + 0.2 s advanced must read 300 ms, not 299.
-        return self._start_ms + int(self._elapsed * 1000 + 1e-6)
+        return self._start_ms + int(self.monotonic() * 1000 + 1e-6)
 
     async def sleep(self, seconds: float) -> None:
-        """Wait until the clock is advanced by ``seconds`` (0 or less: yield once)."""
+        """Wait until the clock has moved on by ``seconds`` (0 or less: yield once)."""
         if seconds <= 0:
             await asyncio.sleep(0)
             return
@@ -136,7 +147,7 @@ class ManualClock(Clock):
             timer.cancel()
 
     async def wait(self, event: asyncio.Event, timeout: float) -> bool:
-        """Wait until ``event`` is set or the clock is advanced by ``timeout`` seconds;
+        """Wait until ``event`` is set or the clock has moved on by ``timeout`` seconds;
         returns whether it is set."""
         if event.is_set():
             return True
@@ -152,10 +163,38 @@ class ManualClock(Clock):
         return event.is_set()
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
-        """Call ``callback(*args)`` once the clock is advanced by ``delay`` seconds."""
-        timer = _ManualTimer(self._elapsed + max(delay, 0.0), callback, args)
+        """Call ``callback(*args)`` once the clock has moved on by ``delay`` seconds."""
+        timer = _ManualTimer(self.monotonic() + max(delay, 0.0), callback, args)
         heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
+        self._set_alarm()
         return timer
+
+    def _set_alarm(self) -> None:
+        if self._frozen:
+            return
+        while self._timers and self._timers[0][2].cancelled:
+            heapq.heappop(self._timers)
+        first = self._timers[0][0] if self._timers else float("inf")
+        if first == self._alarm_at:
+            return
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
+        self._alarm_at = first
+        if self._timers:
+            loop = asyncio.get_running_loop()
+            self._alarm = loop.call_later(max(first - self.monotonic(), 0.0), self._ring)
+
+    def _ring(self) -> None:
+        # Real time reached the earliest deadline: fire everything due, as the loop would.
+        self._alarm = None
+        self._alarm_at = float("inf")
+        now = self.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, timer = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                timer.callback(*timer.args)
+        self._set_alarm()
 
     async def advance(self, seconds: float) -> None:
         """Move the clock on by ``seconds``: every timer due by then runs, earliest first,
@@ -167,15 +206,17 @@ class ManualClock(Clock):
         """
         if seconds < 0:
             raise ValueError(f"cannot advance by {seconds} s: time does not go back")
-        target = self._elapsed + seconds
+        target = self.monotonic() + seconds
         while self._timers and self._timers[0][0] <= target:
             when, _, timer = heapq.heappop(self._timers)
             if timer.cancelled:
                 continue
-            self._elapsed = max(self._elapsed, when)
+            # The clock reads the due time (or later, when real time already passed it).
+            self._offset = max(self._offset, when - self._real())
             timer.callback(*timer.args)
             await _settle()
-        self._elapsed = target
+        self._offset = max(self._offset, target - self._real())
+        self._set_alarm()
         await _settle()
 
     @property

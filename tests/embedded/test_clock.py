@@ -1,5 +1,6 @@
 """The broker's clock: `ManualClock` wakes sleepers, waiters and timers when advanced, in due
-order and never before; `Clock` is the real time."""
+order and never before, and by default runs with real time meanwhile; `Clock` is the real
+time."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ async def test_real_clock_reads_and_waits_real_time() -> None:
 
 
 async def test_manual_clock_stands_still_until_advanced() -> None:
-    clock = ManualClock(start_ms=1_000_000)
+    clock = ManualClock(start_ms=1_000_000, frozen=True)
     assert (clock.now_ms(), clock.monotonic()) == (1_000_000, 0.0)
     sleeper = asyncio.create_task(clock.sleep(5))
     await asyncio.sleep(0.05)  # real time passes: the clock does not
@@ -40,7 +41,7 @@ async def test_manual_clock_stands_still_until_advanced() -> None:
 
 
 async def test_manual_clock_wakes_in_due_order_reading_each_due_time() -> None:
-    clock = ManualClock(start_ms=0)
+    clock = ManualClock(start_ms=0, frozen=True)
     seen: list[tuple[str, int]] = []
 
     async def sleeper(name: str, seconds: float) -> None:
@@ -56,7 +57,7 @@ async def test_manual_clock_wakes_in_due_order_reading_each_due_time() -> None:
 
 
 async def test_a_task_sleeping_again_is_woken_within_one_advance() -> None:
-    clock = ManualClock(start_ms=0)
+    clock = ManualClock(start_ms=0, frozen=True)
     ticks: list[int] = []
 
     async def ticker() -> None:
@@ -72,7 +73,7 @@ async def test_a_task_sleeping_again_is_woken_within_one_advance() -> None:
 
 
 async def test_manual_wait_returns_on_the_event_or_the_advanced_timeout() -> None:
-    clock = ManualClock()
+    clock = ManualClock(frozen=True)
     event = asyncio.Event()
     waiting = asyncio.create_task(clock.wait(event, 2))
     await asyncio.sleep(0)
@@ -89,7 +90,7 @@ async def test_manual_wait_returns_on_the_event_or_the_advanced_timeout() -> Non
 
 
 async def test_cancelled_timer_and_sleeper_do_not_run() -> None:
-    clock = ManualClock()
+    clock = ManualClock(frozen=True)
     fired: list[int] = []
     clock.call_later(1, fired.append, 1).cancel()
     sleeper = asyncio.create_task(clock.sleep(1))
@@ -105,3 +106,19 @@ async def test_cancelled_timer_and_sleeper_do_not_run() -> None:
 async def test_manual_clock_does_not_go_back() -> None:
     with pytest.raises(ValueError, match="does not go back"):
         await ManualClock().advance(-1)
+
+
+async def test_a_running_manual_clock_keeps_real_time_and_jumps_when_advanced() -> None:
+    clock = ManualClock()
+    started_ms, started = clock.now_ms(), time.monotonic()
+    fired: list[float] = []
+    clock.call_later(0.05, lambda: fired.append(time.monotonic() - started))
+    long_sleep = asyncio.create_task(clock.sleep(3600))
+    await asyncio.sleep(0.2)  # real time fires the short timer, not the hour
+    assert len(fired) == 1 and 0.04 <= fired[0] < 0.2
+    assert not long_sleep.done()
+    await clock.advance(3600)
+    assert long_sleep.done()
+    assert clock.now_ms() - started_ms >= 3_600_200
+    assert clock.now_ms() - time.time() * 1000 >= 3_599_000
+    assert clock.pending == 0
