@@ -25,8 +25,9 @@ from aiorocket._names import now_ms
 
 __all__ = ["Clock", "ManualClock", "TimerHandle"]
 
-#: loop turns `ManualClock.advance` gives woken tasks before it goes on (each step of a
-#: delivery — wake, read, re-store, wake the next waiter — is one turn or a few)
+#: loop turns `ManualClock.advance` gives woken tasks at most before it goes on, and after it
+#: reached its target (each step of a delivery — wake, read, re-store, wake the next waiter —
+#: is one turn or a few)
 _SETTLE_TURNS = 20
 
 
@@ -118,6 +119,9 @@ class ManualClock(Clock):
         self._offset = 0.0  # seconds advanced (and absorbed while advancing)
         self._timers: list[tuple[float, int, _ManualTimer]] = []
         self._seq = itertools.count()
+        # Sleepers `advance` woke that have not resumed yet: it waits for them before it moves
+        # the clock on (a periodic task woken a thousand times costs a turn or two each).
+        self._waking: set[asyncio.Future[None]] = set()
         # Running with real time: one loop timer at the earliest deadline fires what is due.
         self._alarm: asyncio.TimerHandle | None = None
         self._alarm_at = float("inf")
@@ -145,6 +149,7 @@ class ManualClock(Clock):
             await fut
         finally:
             timer.cancel()
+            self._waking.discard(fut)
 
     async def wait(self, event: asyncio.Event, timeout: float) -> bool:
         """Wait until ``event`` is set or the clock has moved on by ``timeout`` seconds;
@@ -160,6 +165,7 @@ class ManualClock(Clock):
             timer.cancel()
             waiter.cancel()
             timed_out.cancel()
+            self._waking.discard(timed_out)
         return event.is_set()
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
@@ -213,8 +219,16 @@ class ManualClock(Clock):
                 continue
             # The clock reads the due time (or later, when real time already passed it).
             self._offset = max(self._offset, when - self._real())
+            if timer.callback is _wake and not timer.args[0].done():
+                self._waking.add(timer.args[0])
             timer.callback(*timer.args)
-            await _settle()
+            # Until the woken sleeper ran its step (and slept again, most often), then a turn
+            # more for what that step woke.
+            for _ in range(_SETTLE_TURNS):
+                if not self._waking:
+                    break
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
         self._offset = max(self._offset, target - self._real())
         self._set_alarm()
         await _settle()
