@@ -104,8 +104,9 @@ class ManualClock(Clock):
     [`advance`][aiorocket.embedded.ManualClock.advance] jumps it ahead: the broker's time is
     then never behind a client's, which compares the receipt handles it got with its own
     wall clock. A ``frozen`` one moves only when advanced (for code that reads no other
-    clock). Sleepers and timers whose time has come are woken in due order, each given a few
-    loop turns to act before the clock moves past it.
+    clock). Sleepers and timers whose time has come are woken in due order, and a woken
+    sleeper runs its step before the clock moves past it. A clock serves one event loop (its
+    timers run there): make one per test.
 
     Args:
         start_ms: the wall-clock milliseconds it starts at (``None``: now).
@@ -204,8 +205,9 @@ class ManualClock(Clock):
 
     async def advance(self, seconds: float) -> None:
         """Move the clock on by ``seconds``: every timer due by then runs, earliest first,
-        with the clock reading its due time, and the tasks it wakes get a few loop turns
-        before the next (so a task that sleeps again is woken again within the same advance).
+        with the clock reading its due time, and a sleeper it wakes runs before the next (so a
+        task that sleeps again is woken again within the same advance); what they did has
+        settled when this returns.
 
         Raises:
             ValueError: ``seconds`` is negative (time does not go back).
