@@ -389,7 +389,11 @@ async def test_a_dropped_queue_still_consuming_is_unlocked_late_or_at_shutdown(
         await asyncio.wait_for(busy.wait(), 10)
         async with b:  # q7 moves to b; a drops it mid-handler with messages cached
             await wait_for(lambda: q7 not in a.statistics().queues, timeout=10, what="a drops q7")
-            await asyncio.sleep(0.6)  # b's lock attempts (every 0.5 s rebalance) go on meanwhile
+            # b's rebalance rounds try to lock q7 meanwhile: two of them, and a moment more for
+            # a delivery that would follow a granted lock
+            rounds = b.statistics().rebalances + 2
+            await wait_for(lambda: b.statistics().rebalances >= rounds, timeout=10, what="2 rounds")
+            await asyncio.sleep(0.2)
             assert not b_on_q7  # the unlock waits for unlock_delay (30 s)
             await a.close()  # ... or for a's shutdown, which releases it at once
             closed = time.monotonic()

@@ -98,8 +98,9 @@ async def test_failed_message_is_retried_through_its_invisible_time(
 
 
 async def test_slow_handler_keeps_its_message_invisible(broker: EmbeddedBroker) -> None:
-    # A handler running past 3 invisible times (until its handle was renewed 3 times):
-    # extended, never delivered twice.
+    # A handler running until its handle was renewed 3 times (each renewal comes when a third
+    # of the invisible time is left: twice the invisible time): extended, never delivered
+    # twice.
     await send(broker, 1)
     calls: list[float] = []
     finished: list[bool] = []
