@@ -293,14 +293,14 @@ class EmbeddedBroker(ServiceOwner):
 
     @property
     def pop_in_flight(self) -> int:
-        """How many POP checkpoints (popped batches) wait for their acks or their revive;
-        0 when the broker does not answer POP (a 4.x one) or is not running."""
+        """How many POP checkpoints (popped batches) wait for their acks or their revive
+        (for inspection and tests); 0 before the broker started."""
         return 0 if self._pop is None else len(self._pop.context.inflight)
 
     @property
     def pop_revived(self) -> int:
         """How many popped messages went unacked past their invisible time and were put in
-        their retry topics again, since the broker started."""
+        their retry topics again, since the broker started (for inspection and tests)."""
         return 0 if self._pop is None else self._pop.context.revive.revived
 
     # -- fault hooks (for tests; aiorocket.testing) -------------------------------------------
