@@ -48,6 +48,7 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._remoting import Connection, Dispatcher, Server
 from aiorocket.embedded.admin import AdminProcessors
+from aiorocket.embedded.clock import Clock
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.config_admin import ConfigAdmin
 from aiorocket.embedded.context import BrokerContext, install
@@ -120,6 +121,13 @@ class EmbeddedBroker(ServiceOwner):
         data_dir: where messages, topics and offsets live; ``None`` uses a new temporary
             directory that is removed when the broker closes.
         config: every setting and timing constant.
+        clock: the broker's time: store times, and when delayed and timer messages come due,
+            POP invisible times end, transaction checks run and idle lite topics expire.
+            ``None`` uses the real clock; a test passes a
+            [`ManualClock`][aiorocket.embedded.ManualClock] and moves it on with
+            [`advance`][aiorocket.embedded.ManualClock.advance] instead of sleeping. What
+            a client's own timers pace (held pulls and POPs, heartbeats, lock leases)
+            stays on real time.
 
     Raises:
         ConfigurationError: ``host`` is not an IPv4 address (the C++ client and ali-ons read
@@ -133,6 +141,7 @@ class EmbeddedBroker(ServiceOwner):
         port: int = 0,
         data_dir: str | Path | None = None,
         config: BrokerConfig | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if host == "localhost":
             host = "127.0.0.1"
@@ -145,6 +154,7 @@ class EmbeddedBroker(ServiceOwner):
         self._host = host
         self._port = port
         self._config = config if config is not None else BrokerConfig()
+        self._clock = clock if clock is not None else Clock()
         self._data_dir_arg = Path(data_dir) if data_dir is not None else None
         self._data_dir: Path | None = None
         self._own_dir = False
@@ -216,6 +226,11 @@ class EmbeddedBroker(ServiceOwner):
         return self._config
 
     @property
+    def clock(self) -> Clock:
+        """The clock the broker runs on (the real one unless one was passed in)."""
+        return self._clock
+
+    @property
     def data_dir(self) -> Path:
         """The data directory.
 
@@ -275,6 +290,18 @@ class EmbeddedBroker(ServiceOwner):
     def held_pulls(self) -> int:
         """How many pulls are being held right now."""
         return len(self._waiters)
+
+    @property
+    def pop_in_flight(self) -> int:
+        """How many POP checkpoints (popped batches) wait for their acks or their revive
+        (for inspection and tests); 0 before the broker started."""
+        return 0 if self._pop is None else len(self._pop.context.inflight)
+
+    @property
+    def pop_revived(self) -> int:
+        """How many popped messages went unacked past their invisible time and were put in
+        their retry topics again, since the broker started (for inspection and tests)."""
+        return 0 if self._pop is None else self._pop.context.revive.revived
 
     # -- fault hooks (for tests; aiorocket.testing) -------------------------------------------
 
@@ -398,6 +425,7 @@ class EmbeddedBroker(ServiceOwner):
             retention_hours=config.retention_hours,
             segment_size=config.segment_size,
             tags_code_of=self._tags_code_of,
+            clock=self._clock.now_ms,
         )
         await store.open()
         self._store = store
@@ -414,7 +442,9 @@ class EmbeddedBroker(ServiceOwner):
         )
         self._locks = locks = QueueLocks(lease=config.lock_lease)
 
-        writer = MessageWriter(store, self._waiters, config, self._wake_schedule, self._parked)
+        writer = MessageWriter(
+            store, self._waiters, config, self._wake_schedule, self._parked, clock=self._clock
+        )
         schedule = ScheduleService(
             writer,
             topics,
@@ -463,6 +493,7 @@ class EmbeddedBroker(ServiceOwner):
             store_address=self._store_address,
             spawn=self._spawn,
             timers=timers,
+            clock=self._clock,
         )
         return ctx, schedule, timers
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from aiorocket._protocol.codes import ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import Dispatcher, RequestHandler
+from aiorocket.embedded.clock import Clock
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.groups import ClientGroups
 from aiorocket.embedded.locks import QueueLocks
@@ -75,6 +76,7 @@ class BrokerContext:
         store_address: returns the advertised ``(ip, port)``, the store host of records.
         spawn: runs a coroutine as a task the broker owns (named by the second argument).
         timers: the timer-message service (its runtime figures).
+        clock: the broker's time (store times, due times, invisible times, checks).
     """
 
     config: BrokerConfig
@@ -93,6 +95,7 @@ class BrokerContext:
     store_address: Callable[[], tuple[str, int]]
     spawn: Callable[[Coroutine[Any, Any, None], str], None]
     timers: TimerService
+    clock: Clock
 
 
 class Processor:
@@ -110,6 +113,7 @@ class Processor:
         self._topics = ctx.topics
         self._groups = ctx.groups
         self._offsets = ctx.offsets
+        self._clock = ctx.clock
 
     @classmethod
     def codes(cls) -> frozenset[int]:

@@ -18,7 +18,6 @@ batch is acked in full, and when the batch's invisible time passes (Apache's
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from aiorocket._protocol.pop import (
     ReceiptHandle,
 )
 from aiorocket._remoting import Connection
+from aiorocket.embedded.clock import TimerHandle
 from aiorocket.embedded.context import BrokerContext, Processor, handles
 from aiorocket.embedded.lite_registry import LiteClient, LiteQuotaExceeded, LiteRegistry
 from aiorocket.embedded.pop import MAX_POP, TOO_LATE_MS, pop_offset, with_born_time
@@ -89,7 +89,7 @@ class LiteService:
         self.registry = LiteRegistry(max_subscriptions=ctx.config.max_lite_subscriptions)
         #: the batches popped, per (LMQ, group) (``MemoryConsumerOrderInfoManager``)
         self.orders = ConsumerOrderInfo(None)
-        self._due: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._due: dict[tuple[str, str], TimerHandle] = {}
 
     def start(self) -> None:
         """Listen to the write path: an arrival in an LMQ is offered to its subscribers."""
@@ -114,8 +114,9 @@ class LiteService:
         old = self._due.pop(key, None)
         if old is not None:
             old.cancel()
-        delay = max(at_ms - now_ms(), 0) / 1000
-        self._due[key] = asyncio.get_running_loop().call_later(delay, self._offer_due, key)
+        clock = self._ctx.clock
+        delay = max(at_ms - clock.now_ms(), 0) / 1000
+        self._due[key] = clock.call_later(delay, self._offer_due, key)
 
     def _offer_due(self, key: tuple[str, str]) -> None:
         self._due.pop(key, None)
@@ -371,7 +372,7 @@ class LiteProcessor(Processor):
     def _pop_once(self, h: PopLiteMessageRequestHeader) -> _Batch:
         """``popByClientId``: each ready LMQ once, until ``maxMsgNum``; synchronous, so no
         other request interleaves with an LMQ's read and batch."""
-        batch = _Batch(now_ms())
+        batch = _Batch(self._clock.now_ms())
         seen: set[str] = set()
         for lmq in self._registry.ready(h.client_id):
             if len(batch.records) >= h.max_msg_num:
@@ -436,7 +437,7 @@ class LiteProcessor(Processor):
         if (stored is not None and h.offset < stored) or self._orders.get(lmq, group, 0) is None:
             # late (acked already), or its batch is gone (a restart, a reset): nothing to do
             return cmd.make_response(ResponseCode.SUCCESS)
-        now = now_ms()
+        now = self._clock.now_ms()
         next_offset = self._orders.commit_and_next(lmq, group, 0, h.offset, handle.pop_time, now)
         if next_offset == -1:
             return _refuse(cmd, ResponseCode.MESSAGE_ILLEGAL, "ack offset illegal.")
@@ -465,7 +466,7 @@ class LiteProcessor(Processor):
         stored = self._offsets.query(group, lmq, 0)
         header = ChangeInvisibleTimeResponseHeader(pop_time=0, invisible_time=0, revive_qid=0)
         if stored is None or h.offset >= stored:
-            visible_at = now_ms() + h.invisible_time
+            visible_at = self._clock.now_ms() + h.invisible_time
             info = self._orders.get(lmq, group, 0)
             offsets = info.offsets if h.suspend and info is not None else [h.offset]
             for offset in offsets:

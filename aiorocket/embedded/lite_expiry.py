@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from aiorocket._protocol.attributes import LITE_EXPIRATION
 from aiorocket._protocol.lite import parse_lite_queue
@@ -72,13 +71,14 @@ async def run_lite_expiry(ctx: BrokerContext, lite: LiteService) -> None:
     """Every ``lite_expiry_check_interval``, once ``min_lite_ttl`` has passed since the start,
     ``expire_idle_lite_topics`` (a failure is logged; the next round tries again)."""
     config = ctx.config
-    started = time.monotonic()
+    clock = ctx.clock
+    started = clock.monotonic()
     while True:
-        await asyncio.sleep(config.lite_expiry_check_interval)
-        if time.monotonic() - started < config.min_lite_ttl:
+        await clock.sleep(config.lite_expiry_check_interval)
+        if clock.monotonic() - started < config.min_lite_ttl:
             continue  # "base protection for restart"
         try:
-            expire_idle_lite_topics(ctx, lite, int(time.time() * 1000))
+            expire_idle_lite_topics(ctx, lite, clock.now_ms())
         except Exception:
             log.exception("expiring idle lite topics failed")
 
@@ -86,6 +86,8 @@ async def run_lite_expiry(ctx: BrokerContext, lite: LiteService) -> None:
 async def run_subscription_expiry(ctx: BrokerContext, lite: LiteService) -> None:
     """Every ``lite_subscription_check_interval``, forget the clients whose subscriptions did
     not change for ``lite_subscription_timeout`` (their ready lite topics go to the others)."""
+    # Real time, not the broker clock: a client re-sends its subscriptions on its own timer,
+    # as it sends heartbeats, so a broker clock moved on by hand must not expire it.
     config = ctx.config
     while True:
         await asyncio.sleep(config.lite_subscription_check_interval)

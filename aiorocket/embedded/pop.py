@@ -272,7 +272,10 @@ class PopProcessor(Processor):
                 return self._not_found(cmd, h, batch, ResponseCode.POLLING_TIMEOUT)
             if pops.full(keys):
                 return self._not_found(cmd, h, batch, ResponseCode.POLLING_FULL)
-            until = deadline if batch.retry_at is None else min(deadline, batch.retry_at)
+            # The hold is real time (the client waits for the answer), the retry time is
+            # the broker clock's: only the difference carries over.
+            retry_in = None if batch.retry_at is None else batch.retry_at - batch.pop_time
+            until = deadline if retry_in is None else min(deadline, now + retry_in)
             await pops.wait(keys, matches=matches, timeout=max(until - now, 1) / 1e3)
 
     def _header(self, h: PopMessageRequestHeader, batch: _Batch) -> dict[str, str]:
@@ -312,7 +315,7 @@ class PopProcessor(Processor):
     def _pop_once(self, h: PopMessageRequestHeader, cfg: TopicConfig, filt: Filter) -> _Batch:
         """One pass over the queues (``popMsgFromTopic`` / ``popMsgFromQueue``); synchronous,
         so no other request interleaves with a queue's read, checkpoint and offset."""
-        batch = _Batch(now_ms())
+        batch = _Batch(self._clock.now_ms())
         config = self._config
         start = self._random.randrange(100)
         # PopMessageProcessor (5.4+): a PRIORITY topic is read from its highest queue down
@@ -497,13 +500,13 @@ class PopProcessor(Processor):
         deadline = min(h.born_time, started) + h.poll_time
         waiters = self._pop.notifications
         while True:
-            found, retry_at = self._has_message(h, checked, retries)
+            found, retry_in = self._has_message(h, checked, retries)
             now = now_ms()
             if found or h.poll_time <= 0 or now >= deadline:
                 return self._notified(cmd, found)
             if waiters.full(keys):
                 return self._notified(cmd, False, polling_full=True)
-            until = deadline if retry_at is None else min(deadline, retry_at)
+            until = deadline if retry_in is None else min(deadline, now + retry_in)
             await waiters.wait(keys, matches=None, timeout=max(until - now, 1) / 1e3)
 
     @staticmethod
@@ -517,10 +520,10 @@ class PopProcessor(Processor):
         self, h: NotificationRequestHeader, cfg: TopicConfig, retries: list[str]
     ) -> tuple[bool, int | None]:
         """``hasMsgFromTopic``: a queue with messages past the group's offset (its start when
-        none is stored), skipping ordered queues that are blocked; and when the earliest
-        blocked one frees."""
+        none is stored), skipping ordered queues that are blocked; and in how many ms (of
+        the broker clock) the earliest blocked one frees."""
         retry_at: int | None = None
-        now = now_ms()
+        now = self._clock.now_ms()
         queues: list[tuple[str, int]] = []
         if h.queue_id < 0:
             queues += [(h.topic, q) for q in range(cfg.read_queue_nums)]
@@ -544,7 +547,7 @@ class PopProcessor(Processor):
                 offset = store.min_offset(topic, queue_id)
             if store.max_offset(topic, queue_id) > offset:
                 return True, None
-        return False, retry_at
+        return False, None if retry_at is None else retry_at - now
 
 
 def pop_processors(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
-from aiorocket._names import now_ms, pop_retry_topic
+from aiorocket._names import pop_retry_topic
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.pop import (
@@ -144,7 +144,7 @@ class AckProcessor(Processor):
         old = -1 if stored is None else stored
         if offset < old:
             return None  # acked already (the offset moved past it)
-        now = now_ms()
+        now = self._clock.now_ms()
         orders = self._pop.orders
         next_offset = orders.commit_and_next(topic, group, queue_id, offset, pop_time, now)
         if next_offset > -1:
@@ -168,7 +168,7 @@ class AckProcessor(Processor):
         # update: the group's offset and the batch table are its state.
         if self._config.flush == "sync":
             await self._offsets.flush()
-            await self._pop.orders.flush(now_ms())
+            await self._pop.orders.flush(self._clock.now_ms())
 
     @handles(RequestCode.ACK_MESSAGE)
     async def ack_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -272,7 +272,7 @@ class AckProcessor(Processor):
             return await self._change_orderly(cmd, h, handle)
         group = h.consumer_group
         inflight = self._pop.inflight
-        now = now_ms()
+        now = self._clock.now_ms()
         old = inflight.get((group, h.topic, h.queue_id, handle.ck_offset, handle.pop_time))
         i = -1 if old is None else old.index_of(h.offset)
         if old is not None and i >= 0 and not old.acked >> i & 1:
@@ -306,12 +306,12 @@ class AckProcessor(Processor):
         stored = self._offsets.query(h.consumer_group, h.topic, h.queue_id)
         header = ChangeInvisibleTimeResponseHeader(pop_time=0, invisible_time=0, revive_qid=0)
         if stored is None or h.offset >= stored:
-            visible_at = now_ms() + h.invisible_time
+            visible_at = self._clock.now_ms() + h.invisible_time
             self._pop.orders.update_next_visible(
                 h.topic, h.consumer_group, h.queue_id, h.offset, handle.pop_time, visible_at
             )
             if self._config.flush == "sync":
-                await self._pop.orders.flush(now_ms())
+                await self._pop.orders.flush(self._clock.now_ms())
             header = ChangeInvisibleTimeResponseHeader(
                 pop_time=handle.pop_time,
                 invisible_time=visible_at - handle.pop_time,

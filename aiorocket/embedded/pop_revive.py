@@ -23,13 +23,12 @@ CONSUMER_SEND_MSG_BACK and acks it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Final
 
 from aiorocket._concurrency import Service, ServiceOwner
-from aiorocket._names import RETRY_PREFIX, now_ms, pop_retry_topic
+from aiorocket._names import RETRY_PREFIX, pop_retry_topic
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import MessageSysFlag
 from aiorocket._protocol.message import MessageRecord, decode_message
@@ -94,6 +93,8 @@ class ReviveService(ServiceOwner):
         self._log = revive_log
         self._writer = writer
         self._store = writer.store
+        # The writer's clock: pop times and visible-at times count on it.
+        self._clock = writer.clock
         self._topics = topics
         self._offsets = offsets
         self._config = config
@@ -116,17 +117,16 @@ class ReviveService(ServiceOwner):
     async def _run(self) -> None:
         interval = self._config.pop_revive_interval
         while True:
-            for ck in self._table.due(now_ms()):
+            for ck in self._table.due(self._clock.now_ms()):
                 if self._table.get(ck.key) is ck:  # not acked meanwhile
                     self.revive(ck)
                     await asyncio.sleep(0)
             upcoming = self._table.next_due()
-            now = now_ms()
+            now = self._clock.now_ms()
             delay = interval if upcoming is None else min(interval, max(upcoming - now, 0) / 1e3)
             self._planned = now + int(delay * 1000)
             self._event.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), delay)
+            await self._clock.wait(self._event, delay)
 
     def revive(self, ck: Checkpoint) -> int:
         """Re-put ``ck``'s unacked messages and ack them in the log; returns how many were
@@ -155,7 +155,9 @@ class ReviveService(ServiceOwner):
                 # what was put must not be put again: drop those offsets from memory at least
                 self._table.ack(ck, done)
             if self._table.get(ck.key) is ck:
-                self._table.reschedule(ck, now_ms() + int(self._config.pop_revive_interval * 1e3))
+                self._table.reschedule(
+                    ck, self._clock.now_ms() + int(self._config.pop_revive_interval * 1e3)
+                )
         self.revived += put
         return put
 

@@ -16,7 +16,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiorocket._names import now_ms
 from aiorocket.embedded.context import BrokerContext
 from aiorocket.embedded.pop_inflight import InflightTable
 from aiorocket.embedded.pop_log import ReviveLog
@@ -141,4 +140,4 @@ class PopService:
             OSError: the ordered-POP table cannot be written.
         """
         self.context.revive_log.commit_progress(self.context.inflight)
-        await self.context.orders.flush(now_ms())
+        await self.context.orders.flush(self._ctx.clock.now_ms())

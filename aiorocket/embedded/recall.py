@@ -9,7 +9,6 @@ service delivers neither (``timers.py``). The answer carries the ``UNIQ_KEY``.
 
 from __future__ import annotations
 
-from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -67,7 +66,7 @@ class RecallProcessor(SendChecks):
                 remark="recall failed, broker service not available",
             )
         due = int(handle.due_ms) if handle.due_ms.lstrip("-").isdigit() else -1
-        left_ms = due - now_ms()
+        left_ms = due - self._clock.now_ms()
         if left_ms <= 0 or left_ms >= config.timer_max_delay * 1000:
             return cmd.make_response(
                 ResponseCode.ILLEGAL_OPERATION, remark="recall failed, timestamp invalid"
@@ -87,7 +86,7 @@ class RecallProcessor(SendChecks):
     ) -> MessageRecord:
         # RecallMessageProcessor.buildMessage: body "0", the recall tag, queue 0, due at the
         # handle's time, naming the message to cancel.
-        now = now_ms()
+        now = self._clock.now_ms()
         props = {
             mp.TAGS: RECALL_TAG,
             mp.TIMER_DEL_UNIQKEY: f"{handle.topic}+{handle.message_id}",

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from aiorocket._concurrency import Service, ServiceOwner
-from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import decode_message
 from aiorocket.embedded.files import PersistedTable, write_json_atomically
@@ -72,6 +71,8 @@ class DueDelivery(PersistedTable, ServiceOwner):
     ) -> None:
         self._writer = writer
         self._store: MessageStore = writer.store
+        # The writer's clock: the due times it computed count on it, so waiting does too.
+        self._clock = writer.clock
         self._topics = topics
         self._path = path
         self._durable = durable
@@ -194,7 +195,7 @@ class ScheduleService(DueDelivery):
                     continue
                 await event.wait()
             else:
-                await asyncio.sleep(due_in)
+                await self._clock.sleep(due_in)
 
     def _deliver_due(self, q: int) -> float | None:
         """Re-store the due messages of one batch of level queue ``q``; returns the seconds
@@ -205,7 +206,7 @@ class ScheduleService(DueDelivery):
             result = store.get(SCHEDULE_TOPIC, q, offset, max_msgs=_BATCH, max_bytes=4 << 20)
             status = result.status
             if status is GetStatus.FOUND:
-                now = now_ms()
+                now = self._clock.now_ms()
                 for raw, deliver_at, qo in zip(
                     result.messages, result.tags_codes, result.queue_offsets, strict=True
                 ):

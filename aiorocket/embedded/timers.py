@@ -26,9 +26,7 @@ itself never delivered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -36,9 +34,9 @@ from typing import Any, Final
 
 from sortedcontainers import SortedList, SortedSet
 
-from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.message import MessageRecord, decode_message
+from aiorocket.embedded.clock import Clock
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.schedule import DueDelivery
 from aiorocket.embedded.topics import TIMER_TOPIC, TopicTable, is_valid_name
@@ -67,13 +65,14 @@ _RATE_WINDOW: Final = 10
 
 
 class _Rate:
-    """Events per second over the last `_RATE_WINDOW` whole seconds."""
+    """Events per second over the last `_RATE_WINDOW` whole seconds of ``clock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._seconds: deque[list[int]] = deque()
 
     def add(self, n: int = 1) -> None:
-        now = int(time.monotonic())
+        now = int(self._clock.monotonic())
         if self._seconds and self._seconds[-1][0] == now:
             self._seconds[-1][1] += n
         else:
@@ -82,7 +81,7 @@ class _Rate:
                 self._seconds.popleft()
 
     def per_second(self) -> float:
-        now = int(time.monotonic())
+        now = int(self._clock.monotonic())
         total = sum(n for s, n in self._seconds if now - _RATE_WINDOW <= s < now)
         return total / _RATE_WINDOW
 
@@ -123,8 +122,8 @@ class TimerService(DueDelivery):
         self._written = 0
         self._handled: set[int] = set()
         self._event = asyncio.Event()
-        self._enqueued = _Rate()
-        self._dequeued = _Rate()
+        self._enqueued = _Rate(self._clock)
+        self._dequeued = _Rate(self._clock)
         #: messages parked again (rolled) and cancelled, since start
         self.rolled = 0
         self.cancelled = 0
@@ -179,7 +178,7 @@ class TimerService(DueDelivery):
         behind = 0
         if self._pending:
             head: int = self._pending[0][0]
-            behind = max(now_ms() - head, 0) // 1000
+            behind = max(self._clock.now_ms() - head, 0) // 1000
         return {
             "timerReadBehind": str(behind),
             "timerOffsetBehind": "0",
@@ -210,24 +209,22 @@ class TimerService(DueDelivery):
                 await event.wait()
                 continue
             head: int = self._pending[0][0]
-            wait_ms = head - now_ms()
+            wait_ms = head - self._clock.now_ms()
             if wait_ms > 0:
-                # Woken early by a park (it may be due sooner); re-checked against the wall
+                # Woken early by a park (it may be due sooner); re-checked against the
                 # clock, so nothing is delivered before its time.
                 event.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait_ms / 1000):
-                        await event.wait()
+                await self._clock.wait(event, wait_ms / 1000)
                 continue
             try:
-                self._step(now_ms())
+                self._step(self._clock.now_ms())
             except (OSError, ClientClosedError) as exc:
                 log.error("timer delivery failed, retrying in %d ms: %s", _RETRY_MS, exc)
-                await asyncio.sleep(_RETRY_MS / 1000)
+                await self._clock.sleep(_RETRY_MS / 1000)
             except Exception:
                 # A bug must not end timer delivery for good: log it and try again later.
                 log.exception("timer delivery failed, retrying in %d ms", _RETRY_MS)
-                await asyncio.sleep(_RETRY_MS / 1000)
+                await self._clock.sleep(_RETRY_MS / 1000)
             await asyncio.sleep(0)
 
     def _step(self, now: int) -> None:
@@ -347,7 +344,7 @@ class TimerService(DueDelivery):
         if self._topics.get(real_topic) is None:
             self._topics.ensure(real_topic, max(real_qid + 1, 1))
         props[mp.TIMER_ENQUEUE_MS] = str(rec.store_timestamp)
-        props[mp.TIMER_DEQUEUE_MS] = str(now_ms())
+        props[mp.TIMER_DEQUEUE_MS] = str(self._clock.now_ms())
         out = copy_record(rec, real_topic, real_qid, self._store_address(), properties=props)
         try:
             self._last_put = self._writer.store_message(out)

@@ -20,7 +20,6 @@ table, which the broker persists.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -28,7 +27,6 @@ import random
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from aiorocket._names import now_ms
 from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import MessageSysFlag, RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
@@ -192,7 +190,7 @@ class TransactionService(Processor):
     async def run(self) -> None:
         """Check pending halves every ``transaction_check_interval`` until cancelled."""
         while True:
-            await asyncio.sleep(self._config.transaction_check_interval)
+            await self._clock.sleep(self._config.transaction_check_interval)
             try:
                 self.check()
             except (OSError, ClientClosedError) as exc:
@@ -231,7 +229,7 @@ class TransactionService(Processor):
                 removed[half_qo] = op_qo
         config = self._config
         timeout_ms = int(config.transaction_timeout * 1000)
-        now = now_ms()
+        now = self._clock.now_ms()
         sent = 0
         next_half = half_start
         # Only the halves present when the pass starts: put-back copies wait for the next.

@@ -19,6 +19,7 @@ from aiorocket._protocol import properties as mp
 from aiorocket._protocol.codes import MessageSysFlag
 from aiorocket._protocol.message import MessageRecord
 from aiorocket._protocol.tags import tags_code
+from aiorocket.embedded.clock import Clock
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.embedded.delays import (
     TimerRefusal,
@@ -155,6 +156,8 @@ class MessageWriter:
         schedule_wake: called with the ``SCHEDULE_TOPIC_XXXX`` queue id a delayed message
             was parked in.
         timer_parked: told of each timer message parked (`TimerParked`).
+        clock: the broker's clock, the time delays and timers count from (``None``: the
+            real one).
     """
 
     def __init__(
@@ -164,8 +167,11 @@ class MessageWriter:
         config: BrokerConfig,
         schedule_wake: Callable[[int], None],
         timer_parked: TimerParked | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock if clock is not None else Clock()
         self._waiters = waiters
         self._config = config
         self._levels = config.delay_levels
@@ -174,6 +180,11 @@ class MessageWriter:
         self._timers = config.timers_enabled
         self._max_delay_ms = int(config.timer_max_delay * 1000)
         self._precision = config.timer_precision_ms
+
+    @property
+    def clock(self) -> Clock:
+        """The broker's clock (the services re-storing parked messages read it too)."""
+        return self._clock
 
     @property
     def store(self) -> MessageStore:
@@ -236,7 +247,10 @@ class MessageWriter:
                 if not self._config.timer_wheel_enable:
                     raise TimerRefused(timer_not_enabled())
                 due = timer_due(
-                    props, now_ms(), max_delay_ms=self._max_delay_ms, precision_ms=self._precision
+                    props,
+                    self._clock.now_ms(),
+                    max_delay_ms=self._max_delay_ms,
+                    precision_ms=self._precision,
                 )
                 if isinstance(due, TimerRefusal):
                     raise TimerRefused(due)
@@ -252,7 +266,9 @@ class MessageWriter:
         rec.topic = SCHEDULE_TOPIC
         rec.queue_id = level - 1
         # The consume-queue tags code of a parked message is its delivery time.
-        result = self._store.put(rec, tags_code=deliver_at(now_ms(), level, self._levels))
+        result = self._store.put(
+            rec, tags_code=deliver_at(self._clock.now_ms(), level, self._levels)
+        )
         self._schedule_wake(level - 1)
         return result
 

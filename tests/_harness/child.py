@@ -46,6 +46,7 @@ __all__ = [
     "stop_on_signals",
     "until_stopped",
     "wait_delivered",
+    "wait_flowing",
     "wait_one_owner_each",
 ]
 
@@ -207,6 +208,39 @@ async def wait_delivered(
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(missing)} never delivered, e.g. {sorted(missing)[:5]}")
         await asyncio.sleep(interval)
+
+
+async def wait_flowing(out_dir: Path, more: int, *, total: int, timeout: float = 60.0) -> None:
+    """Wait until ``more`` further ids were delivered under ``out_dir`` (as `delivered_ids`
+    counts them), or all ``total`` of them: messages flow on between two membership changes,
+    however fast the machine is (a sleep would be too short on a slow one, too long on a fast
+    one).
+
+    Raises:
+        AssertionError: they were not within ``timeout``.
+    """
+    ids: set[str] = set()
+    read_to: dict[Path, int] = {}
+
+    def delivered() -> int:
+        # Only what was appended since the last look: re-parsing whole files while messages
+        # flow would stall the broker sharing this loop. A line cut by SIGKILL stays unread.
+        for path in sorted(out_dir.glob("*.jsonl")):
+            with path.open("rb") as f:
+                f.seek(read_to.get(path, 0))
+                data = f.read()
+            end = data.rfind(b"\n") + 1
+            read_to[path] = read_to.get(path, 0) + end
+            rows = (json.loads(x) for x in data[:end].splitlines() if x.endswith(b"}"))
+            ids.update(r["id"] for r in rows if r["k"] == "d")
+        return len(ids)
+
+    want = min(delivered() + more, total)
+    deadline = time.monotonic() + timeout
+    while delivered() < want:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {more} more deliveries within {timeout} s")
+        await asyncio.sleep(0.1)
 
 
 async def broker_cli(

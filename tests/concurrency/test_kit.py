@@ -81,10 +81,10 @@ async def test_stop_ends_the_loop_even_when_the_function_loses_a_cancellation() 
         nonlocal swallowed
         entered.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # until cancelled
         except asyncio.CancelledError:
             swallowed += 1
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # until cancelled
 
     p = Periodic(stubborn, 60.0, name="stubborn")
     task = asyncio.create_task(p.run())
@@ -104,7 +104,7 @@ async def test_a_loop_stopped_before_it_runs_never_calls_the_function() -> None:
 
 async def test_a_cancelled_loop_raises_the_cancellation() -> None:
     async def tick() -> None:
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # until cancelled
 
     p = Periodic(tick, 10.0, name="tick")
     task = asyncio.create_task(p.run())

@@ -18,6 +18,11 @@ from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ClientClosedError
 
 
+async def _forever() -> None:
+    # Waits until cancelled (an event nobody sets), with no timer to run out.
+    await asyncio.Event().wait()
+
+
 class Bug(Exception):
     """An unexpected error in a background task."""
 
@@ -35,7 +40,7 @@ async def test_a_crashing_task_does_not_cancel_the_starter_and_is_reported(
     service: Service
 
     async def startup() -> None:
-        service.spawn(asyncio.sleep(3600), name="forever")
+        service.spawn(_forever(), name="forever")
         service.spawn(_fail_soon(), name="bug")
 
     async def abort(started: bool) -> None:
@@ -66,7 +71,7 @@ async def test_close_is_bounded_idempotent_and_shielded() -> None:
     service: Service
 
     async def startup() -> None:
-        service.spawn(asyncio.sleep(3600), name="forever")
+        service.spawn(_forever(), name="forever")
 
     async def shutdown() -> None:
         await asyncio.sleep(0.05)

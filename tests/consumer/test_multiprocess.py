@@ -23,6 +23,7 @@ from tests._harness.child import (
     start_script,
     stop_child,
     wait_delivered,
+    wait_flowing,
     wait_one_owner_each,
 )
 from tests._harness.deliveries import check_clean_restart, check_none_lost, stray_duplicates
@@ -71,14 +72,14 @@ async def test_processes_join_and_leave_while_messages_flow(
         settle_times.append(await wait_one_owner_each(out1, live, timeout=8.0))
 
     try:
-        await asyncio.sleep(2)
+        await wait_flowing(out1, 3000, total=len(ids))  # (about 1.5 s of the 2,000/s production)
         # SIGKILL b, then b2 joins.
         b = live[1]
         await replace(b, signal.SIGKILL, "b2")
-        await asyncio.sleep(1)
+        await wait_flowing(out1, 1500, total=len(ids))
         # c leaves cleanly, c2 joins.
         await replace(next(p for p in live if p.name == "c"), signal.SIGTERM, "c2")
-        await asyncio.sleep(1)
+        await wait_flowing(out1, 1500, total=len(ids))
         # SIGKILL a; a2 joins.
         a = next(p for p in live if p.name == "a")
         await replace(a, signal.SIGKILL, "a2")
@@ -133,7 +134,7 @@ async def test_processes_join_and_leave_while_messages_flow(
         produce_at_rate(broker.address, TOPIC, "flow-producer", ids2, rate=2000)
     )
     try:
-        await asyncio.sleep(1.0)
+        await wait_flowing(out2, 400, total=len(ids2))  # mid-stream: a tenth of the 4,000
         await stop_child(d, signal.SIGTERM, timeout=30)
         d2 = await _spawn("d2", broker, out2)
         await production

@@ -41,7 +41,7 @@ ORDERLY: dict[str, Any] = {
 
 @pytest.fixture
 async def short_lease_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS, lock_lease=3.0)
+    config = BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS, lock_lease=0.6)
     async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
         yield b
 
@@ -232,7 +232,8 @@ async def test_locks_are_held_renewed_past_the_lease_and_released_at_shutdown(
             Message("Locked", b"x"), queue=rmq.MessageQueue("Locked", "broker-a", 0)
         )
     got: list[bytes] = []
-    consumer = orderly_consumer(broker, "locked", "Locked")
+    # Renewed every 0.2 s: three renewals per lease of the broker (0.6 s).
+    consumer = orderly_consumer(broker, "locked", "Locked", lock_renew_interval=0.2)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.OrderlyContext) -> None:
@@ -242,7 +243,7 @@ async def test_locks_are_held_renewed_past_the_lease_and_released_at_shutdown(
     async with consumer:
         await wait_for(lambda: got == [b"x"], timeout=10.0, what="the message")
         assert not await other_client_can_lock(broker, "locked", mq)
-        await asyncio.sleep(3.5)  # past the broker's 3 s lease: renewals keep it
+        await asyncio.sleep(0.9)  # past the broker's 0.6 s lease: renewals keep it
         assert not await other_client_can_lock(broker, "locked", mq)
         assert all(q.locked for q in consumer.statistics().queues.values())
     assert await other_client_can_lock(broker, "locked", mq)  # unlocked at shutdown
@@ -255,6 +256,11 @@ async def test_rebalance_waits_for_the_running_handler_before_another_member_get
     handler running on it returned, so the new owner never overlaps with it."""
     calls: list[tuple[str, int, float, float]] = []
     started = asyncio.Event()
+    members: dict[str, rmq.PushConsumer] = {}
+    q7 = rmq.MessageQueue("Handover", "broker-a", 7)
+
+    def moved_to_b() -> bool:
+        return "b" in members and q7 not in members["a"].statistics().queues
 
     def make(name: str, slow: bool) -> rmq.PushConsumer:
         c = orderly_consumer(broker, "handover", "Handover")
@@ -264,9 +270,11 @@ async def test_rebalance_waits_for_the_running_handler_before_another_member_get
             t0 = time.monotonic()
             if slow and msgs[0].body == b"slow":
                 started.set()
-                await asyncio.sleep(1.5)
+                # Runs on until a's rebalance gave queue 7 up to b (which waits for it).
+                await wait_for(moved_to_b, timeout=10.0, what="queue 7 given up by a")
             calls.append((name, ctx.queue.queue_id, t0, time.monotonic()))
 
+        members[name] = c
         return c
 
     for q in range(8):
@@ -380,7 +388,12 @@ async def test_a_dropped_queue_still_consuming_is_unlocked_late_or_at_shutdown(
     async with a:
         await asyncio.wait_for(busy.wait(), 10)
         async with b:  # q7 moves to b; a drops it mid-handler with messages cached
-            await asyncio.sleep(2.0)
+            await wait_for(lambda: q7 not in a.statistics().queues, timeout=10, what="a drops q7")
+            # b's rebalance rounds try to lock q7 meanwhile: two of them, and a moment more for
+            # a delivery that would follow a granted lock
+            rounds = b.statistics().rebalances + 2
+            await wait_for(lambda: b.statistics().rebalances >= rounds, timeout=10, what="2 rounds")
+            await asyncio.sleep(0.2)
             assert not b_on_q7  # the unlock waits for unlock_delay (30 s)
             await a.close()  # ... or for a's shutdown, which releases it at once
             closed = time.monotonic()
@@ -429,8 +442,10 @@ async def test_an_expired_lock_pauses_the_queue_until_renewed_then_it_is_reseate
         outage = True
         cut = time.monotonic()
         sender = asyncio.create_task(send(50, 100))
-        await asyncio.sleep(1.5)
-        assert not consumer.statistics().queues[mq].locked
+        # Within 1.5 s of the outage the lock (0.8 s expiry) is no longer trusted.
+        await wait_for(
+            lambda: not consumer.statistics().queues[mq].locked, timeout=1.5, what="lock expiry"
+        )
         paused_at = len(starts)
         await asyncio.sleep(0.5)
         assert len(starts) == paused_at  # nothing consumed on an untrusted lock

@@ -117,7 +117,10 @@ async def test_two_members_and_one_leaving_keep_each_key_in_order(
     await create_topic(broker, "OrdMP", queues=QUEUES)
     a, b = await asyncio.gather(spawn("a", broker, out, *KEYED), spawn("b", broker, out, *KEYED))
     async with producing(broker, keys, per_key, 4.0, [a, b]) as production:
-        await asyncio.sleep(1.5)
+        # b leaves mid-stream: once it is consuming (as the kill above waits for a)
+        async with asyncio.timeout(60):
+            while sum(1 for r in records.refresh() if r["c"] == "b" and r["k"] == "s") < 20:
+                await asyncio.sleep(0.05)
         await stop(b, signal.SIGTERM)
         await production
         await wait_delivered(records, wanted, timeout=60)

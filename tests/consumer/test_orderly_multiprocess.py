@@ -34,6 +34,7 @@ from aiorocket.models import Message
 from tests._harness.child import Child, member_options, start_script, stop_child
 from tests._harness.child import wait_delivered as wait_for_ids
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
+from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic
 
 SCRIPT = Path(__file__).with_name("orderly_proc.py")
@@ -91,6 +92,23 @@ async def wait_delivered(records: Records, wanted: set[str], timeout: float) -> 
         return records.delivered()
 
     await wait_for_ids(delivered, wanted, timeout=timeout, interval=0.25)
+
+
+async def flowing(records: Records, more: int, wanted: set[str], member: str | None = None) -> None:
+    """Wait until ``more`` further handler calls started (of ``member``; ``None``: anyone's),
+    or everything ``wanted`` was delivered: messages flow on between two membership changes,
+    however fast the machine is."""
+
+    def started() -> int:
+        return sum(1 for r in records.refresh() if r["k"] == "s" and member in (None, r["c"]))
+
+    want = started() + more
+    await wait_for(
+        lambda: started() >= want or records.delivered() >= wanted,
+        timeout=60,
+        what=f"{more} more calls",
+        interval=0.05,
+    )
 
 
 @pytest.fixture
@@ -153,20 +171,20 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
     live = list(await asyncio.gather(*(spawn(n, broker, out, *sleep) for n in ("a", "b", "c"))))
     killed: list[Child] = []
     async with producing(broker, keys, per_key, 8.0, live) as production:
-        await asyncio.sleep(1.5)
+        await flowing(records, 1000, wanted)
         b = next(p for p in live if p.name == "b")
         live.remove(b)
         await stop(b, signal.SIGKILL)  # its queues stay locked until the 3 s lease ends
         killed.append(b)
-        await asyncio.sleep(1.5)
+        await flowing(records, 800, wanted)
         live.append(await spawn("b2", broker, out, *sleep))
-        await asyncio.sleep(1.0)
+        await flowing(records, 600, wanted)
         c = next(p for p in live if p.name == "c")
         live.remove(c)
         await stop(c, signal.SIGTERM)  # drains, flushes, unlocks, leaves
         await asyncio.sleep(0.5)
         live.append(await spawn("c2", broker, out, *sleep))
-        await asyncio.sleep(1.0)
+        await flowing(records, 600, wanted)
         a = next(p for p in live if p.name == "a")
         live.remove(a)
         await stop(a, signal.SIGKILL)
@@ -203,7 +221,7 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
     bee = await spawn("b", broker, out, *opts)
     production = asyncio.create_task(produce(broker, keys, per_key, seconds=12.0))
     try:
-        await asyncio.sleep(2.0)
+        await flowing(records, 200, wanted, member="a")
         os.kill(a.proc.pid, signal.SIGSTOP)
         while process_state(a.proc.pid) != "T":
             await asyncio.sleep(0.005)
@@ -213,7 +231,13 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
         os.kill(a.proc.pid, signal.SIGCONT)
         await production
         await wait_delivered(records, wanted, timeout=30)
-        await asyncio.sleep(1.0)  # a has rejoined and holds queues again
+
+        def a_resumed() -> bool:
+            return any(
+                c["c"] == "a" and c["s"] > t_cont for c in handler_calls(records.refresh(), {})
+            )
+
+        await wait_for(a_resumed, timeout=10, what="a consuming again", interval=0.1)
     finally:
         production.cancel()
         for p in (a, bee):

@@ -36,9 +36,11 @@ from tests._harness.child import (
     stop_member,
     stop_members,
     wait_delivered,
+    wait_flowing,
     wait_one_owner_each,
 )
 from tests._harness.deliveries import check_clean_restart, check_none_lost, stray_duplicates
+from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic
 
 HERE = Path(__file__).parent
@@ -109,13 +111,13 @@ async def test_pull_and_push_members_join_and_leave_while_messages_flow(
         settles.append(await wait_one_owner_each(out, live, timeout=20.0))
 
     try:
-        await asyncio.sleep(2)
+        await wait_flowing(out, 3000, total=len(ids))  # (about 1.5 s of the 2,000/s production)
         # The polling member is SIGKILLed; another one joins.
         await replace("p1", signal.SIGKILL, "poll", "p1b")
-        await asyncio.sleep(1)
+        await wait_flowing(out, 1500, total=len(ids))
         # The push member leaves cleanly; another push member joins.
         await replace("s1", signal.SIGTERM, "push", "s2")
-        await asyncio.sleep(1)
+        await wait_flowing(out, 1500, total=len(ids))
         # The iterating member leaves cleanly; another one joins.
         await replace("p2", signal.SIGTERM, "iter", "p2b")
         await production
@@ -169,7 +171,7 @@ async def test_pull_and_push_members_join_and_leave_while_messages_flow(
     )
     rest: list[Child] = [d]
     try:
-        await asyncio.sleep(1.0)
+        await wait_flowing(out2, 800, total=len(ids2))  # mid-stream: a fifth of the 4,000
         await stop(d, signal.SIGTERM)
         rest.append(await spawn("iter", "d2", broker, out2))
         await production
@@ -214,8 +216,16 @@ async def test_a_slow_application_keeps_the_processes_memory_at_the_thresholds(
         "--sleep",
         "0.01",
     )
+
+    def watched() -> bool:
+        # Long enough to see a cache grow past its threshold: 15 memory samples (one every
+        # 0.2 s) since caching began, and 2,000 messages read.
+        rows = read_rows(out)
+        cached = [r for r in rows if r["k"] == "m" and r["cached"] > 0]
+        return len(cached) >= 15 and sum(1 for r in rows if r["k"] == "d") >= 2000
+
     try:
-        await asyncio.sleep(6.0)
+        await wait_for(watched, timeout=60, what="the slow reader watched", interval=0.2)
     finally:
         await stop(m, signal.SIGTERM)
     rows = read_rows(out)

@@ -164,6 +164,10 @@ async def test_broker_restart_resumes_quickly_and_offsets_never_regress(
                     seen[q].append(off)
             await asyncio.sleep(0.05)
 
+    def committed(total: int) -> bool:
+        # The broker's offsets, as the watcher last read them, cover ``total`` messages.
+        return sum(offs[-1] for offs in seen.values() if offs) == total
+
     try:
         async with Producer(namesrv=addr, group="p1") as p:
             for i in range(50):
@@ -173,7 +177,7 @@ async def test_broker_restart_resumes_quickly_and_offsets_never_regress(
             await checker.fetch_route("Restart")
             watcher = asyncio.create_task(watch_offsets())
             await wait_for(lambda: len(got) == 50, timeout=10.0, what="first batch")
-            await asyncio.sleep(1.2)  # let offsets persist
+            await wait_for(lambda: committed(50), timeout=10, what="offsets persisted")
             await b1.close()
             await asyncio.sleep(1.5)  # pulls fail and back off meanwhile
             b2 = EmbeddedBroker(port=port, data_dir=data, config=config)
@@ -186,7 +190,7 @@ async def test_broker_restart_resumes_quickly_and_offsets_never_regress(
                 await wait_for(lambda: len(got) >= 70, timeout=10, what="after the restart")
                 resumed = min(t for body, t in got if body.startswith(b"b"))
                 assert resumed - listening <= 2.0, resumed - listening
-                await asyncio.sleep(1.2)
+                await wait_for(lambda: committed(70), timeout=10, what="offsets persisted")
             finally:
                 await consumer.close()
                 watcher.cancel()

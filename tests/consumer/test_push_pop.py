@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
+from tests._harness.clock import advance, manual_broker
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic, push_consumer
 
@@ -35,6 +38,13 @@ def broker_config() -> BrokerConfig:
     return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
 
 
+@pytest.fixture
+async def clocked(broker_config: BrokerConfig, tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
+    # ``broker`` on a ManualClock: a test moves invisible times on instead of sleeping.
+    async with manual_broker(broker_config, tmp_path) as b:
+        yield b
+
+
 async def send(broker: EmbeddedBroker, n: int, prefix: str = "m") -> set[bytes]:
     # The first send creates the topic with 2 queues (a route lookup creates nothing).
     async with rmq.Producer(
@@ -45,7 +55,8 @@ async def send(broker: EmbeddedBroker, n: int, prefix: str = "m") -> set[bytes]:
     return bodies
 
 
-async def test_pop_mode_delivers_everything_once(broker: EmbeddedBroker) -> None:
+async def test_pop_mode_delivers_everything_once(clocked: EmbeddedBroker) -> None:
+    broker = clocked
     bodies = await send(broker, 300)
     got: Counter[bytes] = Counter()
     consumer = push_consumer(broker, "pp-g", TOPIC, **POP)
@@ -57,13 +68,16 @@ async def test_pop_mode_delivers_everything_once(broker: EmbeddedBroker) -> None
     async with consumer:
         await wait_for(lambda: set(got) == bodies, timeout=20, what="every message")
         assert consumer.held() == []  # no queue is held: the broker hands out messages
-        await asyncio.sleep(1.5)  # past the invisible time: acked messages do not return
+        await wait_for(lambda: broker.pop_in_flight == 0, timeout=10, what="every ack")
+        await advance(broker, 1.5)  # past the invisible time: acked messages do not return
+        assert broker.pop_revived == 0
     assert set(got.values()) == {1}
 
 
 async def test_failed_message_is_retried_through_its_invisible_time(
-    broker: EmbeddedBroker,
+    clocked: EmbeddedBroker,
 ) -> None:
+    broker = clocked
     await send(broker, 1)
     attempts: list[int] = []
     consumer = push_consumer(broker, "pp-retry", TOPIC, **POP)
@@ -76,24 +90,40 @@ async def test_failed_message_is_retried_through_its_invisible_time(
 
     async with consumer:
         await wait_for(lambda: len(attempts) == 3, timeout=20, what="three attempts")
-        await asyncio.sleep(1.5)
+        await wait_for(lambda: broker.pop_in_flight == 0, timeout=10, what="the ack")
+        revived = broker.pop_revived  # the two failed attempts
+        await advance(broker, 1.5)  # past the invisible time: the acked attempt stays done
+        assert broker.pop_revived == revived
     assert attempts == [0, 1, 2]
 
 
 async def test_slow_handler_keeps_its_message_invisible(broker: EmbeddedBroker) -> None:
-    # A handler running 3x the invisible time: extended, never delivered twice.
+    # A handler running until its handle was renewed 3 times (each renewal comes when a third
+    # of the invisible time is left: twice the invisible time): extended, never delivered
+    # twice.
     await send(broker, 1)
     calls: list[float] = []
+    finished: list[bool] = []
     consumer = push_consumer(broker, "pp-slow", TOPIC, **POP)
 
     @consumer.listener
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
         calls.append(asyncio.get_running_loop().time())
-        await asyncio.sleep(3.0)
+        [msg] = msgs
+        assert isinstance(msg, rmq.PoppedMessage)
+        handles = {msg.receipt_handle}
+
+        def renewed_thrice() -> bool:
+            handles.add(msg.receipt_handle)
+            return len(handles) > 3
+
+        await wait_for(renewed_thrice, timeout=20, what="three extensions")
+        finished.append(True)
 
     async with consumer:
         await wait_for(lambda: len(calls) == 1, timeout=10, what="the first call")
-        await asyncio.sleep(4.5)
+        await wait_for(lambda: finished and broker.pop_in_flight == 0, timeout=20, what="the ack")
+        assert broker.pop_revived == 0
     assert len(calls) == 1
 
 

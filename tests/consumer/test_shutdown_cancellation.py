@@ -151,8 +151,8 @@ async def test_sigterm_during_a_stuck_rebalance_still_flushes_and_unlocks(
     async def stuck(topics: list[str]) -> None:
         entered.set()
         with contextlib.suppress(asyncio.CancelledError):  # the first cancellation is lost
-            await asyncio.sleep(60)
-        await asyncio.sleep(60)
+            await asyncio.Event().wait()  # until cancelled
+        await asyncio.Event().wait()  # until cancelled
 
     with anyio.CancelScope() as scope, sigterm_cancels(scope):
         async with a:

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from aiorocket.errors import (
     RequestCodeNotSupportedError,
 )
 from tests._harness.broker import FAST_DELAYS
+from tests._harness.clock import advance, manual_broker
 from tests._harness.pop import drain_together
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic, dlq_reader
@@ -33,6 +35,13 @@ TOPIC = "PopTopic"
 def broker_config() -> BrokerConfig:
     # Revive scans often, so messages come back soon after their (short) invisible time.
     return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
+
+
+@pytest.fixture
+async def clocked(broker_config: BrokerConfig, tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
+    # ``broker`` on a ManualClock: a test moves invisible times on instead of sleeping.
+    async with manual_broker(broker_config, tmp_path) as b:
+        yield b
 
 
 @asynccontextmanager
@@ -77,14 +86,16 @@ async def receive_all(
     return got
 
 
-async def test_receive_ack_and_nothing_comes_back(broker: EmbeddedBroker) -> None:
+async def test_receive_ack_and_nothing_comes_back(clocked: EmbeddedBroker) -> None:
+    broker = clocked
     bodies = await send(broker, 40)
     async with simple(broker, invisible_duration=1.0) as c:
         got = await receive_all(c, 40)
         assert sorted(m.body for m in got) == sorted(bodies)
         assert all(m.topic == TOPIC and m.reconsume_times == 0 for m in got)
         assert all(m.receipt_handle.count(" ") == 7 for m in got)
-        await asyncio.sleep(1.5)  # past the invisible time: acked messages stay gone
+        await advance(broker, 1.5)  # past the invisible time: acked messages stay gone
+        assert broker.pop_revived == 0
         assert await c.receive(16) == []
 
 
@@ -99,7 +110,8 @@ async def test_unacked_message_comes_back_with_one_more_delivery(broker: Embedde
         await c.ack(again)
 
 
-async def test_extended_message_is_not_redelivered_meanwhile(broker: EmbeddedBroker) -> None:
+async def test_extended_message_is_not_redelivered_meanwhile(clocked: EmbeddedBroker) -> None:
+    broker = clocked
     await send(broker, 1)
     async with simple(broker, invisible_duration=0.6, await_duration=0.3) as c:
         [msg] = await receive_all(c, 1, ack=False)
@@ -111,7 +123,8 @@ async def test_extended_message_is_not_redelivered_meanwhile(broker: EmbeddedBro
         # 1.6 s after the pop (0.6 s invisible, extended twice): not delivered again.
         assert await receive_all(c, 1, ack=False, timeout=0.5) == []
         await c.ack(msg)
-        await asyncio.sleep(1.0)
+        await advance(broker, 1.0)  # past every invisible time: the acked message stays gone
+        assert broker.pop_revived == 0
         assert await receive_all(c, 1, ack=False, timeout=0.5) == []
 
 

@@ -12,7 +12,7 @@ import pytest
 from aiorocket._client.instance import ClientInstance
 from aiorocket._producer.producer import Producer
 from aiorocket._protocol.message import MessageRecord, decode_messages
-from aiorocket.embedded import EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker, ManualClock
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import (
     ClientClosedError,
@@ -25,6 +25,7 @@ from aiorocket.errors import (
 from aiorocket.models import Message, MessageQueue, SendStatus
 from aiorocket.settings import ClientSettings
 from tests._harness.protocol import pull_header
+from tests._harness.wait import wait_for
 
 
 async def pull_all(namesrv: str, topic: str, *, group: str = "reader") -> list[MessageRecord]:
@@ -166,11 +167,14 @@ async def test_batch_split_under_the_size_cap(broker: EmbeddedBroker) -> None:
 
 async def test_delay_level_is_sent_as_the_delay_property(tmp_path: Path) -> None:
     config = BrokerConfig(delay_levels=(0.2, 0.4, 0.6))
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "d", config=config) as broker:
+    clock = ManualClock()
+    async with EmbeddedBroker(
+        port=0, data_dir=tmp_path / "d", config=config, clock=clock
+    ) as broker:
         async with Producer(namesrv=broker.address, group="pg") as producer:
             await producer.send(Message("later", b"soon"), delay_level=1)
             assert await pull_all(broker.address, "later") == []
-            await asyncio.sleep(1.0)
+            await clock.advance(1.0)
         got = await pull_all(broker.address, "later")
     assert [m.body for m in got] == [b"soon"]
 
@@ -240,7 +244,11 @@ async def test_broker_restart_during_a_stream_of_sends(tmp_path: Path) -> None:
             await broker.close()
             await asyncio.sleep(0.5)
             async with EmbeddedBroker(port=port, data_dir=data, config=config):
-                await asyncio.sleep(1.5)
+                # The streams go on against the restarted broker until it took a few sends.
+                restarted = len(acked)
+                await wait_for(
+                    lambda: len(acked) >= restarted + 50, timeout=15, what="sends after restart"
+                )
                 stop.set()
                 await asyncio.gather(*tasks)
                 got = await pull_all(namesrv, "restart")

@@ -130,7 +130,7 @@ async def test_redeliver_replays_one_queue_from_an_offset(broker: EmbeddedBroker
             broker.address,
             "replay",
             offset_persist_interval=60.0,
-            rebalance_interval=0.5,
+            rebalance_interval=0.25,
         )
         consumer.subscribe("Replay")
 
@@ -142,7 +142,11 @@ async def test_redeliver_replays_one_queue_from_an_offset(broker: EmbeddedBroker
             await wait_for(lambda: len(got) == 10, timeout=10, what="first delivery")
             assert await broker.redeliver("Replay", 0, 2) == ["replay"]
             await wait_for(lambda: sum(got.values()) == 13, timeout=10, what="offsets 2..4 again")
-            await asyncio.sleep(1.0)  # rebalances come and go: nothing else is replayed
+            # Rebalances come and go (three more rounds): nothing else is replayed.
+            rounds = consumer.statistics().rebalances + 3
+            await wait_for(
+                lambda: consumer.statistics().rebalances >= rounds, timeout=10, what="3 rounds"
+            )
     assert got == Counter(
         {**{(q, i): 1 for q in (0, 1) for i in range(5)}, **{(0, i): 2 for i in (2, 3, 4)}}
     )

@@ -61,6 +61,16 @@ async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool
         )
         consumer.subscribe(TOPIC)
         consumer.listener(handler)
+
+        def cleaned_up() -> bool:
+            # The clean-up took the timed-out call over: its send-back is stored (beside the
+            # two messages sent), or, when sends back fail, both injected failures were used.
+            if fail_back:
+                return len(broker.injected_failures) == 2
+            store = broker.store
+            stored = sum(store.max_offset(t, q) for t, qs in store.queues().items() for q in qs)
+            return stored > 2
+
         await producer.send(Message(TOPIC, b"stuck"))
         async with consumer:
             await wait_for(
@@ -77,7 +87,8 @@ async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool
                 # the one worker is free again within 1-2 timeouts: b"next" gets through
                 await wait_for(lambda: handler.delivered(b"next") == 1, timeout=5, what="b'next'")
             else:
-                await asyncio.sleep(2.0)
+                await wait_for(cleaned_up, timeout=10, what="the clean-up of the stuck call")
+                await asyncio.sleep(0.3)  # a freed worker would take b"next" meanwhile
                 assert handler.delivered(b"next") == 0  # the worker is still held
                 handler.release.set()
                 await wait_for(lambda: handler.delivered(b"next") == 1, timeout=5, what="b'next'")

@@ -40,9 +40,9 @@ async def test_a_silent_pull_task_is_restarted(
         consumer = first_consumer(
             broker.address,
             "watchdog",
-            pull_suspend_timeout=0.2,
-            pull_timeout=0.5,  # silent for more than 1 s: restarted
-            rebalance_interval=0.5,
+            pull_suspend_timeout=0.1,
+            pull_timeout=0.3,  # silent for more than 0.6 s: restarted
+            rebalance_interval=0.3,
         )
         consumer.subscribe(TOPIC)
 
@@ -73,7 +73,7 @@ async def test_a_silent_pull_task_is_restarted(
                 lambda: b"after" in got, timeout=10, what="delivery after the restart"
             )
             assert consumer.statistics().pull_restarts == 1
-            await asyncio.sleep(1.5)  # healthy pull loops are never restarted
+            await asyncio.sleep(0.9)  # healthy pull loops are never restarted
             assert consumer.statistics().pull_restarts == 1
     assert got == [b"before", b"after"]
     assert took < 5.0
@@ -95,8 +95,8 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
         consumer = first_consumer(
             broker.address,
             "watchdog-fc",
-            pull_suspend_timeout=0.2,
-            pull_timeout=0.5,
+            pull_suspend_timeout=0.1,
+            pull_timeout=0.25,
             rebalance_interval=0.3,
             pull_batch_size=1,
             pull_threshold_for_queue=1,  # one cached message stops the pulls
@@ -109,10 +109,10 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
             got.extend(m.body for m in msgs)
 
         async with consumer:
-            await asyncio.sleep(2.0)  # the queue waits for capacity, far past 2 × pull_timeout
+            await asyncio.sleep(0.9)  # the queue waits for capacity, far past 2 × pull_timeout
             consumer.pause()
             release.set()
-            await asyncio.sleep(1.5)  # paused, as long
+            await asyncio.sleep(0.9)  # paused, as long
             consumer.resume()
             await wait_for(lambda: len(got) == 5, timeout=10, what="every message")
             assert consumer.statistics().pull_restarts == 0
@@ -127,8 +127,8 @@ async def test_a_pull_task_not_started_yet_is_not_silent(tmp_path: Path) -> None
         consumer = PushConsumer(
             group="watchdog-young",
             namesrv=broker.address,
-            pull_suspend_timeout=0.2,
-            pull_timeout=0.5,
+            pull_suspend_timeout=0.1,
+            pull_timeout=0.25,
             rebalance_interval=60.0,
         )
         consumer.subscribe(TOPIC)
@@ -139,7 +139,7 @@ async def test_a_pull_task_not_started_yet_is_not_silent(tmp_path: Path) -> None
 
         async with consumer:
             [mq] = [q for q in consumer.statistics().queues if q.topic == TOPIC]
-            await asyncio.sleep(1.5)  # longer than 2 × pull_timeout since the consumer began
+            await asyncio.sleep(0.75)  # longer than 2 × pull_timeout since the consumer began
             await consumer._queues.stop_queue(mq)
             consumer._queues.start_queue(mq, 0)
             consumer._queues.restart_silent_pulls()  # at once, as the next round would

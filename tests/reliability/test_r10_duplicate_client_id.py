@@ -30,7 +30,7 @@ def member(broker: EmbeddedBroker, got: Counter[bytes]) -> PushConsumer:
         broker.address,
         "r10",
         instance_name="same",
-        rebalance_interval=0.5,
+        rebalance_interval=0.2,
     )
     consumer.subscribe(TOPIC)
 
@@ -78,7 +78,13 @@ async def test_r10_two_instances_with_one_client_id(
                 # the newcomer saw the id taken before joining: the running member (and the
                 # orderly locks it may hold under that id) is left alone
                 assert a.client_id.endswith("@same")
-            await asyncio.sleep(1.5)  # rebalances go on: the split stays
+            # Rebalances go on (three more rounds each): the split stays.
+            ra, rb = a.statistics().rebalances, b.statistics().rebalances
+            await wait_for(
+                lambda: a.statistics().rebalances >= ra + 3 and b.statistics().rebalances >= rb + 3,
+                timeout=15,
+                what="three more rebalance rounds each",
+            )
             assert shared_out()
         finally:
             await a.close()

@@ -56,8 +56,15 @@ def overdue(conns: list[Connection], slack: float) -> list[tuple[float, float]]:
 
 async def quiet_counts(ledger: Ledger) -> tuple[int, int]:
     await wait_for(lambda: not ledger.lost, timeout=20, what="every acknowledged message")
-    await asyncio.sleep(1.0)
-    return task_count(), open_fds()
+    # Settled: the same task and descriptor counts over half a second.
+    seen = [(task_count(), open_fds())]
+
+    def steady() -> bool:
+        seen.append((task_count(), open_fds()))
+        return len(seen) > 5 and len(set(seen[-6:])) == 1
+
+    await wait_for(steady, timeout=10, what="steady task and fd counts", interval=0.1)
+    return seen[-1]
 
 
 async def test_r4_thirty_second_black_hole(tmp_path: Path) -> None:
@@ -110,7 +117,8 @@ async def test_r4_thirty_second_black_hole(tmp_path: Path) -> None:
 
             stop = asyncio.Event()
             sending = asyncio.create_task(sender(stop))
-            await asyncio.sleep(1.0)
+            flowing = len(ledger.acked) + 10
+            await wait_for(lambda: len(ledger.acked) >= flowing, timeout=10, what="sends flowing")
             errors_before = consumer.statistics().pull_errors
             proxy.stall()
             stalled_at = time.monotonic()
@@ -130,12 +138,18 @@ async def test_r4_thirty_second_black_hole(tmp_path: Path) -> None:
             recovery = await wait_for(
                 resumed, timeout=5.0, what="a message sent after the heal delivered"
             )
-            await asyncio.sleep(2.0)
+            # Sending goes on after the recovery until 20 more messages made it through.
+            await wait_for(
+                lambda: (
+                    sum(sent_at[b] >= healed_at and b in ledger.first_seen for b in sent_at) >= 20
+                ),
+                timeout=10,
+                what="traffic after the heal",
+            )
             stop.set()
             await sending
             await wait_for(lambda: not ledger.lost, timeout=20, what="every acknowledged message")
 
-            await asyncio.sleep(1.0)
             deadline = time.monotonic() + 20
             while (task_count(), open_fds()) != (tasks0, fds0) and time.monotonic() < deadline:
                 await asyncio.sleep(0.25)
