@@ -22,8 +22,8 @@ from aiorocket.embedded.broker import EmbeddedBroker
 from tests._harness.child import Child
 from tests.consumer.conftest import create_topic
 from tests.consumer.test_orderly_multiprocess import (
+    LOCK_LEASE_3S,
     QUEUES,
-    broker_config,  # noqa: F401  (the fixture: a 3 s lock lease)
     check_run,
     new_run,
     producing,
@@ -32,7 +32,7 @@ from tests.consumer.test_orderly_multiprocess import (
     wait_delivered,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, LOCK_LEASE_3S]
 
 KEYED = ("--order-by", "sharding_key", "--sleep", "0.01")
 

@@ -38,7 +38,10 @@ from tests.consumer.conftest import create_topic
 
 SCRIPT = Path(__file__).with_name("orderly_proc.py")
 
-pytestmark = pytest.mark.slow
+#: a 3 s lock lease
+LOCK_LEASE_3S = pytest.mark.broker(lock_lease=3.0)
+
+pytestmark = [pytest.mark.slow, LOCK_LEASE_3S]
 
 
 #: queues of the members' topic, created before they start (as an operator would)
@@ -91,11 +94,6 @@ async def wait_delivered(records: Records, wanted: set[str], timeout: float) -> 
         return records.delivered()
 
     await wait_for_ids(delivered, wanted, timeout=timeout, interval=0.25)
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(lock_lease=3.0)
 
 
 #: R7: the broker lease, and a channel expiry short enough that the other member wants the

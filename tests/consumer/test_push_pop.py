@@ -13,7 +13,6 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic, push_consumer
@@ -30,9 +29,9 @@ POP: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
+pytestmark = pytest.mark.broker(
+    default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05
+)
 
 
 async def send(broker: EmbeddedBroker, n: int, prefix: str = "m") -> set[bytes]:

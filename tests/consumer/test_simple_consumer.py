@@ -15,7 +15,6 @@ import pytest
 import aiorocket as rmq
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import (
     InvalidReceiptHandleError,
     ReceiptHandleExpiredError,
@@ -29,10 +28,10 @@ from tests.consumer.conftest import create_topic, dlq_reader
 TOPIC = "PopTopic"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    # Revive scans often, so messages come back soon after their (short) invisible time.
-    return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
+# Revive scans often, so messages come back soon after their (short) invisible time.
+pytestmark = pytest.mark.broker(
+    default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05
+)
 
 
 @asynccontextmanager

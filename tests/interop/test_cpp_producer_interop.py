@@ -16,7 +16,7 @@ import pytest
 
 from aiorocket._producer.producer import Producer
 from aiorocket.embedded import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig, parse_delay_levels
+from aiorocket.embedded.config import parse_delay_levels
 from aiorocket.models import Message
 from tests.interop.cpp_peer import build_message
 from tests.interop.harness import (
@@ -28,20 +28,15 @@ from tests.interop.harness import (
     unique_name,
 )
 
-pytestmark = pytest.mark.interop
-
 #: levels 1..3 shortened to sub-second delays; the rest keep the usual table's shape
 DELAYS = "200ms 400ms 800ms 2s 3s"
+
+pytestmark = [pytest.mark.interop, pytest.mark.broker(delay_levels=parse_delay_levels(DELAYS))]
 
 
 @pytest.fixture(autouse=True)
 def _cpp_client() -> None:
     require_cpp_client()
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=parse_delay_levels(DELAYS))
 
 
 def to_message(topic: str, spec: dict[str, Any], **extra: Any) -> Message:

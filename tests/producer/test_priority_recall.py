@@ -24,11 +24,8 @@ from tests.embedded.test_broker_kit import RawClient
 from tests.interop.harness import unique_name
 from tests.producer.test_producer import pull_all
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    """Recalls allowed (Apache's ``recallMessageEnable`` is off by default)."""
-    return BrokerConfig(recall_message_enable=True)
+# Recalls allowed (Apache's ``recallMessageEnable`` is off by default).
+pytestmark = pytest.mark.broker(recall_message_enable=True)
 
 
 async def create(

@@ -28,10 +28,7 @@ from tests._harness.protocol import pull_header
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=FAST_DELAYS)
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 
 async def test_fail_next_answers_the_code_and_the_producer_backs_off(

@@ -33,9 +33,7 @@ from tests.spark._support import BrokerThread, produce
 TOPIC = "ReaderT"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=4)
+pytestmark = pytest.mark.broker(default_queues=4)
 
 
 async def _fill(addr: str, topic: str, n: int, *, queue_id: int = 0, **settings: object) -> None:

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 from tests.producer.tx_proc import crash_in_transaction
+
+pytestmark = pytest.mark.broker(transaction_check_interval=0.5, transaction_timeout=1.0)
 
 #: the Java broker looks for pending halves every second and checks those 2 s old; a checked
 #: half is put back with a new store time, so a second check needs the answer to be 2 s late.
@@ -140,11 +142,6 @@ async def test_java_broker_checks_another_producer_after_a_crash(
     assert set(checked) == {"crash"}
     assert set(reader.bodies) == {"crash"}
     assert len(reader.bodies) <= len(checked)
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(transaction_check_interval=0.5, transaction_timeout=1.0)
 
 
 async def test_java_transaction_producer_against_the_embedded_broker(
