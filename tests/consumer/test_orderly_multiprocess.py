@@ -31,8 +31,7 @@ from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
-from tests._harness.child import Child, member_options, start_script, stop_child
-from tests._harness.child import wait_delivered as wait_for_ids
+from tests._harness.child import Child, member_options, start_script, stop_child, wait_delivered
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
 from tests.consumer.conftest import create_topic
 
@@ -86,14 +85,6 @@ def check_run(
 
 def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-async def wait_delivered(records: Records, wanted: set[str], timeout: float) -> None:
-    def delivered() -> set[str]:
-        records.refresh()
-        return records.delivered()
-
-    await wait_for_ids(delivered, wanted, timeout=timeout, interval=0.25)
 
 
 #: R7: the broker lease, and a channel expiry short enough that the other member wants the
@@ -172,7 +163,7 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
         await asyncio.sleep(0.5)
         live.append(await spawn("a2", broker, out, *sleep))
         await production
-        await wait_delivered(records, wanted, timeout=30)
+        await wait_delivered(records.delivered_now, wanted, timeout=30, interval=0.25)
     rows = records.refresh()
     all_calls = handler_calls(rows, {p.name: p.killed_at or 0.0 for p in killed})
     replays = check_run(records, all_calls, wanted, len(keys), per_key)
@@ -210,7 +201,7 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
         t_cont = time.time()
         os.kill(a.proc.pid, signal.SIGCONT)
         await production
-        await wait_delivered(records, wanted, timeout=30)
+        await wait_delivered(records.delivered_now, wanted, timeout=30, interval=0.25)
         await asyncio.sleep(1.0)  # a has rejoined and holds queues again
     finally:
         production.cancel()

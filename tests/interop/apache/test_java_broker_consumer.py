@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
-from tests._harness.child import Child
+from tests._harness.child import Child, wait_delivered
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import (
@@ -94,16 +94,13 @@ async def wait_one_owner_each(
         raise AssertionError(f"{exc}: {owners(records, names, field)}") from None
 
 
-async def wait_delivered(records: Records, wanted: set[str], key: str, timeout: float) -> None:
-    def done() -> bool:
-        rows = records.refresh()
-        if key == "id":
-            got = {r["id"] for r in rows if r["k"] == "d"}
-        else:
-            got = {i for r in rows if r["k"] == "s" for i in r["ids"]}
-        return wanted <= got
-
-    await wait_for(done, timeout=timeout, what=f"{len(wanted)} messages delivered", interval=0.1)
+def delivered_now(records: Records, key: str) -> set[str]:
+    """Every id delivered so far: of ``d`` rows (one a message) for ``key`` ``"id"``, else of
+    ``s`` rows (one a handler call, their ``ids``)."""
+    rows = records.refresh()
+    if key == "id":
+        return {r["id"] for r in rows if r["k"] == "d"}
+    return records.delivered()
 
 
 # -- concurrent consumption ------------------------------------------------------------------
@@ -166,7 +163,9 @@ async def test_two_members_share_the_queues_and_survive_one_leaving(
         assert left_at is not None
         await wait_one_owner_each(records, ["a"], "queues")
         await production
-        await wait_delivered(records, set(ids), "id", DRAIN_TIMEOUT)
+        await wait_delivered(
+            lambda: delivered_now(records, "id"), ids, timeout=DRAIN_TIMEOUT, interval=0.1
+        )
     finally:
         if production is not None:
             production.cancel()
@@ -280,7 +279,9 @@ async def test_orderly_members_keep_per_key_order_across_a_hand_over(
         assert left_at is not None
         await wait_one_owner_each(records, ["a"], "locks", timeout=LEASE + 60)
         await production
-        await wait_delivered(records, wanted, "ids", DRAIN_TIMEOUT)
+        await wait_delivered(
+            lambda: delivered_now(records, "ids"), wanted, timeout=DRAIN_TIMEOUT, interval=0.1
+        )
     finally:
         if production is not None:
             production.cancel()
