@@ -29,7 +29,6 @@ import pytest
 
 from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
 from tests._harness.child import Child, member_options, start_script, stop_child, wait_delivered
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
@@ -90,13 +89,6 @@ def process_state(pid: int) -> str:
 #: R7: the broker lease, and a channel expiry short enough that the other member wants the
 #: stopped member's queues well before that lease runs out
 LEASE = 4.0
-
-
-@pytest.fixture
-async def stop_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(lock_lease=LEASE, channel_expiry=2.0, channel_scan_interval=0.25)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
 
 
 async def produce(broker: EmbeddedBroker, keys: list[str], per_key: int, seconds: float) -> None:
@@ -177,11 +169,11 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
     assert members & {"a2", "b2", "c2"}
 
 
+@pytest.mark.broker(lock_lease=LEASE, channel_expiry=2.0, channel_scan_interval=0.25)
 async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks_before_delivering(
-    stop_broker: EmbeddedBroker, tmp_path: Path
+    broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     """R7: SIGSTOP the owner past the broker lease (4 s), then SIGCONT."""
-    broker = stop_broker
     lease = LEASE
     keys = [f"k{i}" for i in range(16)]
     per_key = 100

@@ -181,26 +181,25 @@ async def test_exception_in_execute_local_counts_as_unknown(broker: EmbeddedBrok
     assert await delivered(broker, "tx_exc") == [b"x"]
 
 
-async def test_check_max_counts_every_check_back(tmp_path: Path) -> None:
-    config = BrokerConfig(
-        transaction_check_interval=0.05, transaction_timeout=0.1, transaction_check_max=3
-    )
-    async with EmbeddedBroker(data_dir=tmp_path, config=config) as broker:
-        checks = Checks(S.UNKNOWN)
-        async with tx_producer(broker, "tx-cm", S.UNKNOWN, checks) as producer:
-            await producer.send_in_transaction(rmq.Message("tx_cm", b"never"))
-            await wait_for(
-                lambda: broker.transactions.discarded == 1,
-                timeout=5.0,
-                what="broker.transactions.discarded == 1",
-            )
-            await asyncio.sleep(0.3)
-        assert [m.body for m in checks.seen] == [b"never"] * 3  # transactionCheckMax checks
-        assert broker.transactions.discarded == 1
-        discarded = await pull_all(broker.address, CHECK_MAX_TOPIC)
-        assert [m.body for m in discarded] == [b"never"]
-        assert discarded[0].properties["TRANSACTION_CHECK_TIMES"] == "3"
-        assert await delivered(broker, "tx_cm") == []
+@pytest.mark.broker(
+    transaction_check_interval=0.05, transaction_timeout=0.1, transaction_check_max=3
+)
+async def test_check_max_counts_every_check_back(broker: EmbeddedBroker) -> None:
+    checks = Checks(S.UNKNOWN)
+    async with tx_producer(broker, "tx-cm", S.UNKNOWN, checks) as producer:
+        await producer.send_in_transaction(rmq.Message("tx_cm", b"never"))
+        await wait_for(
+            lambda: broker.transactions.discarded == 1,
+            timeout=5.0,
+            what="broker.transactions.discarded == 1",
+        )
+        await asyncio.sleep(0.3)
+    assert [m.body for m in checks.seen] == [b"never"] * 3  # transactionCheckMax checks
+    assert broker.transactions.discarded == 1
+    discarded = await pull_all(broker.address, CHECK_MAX_TOPIC)
+    assert [m.body for m in discarded] == [b"never"]
+    assert discarded[0].properties["TRANSACTION_CHECK_TIMES"] == "3"
+    assert await delivered(broker, "tx_cm") == []
 
 
 @QUIET

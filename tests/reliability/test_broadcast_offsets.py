@@ -57,11 +57,12 @@ def bodies(first: int, last: int) -> list[bytes]:
     return sorted(b"%d" % i for i in range(first, last))
 
 
-async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_path: Path) -> None:
+async def test_two_default_consumers_on_one_host_keep_their_own_progress(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     store = tmp_path / "offsets"
     got: dict[str, list[bytes]] = defaultdict(list)
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         Producer(namesrv=broker.address, group="bp") as producer,
     ):
         await send(producer, 0, 20)
@@ -87,17 +88,17 @@ async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_pat
 
 
 async def test_a_second_live_consumer_with_the_same_instance_name_is_refused(
+    broker: EmbeddedBroker,
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "offsets"
     got: list[bytes] = []
-    async with EmbeddedBroker(data_dir=tmp_path / "b") as broker:
-        async with member(broker, store, got, "edge-1"):
-            second = member(broker, store, got, "edge-1")
-            with pytest.raises(ConfigurationError, match="instance_name 'edge-1'"):
-                await second.start()
-        async with member(broker, store, got, "edge-1"):  # free again once the first closed
-            pass
+    async with member(broker, store, got, "edge-1"):
+        second = member(broker, store, got, "edge-1")
+        with pytest.raises(ConfigurationError, match="instance_name 'edge-1'"):
+            await second.start()
+    async with member(broker, store, got, "edge-1"):  # free again once the first closed
+        pass
 
 
 async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_used(

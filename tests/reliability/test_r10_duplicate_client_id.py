@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -47,12 +46,11 @@ def owned(consumer: PushConsumer) -> set[int]:
 
 @pytest.mark.parametrize("start", ["one after the other", "at the same time"])
 async def test_r10_two_instances_with_one_client_id(
-    tmp_path: Path, start: str, caplog: pytest.LogCaptureFixture
+    broker: EmbeddedBroker, start: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     got: Counter[bytes] = Counter()
     caplog.set_level(logging.WARNING, logger="aiorocket.consumer")
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         # the first send creates the topic with QUEUES queues
         Producer(namesrv=broker.address, group="r10p", default_topic_queue_nums=QUEUES) as producer,
     ):

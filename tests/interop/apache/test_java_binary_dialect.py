@@ -16,7 +16,6 @@ Apache RocketMQ.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,7 +25,7 @@ from aiorocket._protocol.codes import SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import server as server_module
 from aiorocket._remoting.server import ServerConnection
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests.interop import binary_scenarios as sc
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.install import Install
@@ -43,6 +42,8 @@ from tests.interop.apache.test_java_client_embedded import (
     wait_until,
 )
 from tests.interop.harness import unique_name
+
+pytestmark = pytest.mark.broker(default_queues=QUEUES)
 
 # -- aiorocket's binary clients, Java broker ------------------------------------------------------
 
@@ -106,11 +107,10 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> list[Recording]:
 
 
 @pytest.fixture
-async def broker(tmp_path: Path, recording: list[Recording]) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(
-        data_dir=tmp_path / "broker", config=BrokerConfig(default_queues=QUEUES)
-    ) as b:
-        yield b
+def broker(recording: list[Recording], broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The suite's ``broker`` (``QUEUES`` queues), started once ``recording`` records the
+    connections it accepts."""
+    return broker
 
 
 def split_by_dialect(conns: list[Recording]) -> tuple[list[Recording], list[Recording]]:
