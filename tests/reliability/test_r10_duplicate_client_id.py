@@ -15,8 +15,9 @@ from collections import Counter
 
 import pytest
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket import Message, Producer, PushConsumer
 from aiorocket.embedded import EmbeddedBroker
+from tests._harness.consume import collect_bodies
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
@@ -31,13 +32,7 @@ def member(broker: EmbeddedBroker, got: Counter[bytes]) -> PushConsumer:
         instance_name="same",
         rebalance_interval=0.5,
     )
-    consumer.subscribe(TOPIC)
-
-    @consumer.listener
-    async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
-        got.update(m.body for m in msgs)
-
-    return consumer
+    return collect_bodies(consumer, TOPIC, got.update)
 
 
 def owned(consumer: PushConsumer) -> set[int]:
