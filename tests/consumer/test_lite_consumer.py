@@ -17,11 +17,11 @@ from aiorocket.errors import (
     ConfigurationError,
     InvalidReceiptHandleError,
     ReceiptHandleExpiredError,
-    UnsupportedFeatureError,
 )
 from examples import agents_lite
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.lite import (
+    check_lite_refused,
     create_lite_parent,
     lite_acceptance,
     lite_consumer,
@@ -222,12 +222,7 @@ async def test_a_topic_that_is_not_lite_or_a_group_not_bound_is_refused(
 
 @pytest.mark.broker(remoting_version=409)
 async def test_a_4x_broker_is_refused_at_start(broker: EmbeddedBroker) -> None:
-    async with rmq.Admin(namesrv=broker.address) as admin:
-        await admin.create_topic(TOPIC, queues=2)
-    c = lite_consumer(broker.address, GROUP, TOPIC)
-    with pytest.raises(UnsupportedFeatureError, match=r"lite topics need RocketMQ 5\.5\+"):
-        await c.start()
-    await c.close()
+    await check_lite_refused(broker.address, TOPIC, GROUP)
     # a lite message is a plain message there
     async with rmq.Producer(namesrv=broker.address, group="p") as p:
         await p.send(rmq.Message(TOPIC, b"x", lite_topic="c1"))
