@@ -22,6 +22,7 @@ from tests.interop.harness import (
     Event,
     PeerProcess,
     cli_broker,
+    cpp_consume_args,
     create_topics,
     delivery_mismatches,
     require_cpp_client,
@@ -147,21 +148,13 @@ async def test_cpp_producer_modes_to_concurrent_consumer(
         filtered = await stack.enter_async_context(
             run_peer(
                 "filtered",
-                [
-                    "consume",
-                    "--namesrv",
+                cpp_consume_args(
                     addr,
-                    "--group",
-                    filtered_group,
-                    "--topic",
                     topics["sync"],
-                    "--expression",
-                    "Tag0 || Tag1",
-                    "--expect",
-                    str(COUNT // 2),
-                    "--timeout",
-                    "80",
-                ],
+                    filtered_group,
+                    *("--expression", "Tag0 || Tag1"),
+                    *("--expect", str(COUNT // 2), "--timeout", "80"),
+                ),
                 home=tmp_path / "filtered",
             )
         )
@@ -211,20 +204,9 @@ async def test_cpp_orderly_consumer_keeps_per_key_order(
         consumer = await stack.enter_async_context(
             run_peer(
                 "orderly-consumer",
-                [
-                    "consume",
-                    "--namesrv",
-                    addr,
-                    "--group",
-                    group,
-                    "--topic",
-                    topic,
-                    "--orderly",
-                    "--expect",
-                    str(COUNT),
-                    "--timeout",
-                    "80",
-                ],
+                cpp_consume_args(
+                    addr, topic, group, "--orderly", "--expect", str(COUNT), "--timeout", "80"
+                ),
                 home=tmp_path / "consumer",
             )
         )
@@ -271,7 +253,7 @@ async def test_second_cpp_consumer_takes_half_the_queues(
     addr = broker.address
     topic = unique_name("cpp_rebalance")
     group = unique_name("cpp_rebalance_group")
-    consume = ["consume", "--namesrv", addr, "--group", group, "--topic", topic, "--timeout", "85"]
+    consume = cpp_consume_args(addr, topic, group, "--timeout", "85")
     produce = ["produce", "--namesrv", addr, "--topic", topic, "--key-count", str(KEYS)]
     await create_topics(addr, topic)
 
@@ -367,11 +349,13 @@ async def test_cpp_consumer_refusals_come_back_through_retry_topic(
         consumer = await stack.enter_async_context(
             run_peer(
                 "consumer",
-                [
-                    *("consume", "--namesrv", addr, "--group", group, "--topic", topic),
+                cpp_consume_args(
+                    addr,
+                    topic,
+                    group,
                     *("--reject-every", str(every), "--expect", str(count)),
                     *("--timeout", "60"),
-                ],
+                ),
                 home=tmp_path / "consumer",
             )
         )
@@ -437,10 +421,9 @@ async def test_cli_broker_serves_cpp_clients(tmp_path: Path) -> None:
         check_send_results(sent, "orderly")
         async with run_peer(
             "consumer",
-            [
-                *("consume", "--namesrv", addr, "--group", group, "--topic", topic),
-                *("--orderly", "--expect", str(COUNT), "--timeout", "60"),
-            ],
+            cpp_consume_args(
+                addr, topic, group, "--orderly", "--expect", str(COUNT), "--timeout", "60"
+            ),
             home=tmp_path / "consumer",
         ) as consumer:
             await consumer.wait_exit(60)

@@ -136,7 +136,7 @@ async def test_java_client_binary_produce_and_consume(
     every message aiorocket (JSON) sent; the broker saw the Java client's requests binary only
     and answered them binary, and aiorocket's in JSON."""
     topic = unique_name("j_bin")
-    producer = await JavaClient.start(
+    producer = await JavaClient.run(
         java_classes,
         "JClient",
         "produce",
@@ -147,11 +147,8 @@ async def test_java_client_binary_produce_and_consume(
         name="bin-producer",
         tmp=tmp_path / "producer",
         jvm_options=BINARY_JVM,
+        timeout=BOOT,
     )
-    try:
-        await producer.wait_exit(BOOT)
-    finally:
-        await producer.kill()
     stored = await read_all(broker, topic)
     assert sorted(int(m.properties["idx"]) for m in stored) == list(range(COUNT))
     for m in stored:
@@ -191,7 +188,7 @@ async def test_a_json_java_client_stays_json(
     broker: EmbeddedBroker, recording: list[Recording], java_classes: Path, tmp_path: Path
 ) -> None:
     """The control: without the property the Java client's requests are JSON."""
-    producer = await JavaClient.start(
+    await JavaClient.run(
         java_classes,
         "JClient",
         "produce",
@@ -201,11 +198,8 @@ async def test_a_json_java_client_stays_json(
         "3",
         name="json-producer",
         tmp=tmp_path / "producer",
+        timeout=BOOT,
     )
-    try:
-        await producer.wait_exit(BOOT)
-    finally:
-        await producer.kill()
     binary, json = split_by_dialect(recording)
     assert not binary
     assert json

@@ -74,13 +74,19 @@ async def _java_priorities(classes: Path, tmp: Path, namesrv: str, topic: str, n
     group = unique_name("jprio_g")
     async with rmq.Admin(namesrv=namesrv) as admin:
         await admin.set_consume_mode(group, topic, "pop")
-    java = await JavaClient.start(
-        classes, "JPop", namesrv, topic, group, str(n), "180", "1", name="jpop", tmp=tmp / "jp"
+    java = await JavaClient.run(
+        classes,
+        "JPop",
+        namesrv,
+        topic,
+        group,
+        str(n),
+        "180",
+        "1",
+        name="jpop",
+        tmp=tmp / "jp",
+        timeout=BOOT + 180,
     )
-    try:
-        await java.wait_exit(BOOT + 180)
-    finally:
-        await java.stop()
     return [int(e["priority"]) for e in java.of("msg")]
 
 

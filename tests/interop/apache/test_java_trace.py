@@ -27,6 +27,7 @@ import aiorocket as rmq
 from aiorocket._trace import TraceType, decode_trace, encode_trace
 from aiorocket.embedded import EmbeddedBroker, parse_delay_levels
 from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST
 from tests.interop.apache._groups import create_topic, wait_route
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.install import run_admin
@@ -38,12 +39,8 @@ pytestmark = pytest.mark.broker(delay_levels=parse_delay_levels(" ".join(["200ms
 
 JAVA_BROKER_CONF = {"traceTopicEnable": "true"}
 
-PY_CONSUMER: dict[str, Any] = {
-    "consume_from": "first",
-    "rebalance_interval": 1.0,
-    "offset_persist_interval": 0.5,
-    "shutdown_grace": 5.0,
-}
+#: the consumer tests' quick settings, from the first offset
+PY_CONSUMER: dict[str, Any] = {"consume_from": "first", **FAST}
 BOOT = 90.0
 
 
