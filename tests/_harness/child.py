@@ -194,7 +194,9 @@ async def produce_at_rate(
 async def wait_delivered(
     delivered: Callable[[], set[str]], ids: Iterable[str], *, timeout: float, interval: float
 ) -> None:
-    """Wait until every id is in ``delivered()``.
+    """Wait until every id is in ``delivered()``, polled every ``interval`` seconds (the
+    suite's one wait for deliveries: ``delivered`` reads what members wrote so far, e.g.
+    :meth:`tests._harness.orderly.Records.delivered_now`).
 
     Raises:
         AssertionError: some were not within ``timeout``.

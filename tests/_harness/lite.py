@@ -11,10 +11,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pytest
+
 import aiorocket as rmq
+from aiorocket.errors import UnsupportedFeatureError
 
 __all__ = [
     "by_lite_topic",
+    "check_lite_refused",
     "create_lite_parent",
     "lite_acceptance",
     "lite_consumer",
@@ -35,6 +39,17 @@ def lite_consumer(namesrv: str, group: str, topic: str, **settings: Any) -> rmq.
     return rmq.LiteConsumer(
         group=group, namesrv=namesrv, topic=topic, **{"await_duration": 2.0, **settings}
     )
+
+
+async def check_lite_refused(namesrv: str, topic: str, group: str) -> None:
+    """On a broker older than 5.5: a lite consumer of ``group`` on ``topic`` (created here, a
+    plain topic of 2 queues) does not start, and says lite topics need 5.5+."""
+    async with rmq.Admin(namesrv=namesrv) as admin:
+        await admin.create_topic(topic, queues=2)
+    c = lite_consumer(namesrv, group, topic)
+    with pytest.raises(UnsupportedFeatureError, match=r"lite topics need RocketMQ 5\.5\+"):
+        await c.start()
+    await c.close()
 
 
 async def send_lite(

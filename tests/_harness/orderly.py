@@ -46,6 +46,11 @@ class Records:
         """The bodies of every handler call started so far."""
         return {i for r in self.rows if r["k"] == "s" for i in r["ids"]}
 
+    def delivered_now(self) -> set[str]:
+        """:meth:`delivered` after a :meth:`refresh`: what a wait polls."""
+        self.refresh()
+        return self.delivered()
+
     def latest(self, kind: str, names: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The newest row of ``kind`` of each named member."""
         wanted = set(names)

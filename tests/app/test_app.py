@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from aiorocket import App, DeadLetter, ReceivedMessage, ReconsumeLater, RetryPolicy
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ClientClosedError, ConfigurationError
 from tests._harness.wait import wait_for
 
@@ -27,9 +27,7 @@ class Order(BaseModel):
     item: str
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=(0.1, 0.2, 0.3, 0.4, 0.5))
+pytestmark = pytest.mark.broker(delay_levels=(0.1, 0.2, 0.3, 0.4, 0.5))
 
 
 def make_app(broker: EmbeddedBroker) -> App:

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from aiorocket import App
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.wait import wait_for
 
 FAST = {
@@ -21,9 +21,7 @@ FAST = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=(0.2, 0.2, 0.2, 0.2))
+pytestmark = pytest.mark.broker(delay_levels=(0.2, 0.2, 0.2, 0.2))
 
 
 _COUNTED = re.compile(r"\((\d+) more failure\(s\) since the last traceback\)")

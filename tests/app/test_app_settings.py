@@ -8,7 +8,7 @@ import pytest
 
 from aiorocket import App, Message, Producer
 from aiorocket.app.settings import GROUP_SETTINGS, AppSettings, load_app_settings
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from aiorocket.settings import ClientSettings, ConsumerSettings
 from tests._harness.wait import wait_for
@@ -22,11 +22,9 @@ FAST = {
 TOPIC = "settingsT"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    # A broker that answers "no offset" to a new group: consume_from decides where it starts
-    # (a young broker would answer 0 to every new group: docs/concepts/start-offsets.md).
-    return BrokerConfig(new_group_offset_zero=False)
+# A broker that answers "no offset" to a new group: consume_from decides where it starts
+# (a young broker would answer 0 to every new group: docs/concepts/start-offsets.md).
+pytestmark = pytest.mark.broker(new_group_offset_zero=False)
 
 
 async def produce(addr: str, *bodies: str) -> None:

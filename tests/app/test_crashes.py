@@ -41,39 +41,38 @@ class Bug(Exception):
 
 @pytest.mark.slow
 async def test_a_worker_whose_pull_task_crashes_exits_non_zero_within_a_second(
-    tmp_path: Path,
+    broker: EmbeddedBroker,
 ) -> None:
-    async with EmbeddedBroker(data_dir=tmp_path / "data") as broker:
-        env = {
-            **os.environ,
-            "AIOROCKET_NAMESRV": broker.address,
-            "AIOROCKET_CONSUMER": '{"rebalance_interval": 0.5, "pull_suspend_timeout": 1, '
-            '"consume_from": "first"}',
-            "CRASHING_WORKER": "1",
-            "WORKER_TOPIC": "crashes",
-            "PYTHONPATH": str(ROOT),
-        }
-        worker = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "aiorocket", "run", "tests.app.crashing_worker:app"),
-            *("--status-interval", "0.2", "--loop", "asyncio"),
-            cwd=ROOT,
-            env=env,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            assert worker.stderr is not None
-            while b"worker started" not in (line := await worker.stderr.readline()):
-                assert line, "the worker ended before it started"
-            async with Producer(namesrv=broker.address, group="pg") as producer:
-                await producer.send(Message("crashes", b"fine"))
-                await producer.send(Message("crashes", b"crash"))
-            rest = await asyncio.wait_for(worker.stderr.read(), 30)
+    env = {
+        **os.environ,
+        "AIOROCKET_NAMESRV": broker.address,
+        "AIOROCKET_CONSUMER": '{"rebalance_interval": 0.5, "pull_suspend_timeout": 1, '
+        '"consume_from": "first"}',
+        "CRASHING_WORKER": "1",
+        "WORKER_TOPIC": "crashes",
+        "PYTHONPATH": str(ROOT),
+    }
+    worker = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "aiorocket", "run", "tests.app.crashing_worker:app"),
+        *("--status-interval", "0.2", "--loop", "asyncio"),
+        cwd=ROOT,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert worker.stderr is not None
+        while b"worker started" not in (line := await worker.stderr.readline()):
+            assert line, "the worker ended before it started"
+        async with Producer(namesrv=broker.address, group="pg") as producer:
+            await producer.send(Message("crashes", b"fine"))
+            await producer.send(Message("crashes", b"crash"))
+        rest = await asyncio.wait_for(worker.stderr.read(), 30)
+        await worker.wait()
+        exited = time.time()
+    finally:
+        if worker.returncode is None:
+            worker.kill()
             await worker.wait()
-            exited = time.time()
-        finally:
-            if worker.returncode is None:
-                worker.kill()
-                await worker.wait()
     err = rest.decode()
     assert worker.returncode == 1, err
     crashed_at = float(next(x for x in err.splitlines() if x.startswith("CRASH AT")).split()[2])

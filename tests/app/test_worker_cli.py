@@ -57,39 +57,39 @@ async def _wait_lines(path: Path, n: int, timeout: float = 20) -> list[str]:
 
 @pytest.mark.slow
 async def test_worker_consumes_drains_on_sigterm_and_restarts_without_duplicates(
+    broker: EmbeddedBroker,
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "handled.txt"
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as broker:
-        env = _env(broker.address, log)
-        worker = await _start_worker(env)
-        try:
-            async with Producer(namesrv=broker.address, group="pg") as producer:
-                ids = {(await producer.send(Message("work", f"m{i}"))).msg_id for i in range(200)}
-            lines = await _wait_lines(log, 200)
-            assert {line.split()[0] for line in lines} == ids
-            worker.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(worker.communicate(), 30)
-        finally:
-            if worker.returncode is None:
-                worker.kill()
-        assert worker.returncode == 0, err.decode()
-        assert b"draining" in err
-        assert b"stopped" in err
-        # A restart resumes from the flushed offsets: nothing is handled twice.
-        again = await _start_worker(env)
-        try:
-            async with Producer(namesrv=broker.address, group="pg") as producer:
-                last = (await producer.send(Message("work", "after-restart"))).msg_id
-            lines = await _wait_lines(log, 201)
-            await asyncio.sleep(1.0)
-            lines = log.read_text().splitlines()
-        finally:
-            again.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(again.communicate(), 30)
-        handled = [line.split()[0] for line in lines]
-        assert len(handled) == len(set(handled)) == 201
-        assert handled[-1] == last
+    env = _env(broker.address, log)
+    worker = await _start_worker(env)
+    try:
+        async with Producer(namesrv=broker.address, group="pg") as producer:
+            ids = {(await producer.send(Message("work", f"m{i}"))).msg_id for i in range(200)}
+        lines = await _wait_lines(log, 200)
+        assert {line.split()[0] for line in lines} == ids
+        worker.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(worker.communicate(), 30)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+    assert worker.returncode == 0, err.decode()
+    assert b"draining" in err
+    assert b"stopped" in err
+    # A restart resumes from the flushed offsets: nothing is handled twice.
+    again = await _start_worker(env)
+    try:
+        async with Producer(namesrv=broker.address, group="pg") as producer:
+            last = (await producer.send(Message("work", "after-restart"))).msg_id
+        lines = await _wait_lines(log, 201)
+        await asyncio.sleep(1.0)
+        lines = log.read_text().splitlines()
+    finally:
+        again.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(again.communicate(), 30)
+    handled = [line.split()[0] for line in lines]
+    assert len(handled) == len(set(handled)) == 201
+    assert handled[-1] == last
 
 
 def test_bad_target_exits_non_zero_with_one_line() -> None:

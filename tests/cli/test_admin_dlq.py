@@ -13,15 +13,12 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
 from tests.cli.test_admin_cli import FAST, cli
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=FAST_DELAYS)
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 
 async def _dead_letters(addr: str, count: int) -> bool:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 import pytest
 
 import aiorocket as rmq
 from aiorocket.cli import main
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import TopicNotExistError
 
 HINT = "did you mean 'orders'?"
@@ -50,13 +49,12 @@ async def test_a_send_to_a_typo_is_auto_created_with_a_word(
     assert "did you mean" not in fresh.getMessage()
 
 
-async def test_a_missing_topic_error_suggests_the_closest(tmp_path: Path) -> None:
-    config = BrokerConfig(auto_create_topics=False)
-    async with EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker:
-        await make_orders(broker.address)
-        async with rmq.Producer(namesrv=broker.address, group="hintP") as p:
-            with pytest.raises(TopicNotExistError, match=HINT.replace("?", r"\?")):
-                await p.send(rmq.Message("ordrs", b"x"))
+@pytest.mark.broker(auto_create_topics=False)
+async def test_a_missing_topic_error_suggests_the_closest(broker: EmbeddedBroker) -> None:
+    await make_orders(broker.address)
+    async with rmq.Producer(namesrv=broker.address, group="hintP") as p:
+        with pytest.raises(TopicNotExistError, match=HINT.replace("?", r"\?")):
+            await p.send(rmq.Message("ordrs", b"x"))
 
 
 async def test_a_consumer_of_a_typo_says_so_at_start(

@@ -9,8 +9,11 @@ from aiorocket import Message, Producer, SendStatus
 from aiorocket._client.send import SEND_STATUS_BY_CODE, send_response
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import BrokerError, SystemBusyError, TopicNotExistError
+
+# a sync flush that cannot finish in time: the broker stores, then answers code 10
+pytestmark = pytest.mark.broker(flush="sync", sync_flush_timeout=1e-6)
 
 _HEADER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "3", "queueOffset": "41"}
 
@@ -58,12 +61,6 @@ def test_any_other_code_is_a_refusal(code: ResponseCode, error: type[BrokerError
     with pytest.raises(error) as caught:
         send_response(_response(code))
     assert caught.value.code == code
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    # a sync flush that cannot finish in time: the broker stores, then answers code 10
-    return BrokerConfig(flush="sync", sync_flush_timeout=1e-6)
 
 
 async def test_a_flush_timeout_is_a_stored_message_with_its_status(broker: EmbeddedBroker) -> None:

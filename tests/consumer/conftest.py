@@ -1,9 +1,10 @@
-"""Fixtures of the consumer tests: the broker's configuration (8 queues, fast retries), a
-producer, helpers."""
+"""Fixtures of the consumer tests: the broker's default configuration (8 queues, fast
+retries), a producer, helpers."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,6 @@ from aiorocket._protocol.command import RemotingCommand
 from aiorocket._protocol.message import encode_message
 from aiorocket._remoting import Connection
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.protocol import message_record
 
@@ -27,9 +27,17 @@ FAST: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=8, delay_levels=FAST_DELAYS)
+#: The ``broker`` marker of this directory's tests that have none of their own.
+CONSUMER_BROKER = pytest.mark.broker(default_queues=8, delay_levels=FAST_DELAYS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark this directory's tests without a ``broker`` marker of their own (test, class or
+    module) with :data:`CONSUMER_BROKER`; a module's marker replaces it whole."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and item.get_closest_marker("broker") is None:
+            item.add_marker(CONSUMER_BROKER)
 
 
 @pytest.fixture

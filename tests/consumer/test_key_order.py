@@ -13,10 +13,12 @@ import aiorocket as rmq
 from aiorocket._consumer.key_order import KeyLanes, key_function, safe_key
 from aiorocket._producer.producer import Producer
 from aiorocket._protocol.properties import SHARDING_KEY
-from aiorocket.embedded import BrokerConfig
 from aiorocket.embedded.broker import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
 from aiorocket.models import Message
+
+# the broker's defaults, not those of tests/consumer (8 queues, fast retries)
+pytestmark = pytest.mark.broker()
 
 
 def msg(offset: int, key: str | None) -> rmq.ReceivedMessage:
@@ -176,11 +178,6 @@ def test_a_failing_key_function_is_logged_and_the_message_keyless(
         assert safe_key(lambda m: "x", msg(0, "k")) == "x"
     assert "key function failed" in caplog.text
     assert "returned 7" in caplog.text
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig()
 
 
 async def test_the_producer_records_the_sharding_key(broker: EmbeddedBroker) -> None:

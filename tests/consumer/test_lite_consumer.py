@@ -13,16 +13,15 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import (
     ConfigurationError,
     InvalidReceiptHandleError,
     ReceiptHandleExpiredError,
-    UnsupportedFeatureError,
 )
 from examples import agents_lite
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.lite import (
+    check_lite_refused,
     create_lite_parent,
     lite_acceptance,
     lite_consumer,
@@ -35,9 +34,7 @@ TOPIC = "agents"
 GROUP = "agents-g"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=FAST_DELAYS)
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 
 async def dead_letters(broker: EmbeddedBroker, group: str) -> list[bytes]:
@@ -223,14 +220,9 @@ async def test_a_topic_that_is_not_lite_or_a_group_not_bound_is_refused(
             await c.receive(1)
 
 
-@pytest.mark.parametrize("broker_config", [BrokerConfig(remoting_version=409)])
+@pytest.mark.broker(remoting_version=409)
 async def test_a_4x_broker_is_refused_at_start(broker: EmbeddedBroker) -> None:
-    async with rmq.Admin(namesrv=broker.address) as admin:
-        await admin.create_topic(TOPIC, queues=2)
-    c = lite_consumer(broker.address, GROUP, TOPIC)
-    with pytest.raises(UnsupportedFeatureError, match=r"lite topics need RocketMQ 5\.5\+"):
-        await c.start()
-    await c.close()
+    await check_lite_refused(broker.address, TOPIC, GROUP)
     # a lite message is a plain message there
     async with rmq.Producer(namesrv=broker.address, group="p") as p:
         await p.send(rmq.Message(TOPIC, b"x", lite_topic="c1"))
@@ -252,10 +244,7 @@ async def test_close_removes_the_subscriptions(broker: EmbeddedBroker) -> None:
     assert len(registry) == 0
 
 
-@pytest.mark.parametrize(
-    "broker_config",
-    [BrokerConfig(lite_subscription_timeout=0.3, lite_subscription_check_interval=0.3)],
-)
+@pytest.mark.broker(lite_subscription_timeout=0.3, lite_subscription_check_interval=0.3)
 async def test_the_periodic_sync_keeps_a_subscription(broker: EmbeddedBroker) -> None:
     # The broker forgets a client whose set did not change for 0.3 s (checked every 0.3 s,
     # set below); the consumer repeats its set every 0.1 s, so it keeps receiving.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from aiorocket._client.instance import ClientInstance
 from aiorocket._consumer.offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from aiorocket.embedded.broker import EmbeddedBroker
@@ -76,25 +78,25 @@ async def test_local_file_unreadable_is_treated_as_empty(tmp_path: Path) -> None
     json.loads("{}")  # the store never raised
 
 
-async def test_remote_store_against_the_embedded_broker() -> None:
-    async with EmbeddedBroker() as broker:
-        client = ClientInstance(ClientSettings(namesrv=(broker.address,)))
-        client.start(lambda coro: None)
-        try:
-            await create_topic(broker, "RemoteT")
-            await client.fetch_route("RemoteT")
-            mq = MessageQueue("RemoteT", "broker-a", 0)
-            store = RemoteOffsetStore(client, "remote-group")
-            # A young broker answers 0 for a new group (docs/protocol.md §6.5).
-            assert await store.read_stored(mq) in (None, 0)
-            store.update(mq, 17)
-            await store.persist(mq, sync=True)
-            fresh = RemoteOffsetStore(client, "remote-group")
-            assert await fresh.read_stored(mq) == 17
-            assert fresh.read(mq) == 17
-            store.update(mq, 20)
-            await store.persist_all([], sync=True)  # "remove unused mq": nothing sent
-            assert store.read(mq) == -1
-            assert await fresh.read_stored(mq) == 17
-        finally:
-            await client.close()
+@pytest.mark.broker
+async def test_remote_store_against_the_embedded_broker(broker: EmbeddedBroker) -> None:
+    client = ClientInstance(ClientSettings(namesrv=(broker.address,)))
+    client.start(lambda coro: None)
+    try:
+        await create_topic(broker, "RemoteT")
+        await client.fetch_route("RemoteT")
+        mq = MessageQueue("RemoteT", "broker-a", 0)
+        store = RemoteOffsetStore(client, "remote-group")
+        # A young broker answers 0 for a new group (docs/protocol.md §6.5).
+        assert await store.read_stored(mq) in (None, 0)
+        store.update(mq, 17)
+        await store.persist(mq, sync=True)
+        fresh = RemoteOffsetStore(client, "remote-group")
+        assert await fresh.read_stored(mq) == 17
+        assert fresh.read(mq) == 17
+        store.update(mq, 20)
+        await store.persist_all([], sync=True)  # "remove unused mq": nothing sent
+        assert store.read(mq) == -1
+        assert await fresh.read_stored(mq) == 17
+    finally:
+        await client.close()

@@ -9,7 +9,6 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import aiorocket as rmq
 from aiorocket._client.instance import ClientInstance
 from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
 from aiorocket.settings import ClientSettings
 from tests._harness.broker import FAST_DELAYS
@@ -37,13 +35,6 @@ ORDERLY: dict[str, Any] = {
     "pull_suspend_timeout": 1.0,
     "consume_from": "first",
 }
-
-
-@pytest.fixture
-async def short_lease_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS, lock_lease=0.6)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
 
 
 def orderly_consumer(
@@ -223,10 +214,10 @@ async def test_a_message_past_max_reconsume_times_goes_to_the_dlq_and_the_queue_
     assert dlq[0].body == b"poison"
 
 
+@pytest.mark.broker(default_queues=4, delay_levels=FAST_DELAYS, lock_lease=0.6)
 async def test_locks_are_held_renewed_past_the_lease_and_released_at_shutdown(
-    short_lease_broker: EmbeddedBroker,
+    broker: EmbeddedBroker,
 ) -> None:
-    broker = short_lease_broker
     async with Producer(namesrv=broker.address, group="p") as producer:
         await producer.send(
             Message("Locked", b"x"), queue=rmq.MessageQueue("Locked", "broker-a", 0)

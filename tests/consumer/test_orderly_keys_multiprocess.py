@@ -19,20 +19,19 @@ from typing import Any
 import pytest
 
 from aiorocket.embedded.broker import EmbeddedBroker
-from tests._harness.child import Child
+from tests._harness.child import Child, wait_delivered
 from tests.consumer.conftest import create_topic
 from tests.consumer.test_orderly_multiprocess import (
+    LOCK_LEASE_3S,
     QUEUES,
-    broker_config,  # noqa: F401  (the fixture: a 3 s lock lease)
     check_run,
     new_run,
     producing,
     spawn,
     stop,
-    wait_delivered,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, LOCK_LEASE_3S]
 
 KEYED = ("--order-by", "sharding_key", "--sleep", "0.01")
 
@@ -95,7 +94,7 @@ async def test_sigkill_and_restart_replay_only_in_order_suffixes_per_key(
         await stop(a, signal.SIGKILL)
         live.append(await spawn("a2", broker, out, *KEYED))
         await production
-        await wait_delivered(records, wanted, timeout=60)
+        await wait_delivered(records.delivered_now, wanted, timeout=60, interval=0.25)
     rows = records.refresh()
     all_calls = keyed_calls(rows, {"a": a.killed_at or 0.0})
     replays = check_run(records, all_calls, wanted, len(keys), per_key)
@@ -123,7 +122,7 @@ async def test_two_members_and_one_leaving_keep_each_key_in_order(
                 await asyncio.sleep(0.05)
         await stop(b, signal.SIGTERM)
         await production
-        await wait_delivered(records, wanted, timeout=60)
+        await wait_delivered(records.delivered_now, wanted, timeout=60, interval=0.25)
     rows = records.refresh()
     all_calls = keyed_calls(rows, {})
     check_run(records, all_calls, wanted, len(keys), per_key)

@@ -29,17 +29,18 @@ import pytest
 
 from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.models import Message
-from tests._harness.child import Child, member_options, start_script, stop_child
-from tests._harness.child import wait_delivered as wait_for_ids
+from tests._harness.child import Child, member_options, start_script, stop_child, wait_delivered
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic
 
 SCRIPT = Path(__file__).with_name("orderly_proc.py")
 
-pytestmark = pytest.mark.slow
+#: a 3 s lock lease
+LOCK_LEASE_3S = pytest.mark.broker(lock_lease=3.0)
+
+pytestmark = [pytest.mark.slow, LOCK_LEASE_3S]
 
 
 #: queues of the members' topic, created before they start (as an operator would)
@@ -86,14 +87,6 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-async def wait_delivered(records: Records, wanted: set[str], timeout: float) -> None:
-    def delivered() -> set[str]:
-        records.refresh()
-        return records.delivered()
-
-    await wait_for_ids(delivered, wanted, timeout=timeout, interval=0.25)
-
-
 async def flowing(records: Records, more: int, wanted: set[str], member: str | None = None) -> None:
     """Wait until ``more`` further handler calls started (of ``member``; ``None``: anyone's),
     or everything ``wanted`` was delivered: messages flow on between two membership changes,
@@ -111,21 +104,9 @@ async def flowing(records: Records, more: int, wanted: set[str], member: str | N
     )
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(lock_lease=3.0)
-
-
 #: R7: the broker lease, and a channel expiry short enough that the other member wants the
 #: stopped member's queues well before that lease runs out
 LEASE = 4.0
-
-
-@pytest.fixture
-async def stop_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(lock_lease=LEASE, channel_expiry=2.0, channel_scan_interval=0.25)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
 
 
 async def produce(broker: EmbeddedBroker, keys: list[str], per_key: int, seconds: float) -> None:
@@ -192,7 +173,7 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
         await asyncio.sleep(0.5)
         live.append(await spawn("a2", broker, out, *sleep))
         await production
-        await wait_delivered(records, wanted, timeout=30)
+        await wait_delivered(records.delivered_now, wanted, timeout=30, interval=0.25)
     rows = records.refresh()
     all_calls = handler_calls(rows, {p.name: p.killed_at or 0.0 for p in killed})
     replays = check_run(records, all_calls, wanted, len(keys), per_key)
@@ -206,11 +187,11 @@ async def test_orderly_members_join_and_leave_keeping_per_key_order(
     assert members & {"a2", "b2", "c2"}
 
 
+@pytest.mark.broker(lock_lease=LEASE, channel_expiry=2.0, channel_scan_interval=0.25)
 async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks_before_delivering(
-    stop_broker: EmbeddedBroker, tmp_path: Path
+    broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     """R7: SIGSTOP the owner past the broker lease (4 s), then SIGCONT."""
-    broker = stop_broker
     lease = LEASE
     keys = [f"k{i}" for i in range(16)]
     per_key = 100
@@ -230,7 +211,7 @@ async def test_a_stopped_owner_loses_its_queues_only_after_the_lease_and_relocks
         t_cont = time.time()
         os.kill(a.proc.pid, signal.SIGCONT)
         await production
-        await wait_delivered(records, wanted, timeout=30)
+        await wait_delivered(records.delivered_now, wanted, timeout=30, interval=0.25)
 
         def a_resumed() -> bool:
             return any(

@@ -13,7 +13,6 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import push_consumer
@@ -32,9 +31,9 @@ ORDERED_POP: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
+pytestmark = pytest.mark.broker(
+    default_queues=4, delay_levels=FAST_DELAYS, pop_revive_interval=0.05
+)
 
 
 async def send_groups(broker: EmbeddedBroker, groups: int, per_group: int) -> None:

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 import aiorocket as rmq
 from aiorocket._producer.producer import Producer
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import AccessDeniedError
 from aiorocket.models import Message
 from tests._harness.wait import wait_for
 
 from .conftest import push_consumer
 
+#: a broker enforcing ACL: access key "ak", secret "sk-secret"
+ACL: pytest.MarkDecorator = pytest.mark.broker(access_key="ak", secret_key="sk-secret")
+
 
 @pytest.fixture
-async def secured() -> AsyncIterator[EmbeddedBroker]:
-    """A broker enforcing ACL (access key "ak", secret "sk-secret") that holds one message,
-    ``b"signed"`` of topic Secured."""
-    config = BrokerConfig(access_key="ak", secret_key="sk-secret")
-    async with EmbeddedBroker(config=config) as broker:
-        async with Producer(
-            namesrv=broker.address, group="p", access_key="ak", secret_key="sk-secret"
-        ) as producer:
-            await producer.send(Message("Secured", b"signed"))
-        yield broker
+async def secured(broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The ``broker`` of an :data:`ACL` test, holding one message, ``b"signed"`` of topic
+    Secured."""
+    assert broker.config.access_key == "ak", "a test on secured is marked ACL"
+    async with Producer(
+        namesrv=broker.address, group="p", access_key="ak", secret_key="sk-secret"
+    ) as producer:
+        await producer.send(Message("Secured", b"signed"))
+    return broker
 
 
 async def test_namespace_is_applied_on_the_wire_and_hidden_from_handlers(
@@ -51,6 +50,7 @@ async def test_namespace_is_applied_on_the_wire_and_hidden_from_handlers(
     assert wire == {"tenant%Spaced", "%RETRY%tenant%spaced"}
 
 
+@ACL
 async def test_acl_credentials_sign_every_request(secured: EmbeddedBroker) -> None:
     got: list[bytes] = []
     consumer = push_consumer(secured, "acl", "Secured", access_key="ak", secret_key="sk-secret")
@@ -63,6 +63,7 @@ async def test_acl_credentials_sign_every_request(secured: EmbeddedBroker) -> No
         await wait_for(lambda: got == [b"signed"], timeout=10.0, what="the signed message")
 
 
+@ACL
 async def test_wrong_acl_credentials_raise_access_denied(secured: EmbeddedBroker) -> None:
     async with Producer(
         namesrv=secured.address, group="p", access_key="ak", secret_key="wrong"

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
-from tests._harness.clock import advance, manual_broker
+from tests._harness.clock import advance
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic, push_consumer
 
@@ -33,16 +30,9 @@ POP: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
-
-
-@pytest.fixture
-async def clocked(broker_config: BrokerConfig, tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    # ``broker`` on a ManualClock: a test moves invisible times on instead of sleeping.
-    async with manual_broker(broker_config, tmp_path) as b:
-        yield b
+pytestmark = pytest.mark.broker(
+    default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05
+)
 
 
 async def send(broker: EmbeddedBroker, n: int, prefix: str = "m") -> set[bytes]:
@@ -55,8 +45,8 @@ async def send(broker: EmbeddedBroker, n: int, prefix: str = "m") -> set[bytes]:
     return bodies
 
 
-async def test_pop_mode_delivers_everything_once(clocked: EmbeddedBroker) -> None:
-    broker = clocked
+@pytest.mark.manual_clock
+async def test_pop_mode_delivers_everything_once(broker: EmbeddedBroker) -> None:
     bodies = await send(broker, 300)
     got: Counter[bytes] = Counter()
     consumer = push_consumer(broker, "pp-g", TOPIC, **POP)
@@ -74,10 +64,8 @@ async def test_pop_mode_delivers_everything_once(clocked: EmbeddedBroker) -> Non
     assert set(got.values()) == {1}
 
 
-async def test_failed_message_is_retried_through_its_invisible_time(
-    clocked: EmbeddedBroker,
-) -> None:
-    broker = clocked
+@pytest.mark.manual_clock
+async def test_failed_message_is_retried_through_its_invisible_time(broker: EmbeddedBroker) -> None:
     await send(broker, 1)
     attempts: list[int] = []
     consumer = push_consumer(broker, "pp-retry", TOPIC, **POP)

@@ -8,7 +8,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,14 +15,13 @@ import pytest
 import aiorocket as rmq
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import (
     InvalidReceiptHandleError,
     ReceiptHandleExpiredError,
     RequestCodeNotSupportedError,
 )
 from tests._harness.broker import FAST_DELAYS
-from tests._harness.clock import advance, manual_broker
+from tests._harness.clock import advance
 from tests._harness.pop import drain_together
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import create_topic, dlq_reader
@@ -31,17 +29,10 @@ from tests.consumer.conftest import create_topic, dlq_reader
 TOPIC = "PopTopic"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    # Revive scans often, so messages come back soon after their (short) invisible time.
-    return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
-
-
-@pytest.fixture
-async def clocked(broker_config: BrokerConfig, tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    # ``broker`` on a ManualClock: a test moves invisible times on instead of sleeping.
-    async with manual_broker(broker_config, tmp_path) as b:
-        yield b
+# Revive scans often, so messages come back soon after their (short) invisible time.
+pytestmark = pytest.mark.broker(
+    default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05
+)
 
 
 @asynccontextmanager
@@ -86,8 +77,8 @@ async def receive_all(
     return got
 
 
-async def test_receive_ack_and_nothing_comes_back(clocked: EmbeddedBroker) -> None:
-    broker = clocked
+@pytest.mark.manual_clock
+async def test_receive_ack_and_nothing_comes_back(broker: EmbeddedBroker) -> None:
     bodies = await send(broker, 40)
     async with simple(broker, invisible_duration=1.0) as c:
         got = await receive_all(c, 40)
@@ -110,8 +101,8 @@ async def test_unacked_message_comes_back_with_one_more_delivery(broker: Embedde
         await c.ack(again)
 
 
-async def test_extended_message_is_not_redelivered_meanwhile(clocked: EmbeddedBroker) -> None:
-    broker = clocked
+@pytest.mark.manual_clock
+async def test_extended_message_is_not_redelivered_meanwhile(broker: EmbeddedBroker) -> None:
     await send(broker, 1)
     async with simple(broker, invisible_duration=0.6, await_duration=0.3) as c:
         [msg] = await receive_all(c, 1, ack=False)

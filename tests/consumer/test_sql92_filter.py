@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -39,11 +38,10 @@ QUEUES = 4
 EXPRESSION = "region = 'eu' AND amount > 100"
 
 
-@pytest.fixture
-async def sql_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(default_queues=QUEUES, enable_property_filter=True)
-    async with EmbeddedBroker(data_dir=tmp_path / "sql-broker", config=config) as b:
-        yield b
+#: the broker of the SQL92 tests: property filtering on, QUEUES queues
+SQL_BROKER: pytest.MarkDecorator = pytest.mark.broker(
+    default_queues=QUEUES, enable_property_filter=True
+)
 
 
 def props(i: int) -> dict[str, str]:
@@ -80,16 +78,17 @@ async def max_offsets(broker: EmbeddedBroker, topic: str) -> dict[int, int]:
         }
 
 
+@SQL_BROKER
 async def test_push_consumer_gets_exactly_the_matching_messages_and_commits_past_the_rest(
-    sql_broker: EmbeddedBroker,
+    broker: EmbeddedBroker,
 ) -> None:
-    await produce(sql_broker, "SqlPush", 40)
+    await produce(broker, "SqlPush", 40)
     got: list[bytes] = []
     # A held pull at the queue's end answers NO_NEW_MSG when its hold ends, and only then
     # does a queue whose tail was filtered out commit past it (correctTagsOffset): hold short.
     consumer = rmq.PushConsumer(
         group="sql-push",
-        namesrv=sql_broker.address,
+        namesrv=broker.address,
         consume_from="first",
         pull_suspend_timeout=0.5,
         **FAST,
@@ -103,16 +102,16 @@ async def test_push_consumer_gets_exactly_the_matching_messages_and_commits_past
     want = matching(40)
     async with consumer:
         await wait_for(lambda: len(got) >= len(want), timeout=10.0, what="the matching messages")
-        top = await max_offsets(sql_broker, "SqlPush")
+        top = await max_offsets(broker, "SqlPush")
 
         async def all_committed() -> bool:
             await consumer._persist_offsets()
-            return await committed(sql_broker, "sql-push", "SqlPush") == top
+            return await committed(broker, "sql-push", "SqlPush") == top
 
         deadline = asyncio.get_running_loop().time() + 5
         while not await all_committed():
             assert asyncio.get_running_loop().time() < deadline, (
-                await committed(sql_broker, "sql-push", "SqlPush"),
+                await committed(broker, "sql-push", "SqlPush"),
                 top,
             )
             await asyncio.sleep(0.1)
@@ -120,14 +119,15 @@ async def test_push_consumer_gets_exactly_the_matching_messages_and_commits_past
     assert len(got) == len(want)  # nothing twice
 
 
+@SQL_BROKER
 async def test_pull_consumer_gets_exactly_the_matching_messages_and_commits_past_the_rest(
-    sql_broker: EmbeddedBroker,
+    broker: EmbeddedBroker,
 ) -> None:
-    await produce(sql_broker, "SqlPull", 40)
+    await produce(broker, "SqlPull", 40)
     want = matching(40)
     got: list[bytes] = []
     consumer = PullConsumer(
-        group="sql-pull", namesrv=sql_broker.address, consume_from="first", rebalance_interval=1.0
+        group="sql-pull", namesrv=broker.address, consume_from="first", rebalance_interval=1.0
     )
     consumer.subscribe("SqlPull", sql=EXPRESSION)
     async with consumer:
@@ -138,17 +138,18 @@ async def test_pull_consumer_gets_exactly_the_matching_messages_and_commits_past
         # one more poll: nothing else may come
         got.extend(m.body for m in await consumer.poll(max_messages=64, timeout=0.5))
         await consumer.commit()
-        top = await max_offsets(sql_broker, "SqlPull")
-        assert await committed(sql_broker, "sql-pull", "SqlPull") == top
+        top = await max_offsets(broker, "SqlPull")
+        assert await committed(broker, "sql-pull", "SqlPull") == top
     assert sorted(got) == sorted(want)
 
 
+@SQL_BROKER
 async def test_new_messages_arriving_during_a_held_pull_are_filtered(
-    sql_broker: EmbeddedBroker,
+    broker: EmbeddedBroker,
 ) -> None:
     got: list[bytes] = []
     consumer = rmq.PushConsumer(
-        group="sql-live", namesrv=sql_broker.address, consume_from="first", **FAST
+        group="sql-live", namesrv=broker.address, consume_from="first", **FAST
     )
     consumer.subscribe("SqlLive", sql="TAGS = 'T' AND amount BETWEEN 50 AND 150")
 
@@ -156,9 +157,9 @@ async def test_new_messages_arriving_during_a_held_pull_are_filtered(
     async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
         got.extend(m.body for m in msgs)
 
-    await produce(sql_broker, "SqlLive", 1)  # the topic exists before the consumer starts
+    await produce(broker, "SqlLive", 1)  # the topic exists before the consumer starts
     async with consumer:
-        await produce(sql_broker, "SqlLive", 20)
+        await produce(broker, "SqlLive", 20)
         want = {b"m%d" % i for i in range(20) if 50 <= 10 * i <= 150}
         await wait_for(
             lambda: len(got) >= len(want), timeout=10.0, what="the matching live messages"
@@ -167,42 +168,43 @@ async def test_new_messages_arriving_during_a_held_pull_are_filtered(
     assert sorted(got) == sorted(want)
 
 
-async def test_app_subscriber_with_sql(sql_broker: EmbeddedBroker) -> None:
-    app = App(namesrv=sql_broker.address, consumer=dict(FAST, consume_from="first"))
+@SQL_BROKER
+async def test_app_subscriber_with_sql(broker: EmbeddedBroker) -> None:
+    app = App(namesrv=broker.address, consumer=dict(FAST, consume_from="first"))
     got: list[str] = []
 
     @app.subscriber("SqlApp", group="sql-app", sql="region IN ('us') AND amount >= 200")
     async def on_msg(body: str) -> None:
         got.append(body)
 
-    await produce(sql_broker, "SqlApp", 30)
+    await produce(broker, "SqlApp", 30)
     want = {f"m{i}" for i in range(30) if props(i).get("region") == "us" and 10 * i >= 200}
     async with app:
         await wait_for(lambda: len(got) >= len(want), timeout=10.0, what="the matching messages")
     assert sorted(got) == sorted(want)
 
 
-async def test_a_broker_without_property_filtering_refuses_at_start(tmp_path: Path) -> None:
-    async with EmbeddedBroker(data_dir=tmp_path / "plain") as broker:
-        await produce(broker, "SqlOff", 1)
-        push = rmq.PushConsumer(group="sql-off", namesrv=broker.address, **FAST)
-        push.subscribe("SqlOff", sql="a = 1")
+@pytest.mark.broker
+async def test_a_broker_without_property_filtering_refuses_at_start(broker: EmbeddedBroker) -> None:
+    await produce(broker, "SqlOff", 1)
+    push = rmq.PushConsumer(group="sql-off", namesrv=broker.address, **FAST)
+    push.subscribe("SqlOff", sql="a = 1")
 
-        @push.listener
-        async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
+    @push.listener
+    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
+        pass
+
+    with pytest.raises(BrokerSystemError) as info:
+        async with push:
             pass
+    assert "does not support consumer to filter message by SQL92" in str(info.value)
+    assert "SqlOff" in str(info.value)
 
-        with pytest.raises(BrokerSystemError) as info:
-            async with push:
-                pass
-        assert "does not support consumer to filter message by SQL92" in str(info.value)
-        assert "SqlOff" in str(info.value)
-
-        pull = PullConsumer(group="sql-off-pull", namesrv=broker.address)
-        pull.subscribe("SqlOff", sql="a = 1")
-        with pytest.raises(BrokerSystemError, match="filter message by SQL92"):
-            async with pull:
-                pass
+    pull = PullConsumer(group="sql-off-pull", namesrv=broker.address)
+    pull.subscribe("SqlOff", sql="a = 1")
+    with pytest.raises(BrokerSystemError, match="filter message by SQL92"):
+        async with pull:
+            pass
 
 
 async def pull_raw(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests._harness.snippets import Snippet, collect, run
+from tests._harness.snippets import Outcome, Snippet, collect, run
 
 PAGE = """# A page
 
@@ -31,6 +31,11 @@ def _snippet(code: str, lang: str = "python") -> Snippet:
     return Snippet(Path("page.md"), 1, lang, code)
 
 
+def _run_program(code: str, namesrv: str, cwd: Path) -> Outcome:
+    """What the harness makes of a Python snippet ``code`` run with this interpreter."""
+    return run(_snippet(code), python=sys.executable, namesrv=namesrv, cwd=cwd, timeout=60)
+
+
 def test_collects_fences_with_their_lines_and_languages(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(PAGE)
@@ -44,22 +49,10 @@ def test_collects_fences_with_their_lines_and_languages(tmp_path: Path) -> None:
 
 
 def test_a_program_gets_the_broker_address_and_must_exit_0(tmp_path: Path) -> None:
-    ok = run(
-        _snippet('print("127.0.0.1:9876")\n'),
-        python=sys.executable,
-        namesrv="10.1.2.3:4",
-        cwd=tmp_path,
-        timeout=60,
-    )
+    ok = _run_program('print("127.0.0.1:9876")\n', "10.1.2.3:4", tmp_path)
     assert ok.ok
     assert ok.detail.strip() == "10.1.2.3:4"
-    failing = run(
-        _snippet("raise SystemExit(3)\n"),
-        python=sys.executable,
-        namesrv="x",
-        cwd=tmp_path,
-        timeout=60,
-    )
+    failing = _run_program("raise SystemExit(3)\n", "x", tmp_path)
     assert not failing.ok
     assert failing.detail.startswith("exit 3")
 

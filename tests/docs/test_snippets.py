@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.page_env import page_python, page_requirements
 from tests._harness.snippets import Snippet, collect, documented_files, run
@@ -28,10 +28,8 @@ TIMEOUT = 90.0
 SNIPPETS = [s for path in documented_files() for s in collect(path)]
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    """Retries come back fast, as with the ``embedded_broker`` fixture users get."""
-    return BrokerConfig(delay_levels=FAST_DELAYS)
+# Retries come back fast, as with the ``embedded_broker`` fixture users get.
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ from aiorocket._protocol.lite import (
 from aiorocket._protocol.pop import AckMessageRequestHeader
 from aiorocket._remoting.pool import ConnectionPool
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from tests._harness.lite import create_lite_parent, lite_consumer, receive_until, send_lite
 from tests._harness.wait import wait_for
 
@@ -84,7 +83,7 @@ async def test_subscription_control_refusals(broker: EmbeddedBroker, pool: Conne
     assert "not allowed to consume" in (resp.remark or "")
 
 
-@pytest.mark.parametrize("broker_config", [BrokerConfig(max_lite_subscriptions=2)])
+@pytest.mark.broker(max_lite_subscriptions=2)
 async def test_the_subscription_quota(broker: EmbeddedBroker, pool: ConnectionPool) -> None:
     addr = broker.address
     await create_lite_parent(addr, TOPIC, GROUP)
@@ -169,10 +168,7 @@ async def test_topic_and_group_attributes(broker: EmbeddedBroker, pool: Connecti
     assert broker.lite.bind_topic(GROUP) == TOPIC
 
 
-@pytest.mark.parametrize(
-    "broker_config",
-    [BrokerConfig(min_lite_ttl=0, lite_expiry_check_interval=0.1, lite_expiration_minute=0.2)],
-)
+@pytest.mark.broker(min_lite_ttl=0, lite_expiry_check_interval=0.1, lite_expiration_minute=0.2)
 async def test_idle_lite_topics_expire(broker: EmbeddedBroker) -> None:
     addr = broker.address
     async with rmq.Admin(namesrv=addr) as admin:

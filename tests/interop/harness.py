@@ -63,6 +63,11 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
+def cpp_consume_args(namesrv: str, topic: str, group: str, *extra: str) -> list[str]:
+    """The peer command line of a C++ consumer of ``group`` on ``topic`` (``extra`` after)."""
+    return ["consume", "--namesrv", namesrv, "--group", group, "--topic", topic, *extra]
+
+
 def delivery_mismatches(sent: Mapping[str, Any], got: Event) -> list[str]:
     """How a delivered message (a ``msg`` event) differs from what was sent.
 
@@ -359,6 +364,16 @@ async def run_peer(
             await peer.kill()
         else:
             await peer._reap()
+
+
+def cpp_consumer(
+    namesrv: str, topic: str, group: str, expect: int, home: Path
+) -> contextlib.AbstractAsyncContextManager[PeerProcess]:
+    """:func:`run_peer`: a concurrent C++ consumer of ``topic`` until it has ``expect``
+    messages."""
+    return run_peer(
+        "consumer", cpp_consume_args(namesrv, topic, group, "--expect", str(expect)), home=home
+    )
 
 
 _LISTENING = re.compile(r"listening on (\d+\.\d+\.\d+\.\d+:\d+)")

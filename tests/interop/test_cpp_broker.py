@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+from aiorocket.embedded import EmbeddedBroker, parse_delay_levels
 from tests.interop.harness import (
     Event,
     PeerProcess,
     cli_broker,
+    cpp_consume_args,
     create_topics,
     delivery_mismatches,
     require_cpp_client,
@@ -147,21 +148,13 @@ async def test_cpp_producer_modes_to_concurrent_consumer(
         filtered = await stack.enter_async_context(
             run_peer(
                 "filtered",
-                [
-                    "consume",
-                    "--namesrv",
+                cpp_consume_args(
                     addr,
-                    "--group",
-                    filtered_group,
-                    "--topic",
                     topics["sync"],
-                    "--expression",
-                    "Tag0 || Tag1",
-                    "--expect",
-                    str(COUNT // 2),
-                    "--timeout",
-                    "80",
-                ],
+                    filtered_group,
+                    *("--expression", "Tag0 || Tag1"),
+                    *("--expect", str(COUNT // 2), "--timeout", "80"),
+                ),
                 home=tmp_path / "filtered",
             )
         )
@@ -211,20 +204,9 @@ async def test_cpp_orderly_consumer_keeps_per_key_order(
         consumer = await stack.enter_async_context(
             run_peer(
                 "orderly-consumer",
-                [
-                    "consume",
-                    "--namesrv",
-                    addr,
-                    "--group",
-                    group,
-                    "--topic",
-                    topic,
-                    "--orderly",
-                    "--expect",
-                    str(COUNT),
-                    "--timeout",
-                    "80",
-                ],
+                cpp_consume_args(
+                    addr, topic, group, "--orderly", "--expect", str(COUNT), "--timeout", "80"
+                ),
                 home=tmp_path / "consumer",
             )
         )
@@ -271,7 +253,7 @@ async def test_second_cpp_consumer_takes_half_the_queues(
     addr = broker.address
     topic = unique_name("cpp_rebalance")
     group = unique_name("cpp_rebalance_group")
-    consume = ["consume", "--namesrv", addr, "--group", group, "--topic", topic, "--timeout", "85"]
+    consume = cpp_consume_args(addr, topic, group, "--timeout", "85")
     produce = ["produce", "--namesrv", addr, "--topic", topic, "--key-count", str(KEYS)]
     await create_topics(addr, topic)
 
@@ -346,44 +328,50 @@ async def test_second_cpp_consumer_takes_half_the_queues(
     assert _queues(after_leave) == set(range(QUEUES))
 
 
-async def test_cpp_consumer_refusals_come_back_through_retry_topic(tmp_path: Path) -> None:
+#: the delay levels of the retry test: level 3 is the first retry's delay (the client asks for
+#: level 0); the table shortened
+RETRY_LEVELS = parse_delay_levels("100ms 200ms 300ms 400ms 500ms 600ms")
+
+
+@pytest.mark.broker(delay_levels=RETRY_LEVELS)
+async def test_cpp_consumer_refusals_come_back_through_retry_topic(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     """Messages the C++ consumer refuses are sent back (CONSUMER_SEND_MSG_BACK), stored in
     the group's retry topic, and redelivered intact after the retry delay with a higher
     reconsumeTimes, until every message has been accepted."""
-    # Level 3 is the first retry's delay (the client asks for level 0); shorten the table.
-    levels = parse_delay_levels("100ms 200ms 300ms 400ms 500ms 600ms")
-    config = BrokerConfig(delay_levels=levels)
     count, every = 200, 10
-    async with EmbeddedBroker(port=0, data_dir=tmp_path / "data", config=config) as broker:
-        addr = broker.address
-        topic = unique_name("cpp_retry")
-        group = unique_name("cpp_retry_group")
-        await create_topics(addr, topic)
-        async with contextlib.AsyncExitStack() as stack:
-            consumer = await stack.enter_async_context(
-                run_peer(
-                    "consumer",
-                    [
-                        *("consume", "--namesrv", addr, "--group", group, "--topic", topic),
-                        *("--reject-every", str(every), "--expect", str(count)),
-                        *("--timeout", "60"),
-                    ],
-                    home=tmp_path / "consumer",
-                )
+    addr = broker.address
+    topic = unique_name("cpp_retry")
+    group = unique_name("cpp_retry_group")
+    await create_topics(addr, topic)
+    async with contextlib.AsyncExitStack() as stack:
+        consumer = await stack.enter_async_context(
+            run_peer(
+                "consumer",
+                cpp_consume_args(
+                    addr,
+                    topic,
+                    group,
+                    *("--reject-every", str(every), "--expect", str(count)),
+                    *("--timeout", "60"),
+                ),
+                home=tmp_path / "consumer",
             )
-            producer = await stack.enter_async_context(
-                run_peer(
-                    "producer",
-                    [
-                        *("produce", "--namesrv", addr, "--topic", topic, "--count", str(count)),
-                        *("--run-id", "retry", "--key-count", str(KEYS)),
-                    ],
-                    home=tmp_path / "producer",
-                )
+        )
+        producer = await stack.enter_async_context(
+            run_peer(
+                "producer",
+                [
+                    *("produce", "--namesrv", addr, "--topic", topic, "--count", str(count)),
+                    *("--run-id", "retry", "--key-count", str(KEYS)),
+                ],
+                home=tmp_path / "producer",
             )
-            await producer.wait_exit(60)
-            sent = sent_by_id(producer)
-            await consumer.wait_exit(60)
+        )
+        await producer.wait_exit(60)
+        sent = sent_by_id(producer)
+        await consumer.wait_exit(60)
 
     deliveries = consumer.of("msg")
     check_deliveries(sent, deliveries)
@@ -404,7 +392,7 @@ async def test_cpp_consumer_refusals_come_back_through_retry_topic(tmp_path: Pat
             # The C++ client restores the original topic from RETRY_TOPIC.
             assert later["properties"].get("RETRY_TOPIC") == topic, f"{mid}: {later}"
             # The k-th retry waits delay level 3 + k - 1 (shortened); allow timer slack.
-            delay = levels[min(2 + later["reconsume_times"] - 1, len(levels) - 1)]
+            delay = RETRY_LEVELS[min(2 + later["reconsume_times"] - 1, len(RETRY_LEVELS) - 1)]
             waited = later["delivered_at"] - earlier["delivered_at"]
             assert waited >= delay - 0.05, f"{mid}: back after {waited:.3f} s, not {delay} s"
     for mid, e in sent.items():
@@ -433,10 +421,9 @@ async def test_cli_broker_serves_cpp_clients(tmp_path: Path) -> None:
         check_send_results(sent, "orderly")
         async with run_peer(
             "consumer",
-            [
-                *("consume", "--namesrv", addr, "--group", group, "--topic", topic),
-                *("--orderly", "--expect", str(COUNT), "--timeout", "60"),
-            ],
+            cpp_consume_args(
+                addr, topic, group, "--orderly", "--expect", str(COUNT), "--timeout", "60"
+            ),
             home=tmp_path / "consumer",
         ) as consumer:
             await consumer.wait_exit(60)

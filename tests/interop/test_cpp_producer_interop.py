@@ -16,32 +16,27 @@ import pytest
 
 from aiorocket._producer.producer import Producer
 from aiorocket.embedded import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig, parse_delay_levels
+from aiorocket.embedded.config import parse_delay_levels
 from aiorocket.models import Message
 from tests.interop.cpp_peer import build_message
 from tests.interop.harness import (
     Event,
+    cpp_consumer,
     create_topics,
     delivery_mismatches,
     require_cpp_client,
-    run_peer,
     unique_name,
 )
 
-pytestmark = pytest.mark.interop
-
 #: levels 1..3 shortened to sub-second delays; the rest keep the usual table's shape
 DELAYS = "200ms 400ms 800ms 2s 3s"
+
+pytestmark = [pytest.mark.interop, pytest.mark.broker(delay_levels=parse_delay_levels(DELAYS))]
 
 
 @pytest.fixture(autouse=True)
 def _cpp_client() -> None:
     require_cpp_client()
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=parse_delay_levels(DELAYS))
 
 
 def to_message(topic: str, spec: dict[str, Any], **extra: Any) -> Message:
@@ -54,11 +49,6 @@ def to_message(topic: str, spec: dict[str, Any], **extra: Any) -> Message:
         properties=spec["properties"],
         **extra,
     )
-
-
-def consume_args(namesrv: str, topic: str, group: str, *extra: str) -> list[str]:
-    """The peer command line of a concurrent C++ consumer of ``topic``."""
-    return ["consume", "--namesrv", namesrv, "--group", group, "--topic", topic, *extra]
 
 
 async def test_aiorocket_messages_reach_cpp_consumer_intact(
@@ -79,11 +69,7 @@ async def test_aiorocket_messages_reach_cpp_consumer_intact(
 
     async with (
         Producer(namesrv=broker.address, group=unique_name("py_producer")) as producer,
-        run_peer(
-            "consumer",
-            consume_args(broker.address, topic, group, "--expect", str(len(specs))),
-            home=tmp_path / "consumer",
-        ) as consumer,
+        cpp_consumer(broker.address, topic, group, len(specs), tmp_path / "consumer") as consumer,
     ):
         results = await asyncio.gather(*(producer.send(to_message(topic, s)) for s in plain))
         key_queues: dict[str, set[int]] = {}
@@ -129,11 +115,7 @@ async def test_delayed_message_arrives_after_its_delay(
 
     async with (
         Producer(namesrv=broker.address, group=unique_name("py_delay_producer")) as producer,
-        run_peer(
-            "consumer",
-            consume_args(broker.address, topic, group, "--expect", str(len(specs))),
-            home=tmp_path / "consumer",
-        ) as consumer,
+        cpp_consumer(broker.address, topic, group, len(specs), tmp_path / "consumer") as consumer,
     ):
         # The consumer only measures a delay once it is pulling; wait until it demonstrably is.
         await producer.send(to_message(topic, warmup))

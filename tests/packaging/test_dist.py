@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.snippets import Snippet, run
 from tests.packaging.wheels import (
@@ -38,6 +38,9 @@ from tests.packaging.wheels import (
     readme_snippets,
     user_env,
 )
+
+# Retries come back fast, as in the docs' snippet tests.
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: seconds one README program may take
@@ -195,12 +198,6 @@ def test_installed_command_line_runs(installed: Installed) -> None:
     assert done.stdout.startswith("usage: aiorocket")
     for command in ("broker", "run", "demo", "admin"):
         assert command in done.stdout
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    """Retries come back fast, as in the docs' snippet tests."""
-    return BrokerConfig(delay_levels=FAST_DELAYS)
 
 
 @pytest.mark.slow

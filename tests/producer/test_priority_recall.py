@@ -5,14 +5,13 @@ topic message types (``Admin.create_topic(message_type=)``)."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
 import aiorocket as rmq
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.recall import RecallHandle, RecallMessageRequestHeader
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import (
     ConfigurationError,
     IllegalOperationError,
@@ -24,11 +23,8 @@ from tests.embedded.test_broker_kit import RawClient
 from tests.interop.harness import unique_name
 from tests.producer.test_producer import pull_all
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    """Recalls allowed (Apache's ``recallMessageEnable`` is off by default)."""
-    return BrokerConfig(recall_message_enable=True)
+# Recalls allowed (Apache's ``recallMessageEnable`` is off by default).
+pytestmark = pytest.mark.broker(recall_message_enable=True)
 
 
 async def create(
@@ -123,10 +119,9 @@ async def test_a_priority_on_a_delayed_message_is_dropped(broker: EmbeddedBroker
     assert "_SYS_MSG_PRIORITY_" not in rec.properties
 
 
-async def test_priority_needs_a_5_4_broker(tmp_path: Path) -> None:
-    config = BrokerConfig(remoting_version=479)  # 5.3.3
+@pytest.mark.broker(remoting_version=479)  # 5.3.3
+async def test_priority_needs_a_5_4_broker(broker: EmbeddedBroker) -> None:
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
         rmq.Producer(namesrv=broker.address) as producer,
     ):
         with pytest.raises(UnsupportedFeatureError, match=r"older than 5\.4"):
@@ -193,9 +188,9 @@ async def test_only_a_timer_message_can_be_recalled(broker: EmbeddedBroker) -> N
             await producer.recall("not-a-handle")
 
 
-async def test_a_broker_forbidding_recalls_says_how_to_allow_them(tmp_path: Path) -> None:
+@pytest.mark.broker  # recalls not allowed, as by default
+async def test_a_broker_forbidding_recalls_says_how_to_allow_them(broker: EmbeddedBroker) -> None:
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=BrokerConfig()) as broker,
         rmq.Producer(namesrv=broker.address) as producer,
     ):
         sent = await producer.send(rmq.Message("Forbid", b"x"), deliver_after=30)
@@ -204,10 +199,9 @@ async def test_a_broker_forbidding_recalls_says_how_to_allow_them(tmp_path: Path
         assert "recallMessageEnable=true" in " ".join(info.value.__notes__)
 
 
-async def test_a_4x_broker_cannot_recall(tmp_path: Path) -> None:
-    config = BrokerConfig(remoting_version=409)
+@pytest.mark.broker(remoting_version=409)
+async def test_a_4x_broker_cannot_recall(broker: EmbeddedBroker) -> None:
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
         rmq.Producer(namesrv=broker.address) as producer,
     ):
         sent = await producer.send(rmq.Message("Old", b"x"))

@@ -12,7 +12,7 @@ import pytest
 from aiorocket._client.instance import ClientInstance
 from aiorocket._producer.producer import Producer
 from aiorocket._protocol.message import MessageRecord, decode_messages
-from aiorocket.embedded import EmbeddedBroker, ManualClock
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import (
     ClientClosedError,
@@ -24,6 +24,7 @@ from aiorocket.errors import (
 )
 from aiorocket.models import Message, MessageQueue, SendStatus
 from aiorocket.settings import ClientSettings
+from tests._harness.clock import advance
 from tests._harness.protocol import pull_header
 from tests._harness.wait import wait_for
 
@@ -105,11 +106,11 @@ async def test_a_preset_uniq_key_is_kept(broker: EmbeddedBroker) -> None:
     assert got[b"b"] == preset + "C"
 
 
-async def test_sharding_key_is_stable_across_restarts_and_keyless_spread(tmp_path: Path) -> None:
-    async with EmbeddedBroker(
-        port=0, data_dir=tmp_path, config=BrokerConfig(default_queues=8)
-    ) as broker:
-        await _sharding_and_spread(broker)
+@pytest.mark.broker(default_queues=8)
+async def test_sharding_key_is_stable_across_restarts_and_keyless_spread(
+    broker: EmbeddedBroker,
+) -> None:
+    await _sharding_and_spread(broker)
 
 
 async def _sharding_and_spread(broker: EmbeddedBroker) -> None:
@@ -165,17 +166,14 @@ async def test_batch_split_under_the_size_cap(broker: EmbeddedBroker) -> None:
     assert all(m.properties["TAGS"] == "b" for m in got)
 
 
-async def test_delay_level_is_sent_as_the_delay_property(tmp_path: Path) -> None:
-    config = BrokerConfig(delay_levels=(0.2, 0.4, 0.6))
-    clock = ManualClock()
-    async with EmbeddedBroker(
-        port=0, data_dir=tmp_path / "d", config=config, clock=clock
-    ) as broker:
-        async with Producer(namesrv=broker.address, group="pg") as producer:
-            await producer.send(Message("later", b"soon"), delay_level=1)
-            assert await pull_all(broker.address, "later") == []
-            await clock.advance(1.0)
-        got = await pull_all(broker.address, "later")
+@pytest.mark.broker(delay_levels=(0.2, 0.4, 0.6))
+@pytest.mark.manual_clock
+async def test_delay_level_is_sent_as_the_delay_property(broker: EmbeddedBroker) -> None:
+    async with Producer(namesrv=broker.address, group="pg") as producer:
+        await producer.send(Message("later", b"soon"), delay_level=1)
+        assert await pull_all(broker.address, "later") == []
+        await advance(broker, 1.0)
+    got = await pull_all(broker.address, "later")
     assert [m.body for m in got] == [b"soon"]
 
 

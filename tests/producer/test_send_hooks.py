@@ -11,16 +11,13 @@ from aiorocket._producer.hooks import SendCallContext, SendHookContext
 from aiorocket._protocol.message import decode_batch_body
 from aiorocket._trace import TraceContext, TraceType
 from aiorocket.embedded import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import TopicNotExistError
 from tests._harness.wait import wait_for
 
 TOPIC = "Hooked"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=1, auto_create_topics=False)
+pytestmark = pytest.mark.broker(default_queues=1, auto_create_topics=False)
 
 
 class CallHook:

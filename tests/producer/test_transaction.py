@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pickle
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,11 @@ from tests.producer.tx_proc import crash_in_transaction
 S = rmq.TransactionState
 
 #: check every 0.1 s; a half message is checked once 0.3 s old
-FAST_TX = BrokerConfig(transaction_check_interval=0.1, transaction_timeout=0.3)
+FAST_TX: dict[str, Any] = {"transaction_check_interval": 0.1, "transaction_timeout": 0.3}
 #: no check-back within a test unless the test runs a pass itself
-NO_TIMER = BrokerConfig(transaction_check_interval=3600, transaction_timeout=0.3)
+NO_TIMER: dict[str, Any] = {"transaction_check_interval": 3600, "transaction_timeout": 0.3}
+#: the ``broker`` of a test that ends its transactions itself
+QUIET: pytest.MarkDecorator = pytest.mark.broker(**NO_TIMER)
 
 CONSUMER: dict[str, Any] = {
     "consume_from": "first",
@@ -40,15 +42,7 @@ CONSUMER: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return FAST_TX
-
-
-@pytest.fixture
-async def quiet_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=NO_TIMER) as b:
-        yield b
+pytestmark = pytest.mark.broker(**FAST_TX)
 
 
 def fixed(state: S) -> Callable[..., Awaitable[S]]:
@@ -110,8 +104,8 @@ async def stored(broker: EmbeddedBroker, topic: str, queue_id: int, count: int) 
     )
 
 
-async def test_commit_delivers_exactly_once(quiet_broker: EmbeddedBroker) -> None:
-    broker = quiet_broker
+@QUIET
+async def test_commit_delivers_exactly_once(broker: EmbeddedBroker) -> None:
     checks = Checks(S.COMMIT)
     async with tx_producer(broker, "tx-commit", S.COMMIT, checks) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_commit", b"paid"), arg=1)
@@ -137,8 +131,8 @@ async def test_commit_delivers_exactly_once(quiet_broker: EmbeddedBroker) -> Non
     assert checks.seen == []
 
 
-async def test_rollback_never_delivers(quiet_broker: EmbeddedBroker) -> None:
-    broker = quiet_broker
+@QUIET
+async def test_rollback_never_delivers(broker: EmbeddedBroker) -> None:
     checks = Checks(S.COMMIT)
     async with tx_producer(broker, "tx-rb", S.ROLLBACK, checks) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_rb", b"cancelled"))
@@ -187,32 +181,31 @@ async def test_exception_in_execute_local_counts_as_unknown(broker: EmbeddedBrok
     assert await delivered(broker, "tx_exc") == [b"x"]
 
 
-async def test_check_max_counts_every_check_back(tmp_path: Path) -> None:
-    config = BrokerConfig(
-        transaction_check_interval=0.05, transaction_timeout=0.1, transaction_check_max=3
-    )
-    async with EmbeddedBroker(data_dir=tmp_path, config=config) as broker:
-        checks = Checks(S.UNKNOWN)
-        async with tx_producer(broker, "tx-cm", S.UNKNOWN, checks) as producer:
-            await producer.send_in_transaction(rmq.Message("tx_cm", b"never"))
-            await wait_for(
-                lambda: broker.transactions.discarded == 1,
-                timeout=5.0,
-                what="broker.transactions.discarded == 1",
-            )
-            await asyncio.sleep(0.3)
-        assert [m.body for m in checks.seen] == [b"never"] * 3  # transactionCheckMax checks
-        assert broker.transactions.discarded == 1
-        discarded = await pull_all(broker.address, CHECK_MAX_TOPIC)
-        assert [m.body for m in discarded] == [b"never"]
-        assert discarded[0].properties["TRANSACTION_CHECK_TIMES"] == "3"
-        assert await delivered(broker, "tx_cm") == []
+@pytest.mark.broker(
+    transaction_check_interval=0.05, transaction_timeout=0.1, transaction_check_max=3
+)
+async def test_check_max_counts_every_check_back(broker: EmbeddedBroker) -> None:
+    checks = Checks(S.UNKNOWN)
+    async with tx_producer(broker, "tx-cm", S.UNKNOWN, checks) as producer:
+        await producer.send_in_transaction(rmq.Message("tx_cm", b"never"))
+        await wait_for(
+            lambda: broker.transactions.discarded == 1,
+            timeout=5.0,
+            what="broker.transactions.discarded == 1",
+        )
+        await asyncio.sleep(0.3)
+    assert [m.body for m in checks.seen] == [b"never"] * 3  # transactionCheckMax checks
+    assert broker.transactions.discarded == 1
+    discarded = await pull_all(broker.address, CHECK_MAX_TOPIC)
+    assert [m.body for m in discarded] == [b"never"]
+    assert discarded[0].properties["TRANSACTION_CHECK_TIMES"] == "3"
+    assert await delivered(broker, "tx_cm") == []
 
 
+@QUIET
 async def test_half_message_is_invisible_to_consumers_until_commit(
-    quiet_broker: EmbeddedBroker,
+    broker: EmbeddedBroker,
 ) -> None:
-    broker = quiet_broker
     got: list[bytes] = []
     arrived = asyncio.Event()
     consumer = rmq.PushConsumer(group="tx-reader", namesrv=broker.address, **CONSUMER)
@@ -251,8 +244,8 @@ async def test_half_message_is_invisible_to_consumers_until_commit(
     assert got == [b"plain", b"pending"]
 
 
-async def test_check_immunity_property_postpones_the_check(quiet_broker: EmbeddedBroker) -> None:
-    broker = quiet_broker
+@QUIET
+async def test_check_immunity_property_postpones_the_check(broker: EmbeddedBroker) -> None:
     checks = Checks(S.COMMIT)
     async with tx_producer(broker, "tx-imm", S.UNKNOWN, checks) as producer:
         immune = rmq.Message(
@@ -269,8 +262,8 @@ async def test_check_immunity_property_postpones_the_check(quiet_broker: Embedde
     assert await delivered(broker, "tx_imm") == [b"now"]
 
 
-async def test_end_transaction_of_another_group_is_refused(quiet_broker: EmbeddedBroker) -> None:
-    broker = quiet_broker
+@QUIET
+async def test_end_transaction_of_another_group_is_refused(broker: EmbeddedBroker) -> None:
     async with tx_producer(broker, "tx-own", S.UNKNOWN, fixed(S.COMMIT)) as producer:
         result = await producer.send_in_transaction(rmq.Message("tx_own", b"mine"))
     header = EndTransactionRequestHeader(
@@ -306,10 +299,10 @@ async def test_end_transaction_of_another_group_is_refused(quiet_broker: Embedde
 
 async def test_pending_half_message_is_checked_after_a_restart(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    async with EmbeddedBroker(data_dir=data, config=NO_TIMER) as broker:
+    async with EmbeddedBroker(data_dir=data, config=BrokerConfig(**NO_TIMER)) as broker:
         await send_unknown(broker, "tx-restart", rmq.Message("tx_restart", b"survives"))
     checks = Checks(S.COMMIT)
-    async with EmbeddedBroker(data_dir=data, config=FAST_TX) as broker:
+    async with EmbeddedBroker(data_dir=data, config=BrokerConfig(**FAST_TX)) as broker:
         async with tx_producer(broker, "tx-restart", S.COMMIT, checks):
             await checks.wait(1)
             await stored(broker, OP_TOPIC, 0, 1)
@@ -317,7 +310,7 @@ async def test_pending_half_message_is_checked_after_a_restart(tmp_path: Path) -
         assert await delivered(broker, "tx_restart") == [b"survives"]
     assert {m.body for m in checks.seen} == {b"survives"}
     # the resolution itself survives a restart too: no further check, still one copy
-    async with EmbeddedBroker(data_dir=data, config=NO_TIMER) as broker:
+    async with EmbeddedBroker(data_dir=data, config=BrokerConfig(**NO_TIMER)) as broker:
         assert broker.transactions.check() == 0
         assert await delivered(broker, "tx_restart") == [b"survives"]
 
@@ -335,8 +328,8 @@ async def test_killed_producer_is_answered_for_by_another_of_its_group(
     assert await delivered(broker, "tx_crash") == [b"crash"]
 
 
-async def test_two_answered_check_backs_commit_once(quiet_broker: EmbeddedBroker) -> None:
-    broker = quiet_broker
+@QUIET
+async def test_two_answered_check_backs_commit_once(broker: EmbeddedBroker) -> None:
     checks = Checks(S.COMMIT)
     async with tx_producer(broker, "tx-twice", S.UNKNOWN, checks) as producer:
         await producer.send_in_transaction(rmq.Message("tx_twice", b"once"))
@@ -350,13 +343,13 @@ async def test_two_answered_check_backs_commit_once(quiet_broker: EmbeddedBroker
     assert await delivered(broker, "tx_twice") == [b"once"]
 
 
+@QUIET
 async def test_prepared_message_is_ended_by_another_process_once(
-    quiet_broker: EmbeddedBroker,
+    broker: EmbeddedBroker,
 ) -> None:
     """prepare() stores an invisible half message; a producer that never saw it commits it
     from its PreparedMessage (pickled, as it travels between processes) and learns the
     broker applied it; a second prepared message is rolled back the same way."""
-    broker = quiet_broker
     async with rmq.TransactionProducer(namesrv=broker.address, group="tx-prep") as sender:
         keep = await sender.prepare(rmq.Message("tx_prep", b"keep"))
         drop = await sender.prepare(rmq.Message("tx_prep", b"drop"))

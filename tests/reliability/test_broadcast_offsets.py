@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 
 from aiorocket import (
-    ConcurrentContext,
     Message,
     Producer,
     PushConsumer,
-    ReceivedMessage,
 )
 from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConfigurationError
+from tests._harness.consume import collect_bodies
 from tests._harness.wait import wait_for
 
 TOPIC = "Bcast"
@@ -39,13 +38,7 @@ def member(
         rebalance_interval=0.5,
         **named,
     )
-    consumer.subscribe(TOPIC)
-
-    @consumer.listener
-    async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
-        got.extend(m.body for m in msgs)
-
-    return consumer
+    return collect_bodies(consumer, TOPIC, got.extend)
 
 
 async def send(producer: Producer, first: int, last: int) -> None:
@@ -57,11 +50,12 @@ def bodies(first: int, last: int) -> list[bytes]:
     return sorted(b"%d" % i for i in range(first, last))
 
 
-async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_path: Path) -> None:
+async def test_two_default_consumers_on_one_host_keep_their_own_progress(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     store = tmp_path / "offsets"
     got: dict[str, list[bytes]] = defaultdict(list)
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         Producer(namesrv=broker.address, group="bp") as producer,
     ):
         await send(producer, 0, 20)
@@ -87,17 +81,37 @@ async def test_two_default_consumers_on_one_host_keep_their_own_progress(tmp_pat
 
 
 async def test_a_second_live_consumer_with_the_same_instance_name_is_refused(
+    broker: EmbeddedBroker,
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "offsets"
     got: list[bytes] = []
-    async with EmbeddedBroker(data_dir=tmp_path / "b") as broker:
-        async with member(broker, store, got, "edge-1"):
-            second = member(broker, store, got, "edge-1")
-            with pytest.raises(ConfigurationError, match="instance_name 'edge-1'"):
-                await second.start()
-        async with member(broker, store, got, "edge-1"):  # free again once the first closed
-            pass
+    async with member(broker, store, got, "edge-1"):
+        second = member(broker, store, got, "edge-1")
+        with pytest.raises(ConfigurationError, match="instance_name 'edge-1'"):
+            await second.start()
+    async with member(broker, store, got, "edge-1"):  # free again once the first closed
+        pass
+
+
+async def consume_on_a_new_cluster(
+    data_dir: Path, store: Path, got: list[bytes], first: int, last: int
+) -> str:
+    """Start a broker on ``data_dir`` (a cluster of its own, named as every other), send it
+    messages ``first`` to ``last - 1`` and consume them with the broadcasting member "edge";
+    the cluster's address."""
+    # one queue, so the cluster's offsets are one row: the producer creates the topic with
+    # one queue on its first send (``defaultTopicQueueNums``)
+    async with (
+        EmbeddedBroker(data_dir=data_dir) as broker,
+        Producer(namesrv=broker.address, group="bp", default_topic_queue_nums=1) as producer,
+    ):
+        await send(producer, first, last)
+        async with member(broker, store, got, "edge"):
+            await wait_for(
+                lambda: len(got) == last - first, timeout=10, what="the cluster's messages"
+            )
+        return broker.address
 
 
 async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_used(
@@ -105,28 +119,10 @@ async def test_offsets_of_another_cluster_with_the_same_broker_names_are_not_use
 ) -> None:
     store = tmp_path / "offsets"
     got: list[bytes] = []
-    # one queue each, so each cluster's offsets are one row: the producer creates the topic
-    # with one queue on its first send (``defaultTopicQueueNums``)
-    async with (
-        EmbeddedBroker(data_dir=tmp_path / "one") as first,
-        Producer(namesrv=first.address, group="bp", default_topic_queue_nums=1) as producer,
-    ):
-        first_cluster = first.address
-        await send(producer, 0, 7)
-        async with member(first, store, got, "edge"):
-            await wait_for(lambda: len(got) == 7, timeout=10, what="the first cluster's messages")
+    first_cluster = await consume_on_a_new_cluster(tmp_path / "one", store, got, 0, 7)
     got.clear()
     # a fresh cluster: same cluster and broker names, its own messages from offset 0
-    async with (
-        EmbeddedBroker(data_dir=tmp_path / "two") as second,
-        Producer(namesrv=second.address, group="bp", default_topic_queue_nums=1) as producer,
-    ):
-        second_cluster = second.address
-        await send(producer, 100, 115)
-        async with member(second, store, got, "edge"):
-            await wait_for(
-                lambda: len(got) == 15, timeout=10, what="every message of the new cluster"
-            )
+    second_cluster = await consume_on_a_new_cluster(tmp_path / "two", store, got, 100, 115)
     assert sorted(got) == bodies(100, 115)
     [path] = list(store.rglob("offsets.json"))
     clusters = json.loads(path.read_text())["clusters"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from aiorocket import (
 )
 from aiorocket._client.instance import ClientInstance
 from aiorocket._protocol.codes import RequestCode, ResponseCode
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import ConfigurationError, SystemBusyError
 from aiorocket.settings import ClientSettings
 from tests._harness.broker import FAST_DELAYS
@@ -28,10 +27,7 @@ from tests._harness.protocol import pull_header
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(delay_levels=FAST_DELAYS)
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 
 async def test_fail_next_answers_the_code_and_the_producer_backs_off(
@@ -58,11 +54,9 @@ async def test_fail_next_answers_the_code_and_the_producer_backs_off(
         broker.fail_next(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS)
 
 
-async def test_pulls_answered_system_busy_back_off_and_recover(tmp_path: Path) -> None:
-    config = BrokerConfig(delay_levels=FAST_DELAYS)
+async def test_pulls_answered_system_busy_back_off_and_recover(broker: EmbeddedBroker) -> None:
     got: list[bytes] = []
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
         # the first send creates the topic with one queue: one pull loop besides the retry one
         Producer(namesrv=broker.address, group="pg", default_topic_queue_nums=1) as producer,
     ):

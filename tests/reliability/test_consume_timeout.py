@@ -6,18 +6,19 @@ send-back fails stays cached and is consumed again locally, never lost."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from aiorocket import ConcurrentContext, Message, Producer, ReceivedMessage
 from aiorocket._protocol.codes import RequestCode, ResponseCode
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
 TOPIC = "Slow"
+
+pytestmark = pytest.mark.broker(delay_levels=FAST_DELAYS)
 
 
 class Handler:
@@ -44,10 +45,12 @@ class Handler:
         return sum(1 for b, _ in self.calls if b == body)
 
 
-async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool = False) -> int:
-    config = BrokerConfig(delay_levels=FAST_DELAYS)
+async def run(
+    broker: EmbeddedBroker, handler: Handler, *, cancel: bool, fail_back: bool = False
+) -> int:
+    """Consume b"stuck" (its handler call timing out) then b"next" with ``handler``; the
+    number of handler calls cancelled."""
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as broker,
         # the first send creates the topic with one queue
         Producer(namesrv=broker.address, group="sp", default_topic_queue_nums=1) as producer,
     ):
@@ -104,24 +107,26 @@ async def run(tmp_path: Path, handler: Handler, *, cancel: bool, fail_back: bool
     return cancelled
 
 
-async def test_a_timed_out_handler_is_cancelled_and_its_worker_freed(tmp_path: Path) -> None:
+async def test_a_timed_out_handler_is_cancelled_and_its_worker_freed(
+    broker: EmbeddedBroker,
+) -> None:
     handler = Handler()
-    assert await run(tmp_path, handler, cancel=True) == 1
+    assert await run(broker, handler, cancel=True) == 1
     assert handler.cancelled == 1
     assert handler.finished_stuck == 0
 
 
-async def test_cancel_timed_out_handlers_off_keeps_javas_behaviour(tmp_path: Path) -> None:
+async def test_cancel_timed_out_handlers_off_keeps_javas_behaviour(broker: EmbeddedBroker) -> None:
     handler = Handler()
-    assert await run(tmp_path, handler, cancel=False) == 0
+    assert await run(broker, handler, cancel=False) == 0
     assert handler.cancelled == 0
     assert handler.finished_stuck == 1  # ran to its end; its outcome was ignored
 
 
 @pytest.mark.parametrize("cancel", [True, False])
 async def test_a_timed_out_message_that_cannot_be_sent_back_is_kept(
-    tmp_path: Path, cancel: bool
+    broker: EmbeddedBroker, cancel: bool
 ) -> None:
     handler = Handler()
-    await run(tmp_path, handler, cancel=cancel, fail_back=True)
+    await run(broker, handler, cancel=cancel, fail_back=True)
     assert [t for b, t in handler.calls if b == b"stuck"] == [0, 1]  # consumed again locally

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,12 +26,11 @@ TOPIC = "Watchdog"
 
 
 async def test_a_silent_pull_task_is_restarted(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="aiorocket.consumer")
     got: list[bytes] = []
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         # the first send creates the topic with one queue
         Producer(namesrv=broker.address, group="wp", default_topic_queue_nums=1) as producer,
     ):
@@ -82,11 +80,10 @@ async def test_a_silent_pull_task_is_restarted(
     assert "restarting it at offset 1" in logged[0]
 
 
-async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
+async def test_flow_control_and_pauses_are_not_silence(broker: EmbeddedBroker) -> None:
     release = asyncio.Event()
     got: list[bytes] = []
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         # the first send creates the topic with one queue
         Producer(namesrv=broker.address, group="wp", default_topic_queue_nums=1) as producer,
     ):
@@ -118,29 +115,28 @@ async def test_flow_control_and_pauses_are_not_silence(tmp_path: Path) -> None:
             assert consumer.statistics().pull_restarts == 0
 
 
-async def test_a_pull_task_not_started_yet_is_not_silent(tmp_path: Path) -> None:
+async def test_a_pull_task_not_started_yet_is_not_silent(broker: EmbeddedBroker) -> None:
     """A rebalance round may add a queue and the next round run before its new pull task ran
     once (an uncontended lock does not yield): that task is young, not silent."""
-    async with EmbeddedBroker(data_dir=tmp_path / "b") as broker:
-        async with Admin(namesrv=broker.address) as admin:
-            await admin.create_topic(TOPIC, queues=1)
-        consumer = PushConsumer(
-            group="watchdog-young",
-            namesrv=broker.address,
-            pull_suspend_timeout=0.1,
-            pull_timeout=0.25,
-            rebalance_interval=60.0,
-        )
-        consumer.subscribe(TOPIC)
+    async with Admin(namesrv=broker.address) as admin:
+        await admin.create_topic(TOPIC, queues=1)
+    consumer = PushConsumer(
+        group="watchdog-young",
+        namesrv=broker.address,
+        pull_suspend_timeout=0.1,
+        pull_timeout=0.25,
+        rebalance_interval=60.0,
+    )
+    consumer.subscribe(TOPIC)
 
-        @consumer.listener
-        async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
-            return None
+    @consumer.listener
+    async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
+        return None
 
-        async with consumer:
-            [mq] = [q for q in consumer.statistics().queues if q.topic == TOPIC]
-            await asyncio.sleep(0.75)  # longer than 2 × pull_timeout since the consumer began
-            await consumer._queues.stop_queue(mq)
-            consumer._queues.start_queue(mq, 0)
-            consumer._queues.restart_silent_pulls()  # at once, as the next round would
-            assert consumer.statistics().pull_restarts == 0
+    async with consumer:
+        [mq] = [q for q in consumer.statistics().queues if q.topic == TOPIC]
+        await asyncio.sleep(0.75)  # longer than 2 × pull_timeout since the consumer began
+        await consumer._queues.stop_queue(mq)
+        consumer._queues.start_queue(mq, 0)
+        consumer._queues.restart_silent_pulls()  # at once, as the next round would
+        assert consumer.statistics().pull_restarts == 0

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from aiorocket import ConcurrentContext, Message, Producer, PushConsumer, ReceivedMessage
+from aiorocket import Message, Producer, PushConsumer
 from aiorocket.embedded import EmbeddedBroker
+from tests._harness.consume import collect_bodies
 from tests._harness.wait import wait_for
 from tests.reliability.helpers import first_consumer
 
@@ -32,13 +32,7 @@ def member(broker: EmbeddedBroker, got: Counter[bytes]) -> PushConsumer:
         instance_name="same",
         rebalance_interval=0.2,
     )
-    consumer.subscribe(TOPIC)
-
-    @consumer.listener
-    async def handle(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
-        got.update(m.body for m in msgs)
-
-    return consumer
+    return collect_bodies(consumer, TOPIC, got.update)
 
 
 def owned(consumer: PushConsumer) -> set[int]:
@@ -47,12 +41,11 @@ def owned(consumer: PushConsumer) -> set[int]:
 
 @pytest.mark.parametrize("start", ["one after the other", "at the same time"])
 async def test_r10_two_instances_with_one_client_id(
-    tmp_path: Path, start: str, caplog: pytest.LogCaptureFixture
+    broker: EmbeddedBroker, start: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     got: Counter[bytes] = Counter()
     caplog.set_level(logging.WARNING, logger="aiorocket.consumer")
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         # the first send creates the topic with QUEUES queues
         Producer(namesrv=broker.address, group="r10p", default_topic_queue_nums=QUEUES) as producer,
     ):

@@ -9,7 +9,6 @@ nothing below the broker's minimum is ever asked for again: never a silent rewin
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -48,12 +47,11 @@ async def send(producer: Producer, first: int, last: int) -> None:
 
 @pytest.mark.parametrize(("policy", "restart"), [("first", 15), ("last", 20)])
 async def test_r11_committed_offset_below_the_minimum(
-    tmp_path: Path, policy: str, restart: int, caplog: pytest.LogCaptureFixture
+    broker: EmbeddedBroker, policy: str, restart: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="aiorocket.consumer")
     got: list[int] = []
     async with (
-        EmbeddedBroker(data_dir=tmp_path / "b") as broker,
         # the first send creates the topic with one queue
         Producer(namesrv=broker.address, group="r11p", default_topic_queue_nums=1) as producer,
     ):

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests._harness.broker import FAST_DELAYS
 from tests.interop import binary_scenarios as sc
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=4, delay_levels=FAST_DELAYS)
+pytestmark = pytest.mark.broker(default_queues=4, delay_levels=FAST_DELAYS)
 
 
 async def test_producer_and_queue_reader(broker: EmbeddedBroker) -> None:

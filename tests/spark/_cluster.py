@@ -35,8 +35,9 @@ def _spark_class() -> Path:
     return Path(pyspark.__file__).parent / "bin" / "spark-class"
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def _proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """Each process's PID and the fields of its ``/proc/PID/stat`` after the command (state,
+    parent PID, process group...); processes gone meanwhile are left out."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -45,10 +46,11 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         # the command may hold spaces and parentheses: the fields follow the last ")"
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == pid:
-            out.append(int(entry.name))
-    return out
+        yield int(entry.name), stat[stat.rindex(")") + 2 :].split()
+
+
+def _children(pid: int) -> list[int]:
+    return [p for p, fields in _proc_stats() if int(fields[1]) == pid]
 
 
 def _cmdline(pid: int) -> str:
@@ -60,18 +62,7 @@ def _cmdline(pid: int) -> str:
 
 def group_alive(pgid: int) -> list[int]:
     """The live processes (not zombies) of process group ``pgid``."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(entry.name))
-    return out
+    return [p for p, fields in _proc_stats() if int(fields[2]) == pgid and fields[0] != "Z"]
 
 
 def executor_pids(worker_pid: int) -> list[int]:

@@ -24,6 +24,7 @@ from aiorocket import PushConsumer, ReceivedMessage, SyncQueueReader
 from tests._harness.wait import wait_for_blocking
 from tests.spark._cluster import Cluster, executor_pids, group_alive
 from tests.spark._support import produce
+from tests.spark._support import stored as stored_count
 
 __all__ = ["Outcome", "run_scenario"]
 
@@ -52,19 +53,17 @@ class Outcome:
         """Copies beyond the first, over all results."""
         return sum(c - 1 for c in counts.values() if c > 1)
 
+    def check_exactly_once(self) -> None:
+        """Every expected result once, and nothing else, both as received and as stored."""
+        for counts in (self.received, self.stored):
+            assert self.missing(counts) == 0, f"{self.missing(counts)} missing"
+            assert self.duplicates(counts) == 0, f"{self.duplicates(counts)} duplicates"
+            assert set(counts) == self.expected, set(counts) ^ self.expected
+
 
 def result_of(src: str, i: int) -> bytes:
     """What the query makes of input message ``i``."""
     return f"{src}-{i}".upper().encode() + b":out"
-
-
-def _stored(namesrv: str, topic: str) -> int:
-    with SyncQueueReader(namesrv=namesrv) as reader:
-        try:
-            mqs = reader.queues(topic)
-        except Exception:
-            return 0
-        return sum(reader.max_offsets(mqs).values())
 
 
 def _read(namesrv: str, topic: str) -> Counter[bytes]:
@@ -188,11 +187,11 @@ def run_scenario(
     try:
         t = time.monotonic()
         wait_for_blocking(
-            lambda: _stored(namesrv, dst) >= n // 8 or first.poll() is not None,
+            lambda: stored_count(namesrv, dst) >= n // 8 or first.poll() is not None,
             timeout=600,
             what="the first results",
         )
-        at_executor = _stored(namesrv, dst)
+        at_executor = stored_count(namesrv, dst)
         assert first.poll() is None, (work / "driver-1.log").read_text()[-3000:]
         assert at_executor < n, "the stream ended before the executor was killed"
         victims = [p for w in cluster.workers for p in executor_pids(w.pid)]
@@ -200,11 +199,11 @@ def run_scenario(
         os.kill(victims[0], signal.SIGKILL)
         timings["to_executor_kill"] = time.monotonic() - t
         wait_for_blocking(
-            lambda: _stored(namesrv, dst) >= n // 2 or first.poll() is not None,
+            lambda: stored_count(namesrv, dst) >= n // 2 or first.poll() is not None,
             timeout=600,
             what="half the results",
         )
-        at_driver = _stored(namesrv, dst)
+        at_driver = stored_count(namesrv, dst)
         assert first.poll() is None, "the stream ended before the driver was killed"
         assert at_driver < n, "the stream ended before the driver was killed"
         _kill_group(first)

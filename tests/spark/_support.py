@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from aiorocket import Message, MessageQueue, Producer
+from aiorocket import Message, MessageQueue, Producer, ReceivedMessage, SyncQueueReader
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,6 +130,34 @@ def produce(addr: str, topic: str, n: int, **options: Any) -> list[str]:
     """:func:`aproduce` (with its keyword ``options``) on an event loop of its own (call it
     where no loop runs)."""
     return asyncio.run(aproduce(addr, topic, n, **options))
+
+
+def read_all(addr: str, topic: str) -> list[ReceivedMessage]:
+    """Every message of ``topic``, queue by queue, in queue order."""
+    out: list[ReceivedMessage] = []
+    with SyncQueueReader(namesrv=addr) as reader:
+        for mq in reader.queues(topic):
+            out.extend(reader.read_range(mq, 0, reader.max_offset(mq)))
+    return out
+
+
+def stored(addr: str, topic: str) -> int:
+    """How many messages ``topic`` holds (0 when it does not exist yet)."""
+    with SyncQueueReader(namesrv=addr) as reader:
+        try:
+            mqs = reader.queues(topic)
+        except Exception:
+            return 0
+        return sum(reader.max_offsets(mqs).values())
+
+
+def rocketmq_stream(spark: Any, addr: str, topic: str, **options: str) -> Any:
+    """The streaming DataFrame of the ``rocketmq`` source on ``topic`` at ``addr``, with the
+    source's ``options`` (``startingOffsets="earliest"``...)."""
+    reader = spark.readStream.format("rocketmq").option("namesrv", addr).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
 
 
 def spark_session(app: str) -> Any:

@@ -42,15 +42,15 @@ from aiorocket.integrations.spark.txlog import (
 from aiorocket.integrations.spark.txstate import Ledger, RowState, Verdict
 
 #: a check pass every 0.2 s; half messages are checked once 0.5 s old
-FAST_CHECKS = BrokerConfig(
-    default_queues=2, transaction_check_interval=0.2, transaction_timeout=0.5
-)
+FAST_CHECKS: dict[str, Any] = {
+    "default_queues": 2,
+    "transaction_check_interval": 0.2,
+    "transaction_timeout": 0.5,
+}
 TOPIC = "TxOut"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return FAST_CHECKS
+pytestmark = pytest.mark.broker(**FAST_CHECKS)
 
 
 @pytest.fixture
@@ -196,14 +196,14 @@ async def test_a_new_coordinator_finishes_a_dead_ones_decision_once(
     broker restarts (forgetting which transactions it ended); the next coordinator waits out
     the grace, reads the target queue, and commits only the rows not there yet."""
     data = tmp_path / "broker"
-    async with EmbeddedBroker(data_dir=data, config=FAST_CHECKS) as broker:
+    async with EmbeddedBroker(data_dir=data, config=BrokerConfig(**FAST_CHECKS)) as broker:
         halves = await prepare(broker, record, Tag("w.3", "r", 0, 1), rows("r", 30))
         record.decide(Decision("w.3", "r", {0: 1}, (halves,)))
         done: list[PreparedMessage] = list(halves)[:12]
         async with TransactionProducer(namesrv=broker.address, group="dead") as dead:
             for p in done:
                 await dead.end(p, TransactionState.COMMIT)
-    async with EmbeddedBroker(data_dir=data, config=FAST_CHECKS) as broker:
+    async with EmbeddedBroker(data_dir=data, config=BrokerConfig(**FAST_CHECKS)) as broker:
         async with coordinator(config(broker, record), last_beat=time.time()):
             await wait_for(lambda: complete(record, "w.3"), timeout=30, what="complete")
             await wait_for(lambda: halves_resolved(broker), timeout=20, what="checks answered")

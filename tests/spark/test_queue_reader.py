@@ -33,9 +33,7 @@ from tests.spark._support import BrokerThread, produce
 TOPIC = "ReaderT"
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=4)
+pytestmark = pytest.mark.broker(default_queues=4)
 
 
 async def _fill(addr: str, topic: str, n: int, *, queue_id: int = 0, **settings: object) -> None:
@@ -69,12 +67,9 @@ async def test_queues_and_offsets(broker: EmbeddedBroker) -> None:
         assert await reader.max_offset(mqs[2]) == 100
 
 
-async def test_unknown_topic_without_auto_create(tmp_path: Path) -> None:
-    config = BrokerConfig(default_queues=4, auto_create_topics=False)
-    async with (
-        EmbeddedBroker(data_dir=tmp_path / "b", config=config) as b,
-        QueueReader(namesrv=b.address) as reader,
-    ):
+@pytest.mark.broker(default_queues=4, auto_create_topics=False)
+async def test_unknown_topic_without_auto_create(broker: EmbeddedBroker) -> None:
+    async with QueueReader(namesrv=broker.address) as reader:
         with pytest.raises(TopicNotExistError):
             await reader.queues("NoSuchTopic")
 

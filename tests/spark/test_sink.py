@@ -11,8 +11,14 @@ from typing import Any
 
 import pytest
 
-from aiorocket import ReceivedMessage, SyncQueueReader
-from tests.spark._support import BrokerThread, produce, spark_missing
+from tests.spark._support import (
+    BrokerThread,
+    produce,
+    read_all,
+    rocketmq_stream,
+    spark_missing,
+    stored,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,25 +45,6 @@ if spark_missing() is None:
             StructField("properties", MapType(StringType(), StringType())),
         ]
     )
-
-
-def read_all(addr: str, topic: str) -> list[ReceivedMessage]:
-    """Every message of ``topic``, queue by queue, in queue order."""
-    out: list[ReceivedMessage] = []
-    with SyncQueueReader(namesrv=addr) as reader:
-        for mq in reader.queues(topic):
-            out.extend(reader.read_range(mq, 0, reader.max_offset(mq)))
-    return out
-
-
-def stored(addr: str, topic: str) -> int:
-    """How many messages ``topic`` holds (0 when it does not exist yet)."""
-    with SyncQueueReader(namesrv=addr) as reader:
-        try:
-            mqs = reader.queues(topic)
-        except Exception:
-            return 0
-        return sum(reader.max_offsets(mqs).values())
 
 
 def _rows(n: int) -> list[tuple[Any, ...]]:
@@ -146,12 +133,7 @@ def test_stream_from_source_to_sink(
     src, dst = "SinkStreamIn", "SinkStreamOut"
     ids = produce(addr, src, 2_500)
     query = (
-        spark.readStream.format("rocketmq")
-        .option("namesrv", addr)
-        .option("topic", src)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "1000")
-        .load()
+        rocketmq_stream(spark, addr, src, startingOffsets="earliest", maxOffsetsPerTrigger="1000")
         .select("body", "keys", "tags", "properties")
         .writeStream.format("rocketmq")
         .option("namesrv", addr)

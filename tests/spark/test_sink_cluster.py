@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from aiorocket import ReceivedMessage, SyncQueueReader
 from aiorocket.embedded import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for_blocking
@@ -32,7 +31,15 @@ from tests.spark._cluster import (
     standalone_cluster,
 )
 from tests.spark._exactly_once import run_scenario
-from tests.spark._support import ROOT, BrokerThread, produce, spark_missing
+from tests.spark._support import (
+    ROOT,
+    BrokerThread,
+    produce,
+    read_all,
+    rocketmq_stream,
+    spark_missing,
+    stored,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,23 +53,6 @@ TX_BROKER = BrokerConfig(
     transaction_timeout=1.0,
     transaction_check_max=60,
 )
-
-
-def _stored(addr: str, topic: str) -> int:
-    with SyncQueueReader(namesrv=addr) as reader:
-        try:
-            mqs = reader.queues(topic)
-        except Exception:
-            return 0
-        return sum(reader.max_offsets(mqs).values())
-
-
-def _read_all(addr: str, topic: str) -> list[ReceivedMessage]:
-    out: list[ReceivedMessage] = []
-    with SyncQueueReader(namesrv=addr) as reader:
-        for mq in reader.queues(topic):
-            out.extend(reader.read_range(mq, 0, reader.max_offset(mq)))
-    return out
 
 
 @pytest.fixture
@@ -101,13 +91,8 @@ def test_executor_killed_mid_stream(
     produce(addr, src, N)
 
     def source() -> Any:
-        return (
-            spark.readStream.format("rocketmq")
-            .option("namesrv", addr)
-            .option("topic", src)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "500")
-            .load()
+        return rocketmq_stream(
+            spark, addr, src, startingOffsets="earliest", maxOffsetsPerTrigger="500"
         )
 
     files = (
@@ -132,10 +117,10 @@ def test_executor_killed_mid_stream(
         .start()
     )
     # Mid-stream: some, not all, of the sink's messages are stored; kill an executor JVM.
-    wait_for_blocking(lambda: _stored(addr, dst) >= N // 8, timeout=90, what="sends started")
+    wait_for_blocking(lambda: stored(addr, dst) >= N // 8, timeout=90, what="sends started")
     victims = [p for w in cluster.workers for p in executor_pids(w.pid)]
     assert victims, "no executor found"
-    assert _stored(addr, dst) < N, "the stream ended before the kill"
+    assert stored(addr, dst) < N, "the stream ended before the kill"
     os.kill(victims[0], signal.SIGKILL)
 
     assert files.awaitTermination(150)
@@ -149,7 +134,7 @@ def test_executor_killed_mid_stream(
     assert set(bodies) == {f"{src}-{i}".encode() for i in range(N)}
 
     copies: dict[bytes, set[tuple[str, str]]] = defaultdict(set)
-    for m in _read_all(addr, dst):
+    for m in read_all(addr, dst):
         copies[m.body].add((m.msg_id, m.keys[-1]))
     assert set(copies) == {f"{src}-{i}".encode() for i in range(N)}  # at least once
     for body, ids in copies.items():
@@ -192,7 +177,4 @@ def test_exactly_once_survives_executor_and_driver_kills(
         f"exactly once, {n} messages: timings {outcome.timings}, output stored at the "
         f"executor kill {outcome.at_executor_kill}, at the driver kill {outcome.at_driver_kill}"
     )
-    for counts in (outcome.received, outcome.stored):
-        assert outcome.missing(counts) == 0
-        assert outcome.duplicates(counts) == 0
-        assert set(counts) == outcome.expected
+    outcome.check_exactly_once()

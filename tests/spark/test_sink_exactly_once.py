@@ -19,7 +19,7 @@ from aiorocket import ReceivedMessage, SyncQueueReader
 from aiorocket.embedded import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for_blocking
-from tests.spark._support import BrokerThread, produce, spark_missing
+from tests.spark._support import BrokerThread, produce, rocketmq_stream, spark_missing
 
 pytestmark = pytest.mark.slow
 
@@ -173,12 +173,9 @@ def test_streaming_replayed_batch_is_not_delivered_twice(
 
     def run_query() -> None:
         query = (
-            spark.readStream.format("rocketmq")
-            .option("namesrv", addr)
-            .option("topic", src)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "1000")
-            .load()
+            rocketmq_stream(
+                spark, addr, src, startingOffsets="earliest", maxOffsetsPerTrigger="1000"
+            )
             .select(F.upper(F.col("body").cast("string")).alias("body"))
             .writeStream.format("rocketmq")
             .option("namesrv", addr)

@@ -13,19 +13,12 @@ import pytest
 
 from aiorocket import MessageQueue, SyncQueueReader
 from tests._harness.wait import wait_for_blocking
-from tests.spark._support import BrokerThread, produce, spark_missing
+from tests.spark._support import BrokerThread, produce, rocketmq_stream, spark_missing
 
 pytestmark = pytest.mark.slow
 
 if spark_missing() is None:
     from pyspark.sql import functions as F  # noqa: N812
-
-
-def _stream(spark: Any, addr: str, topic: str, **options: str) -> Any:
-    reader = spark.readStream.format("rocketmq").option("namesrv", addr).option("topic", topic)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
 
 
 def _batch(spark: Any, addr: str, topic: str, **options: str) -> Any:
@@ -64,7 +57,9 @@ def test_stream_restart_from_checkpoint_no_loss_no_duplicates(
 
     def start() -> Any:
         return (
-            _stream(spark, addr, topic, startingOffsets="earliest", maxOffsetsPerTrigger="2500")
+            rocketmq_stream(
+                spark, addr, topic, startingOffsets="earliest", maxOffsetsPerTrigger="2500"
+            )
             .writeStream.format("parquet")
             .option("path", out)
             .option("checkpointLocation", checkpoint)
@@ -113,7 +108,7 @@ def test_max_offsets_per_trigger_bounds_micro_batches(
         sizes[batch_id] = df.count()
 
     query = (
-        _stream(spark, addr, topic, startingOffsets="earliest", maxOffsetsPerTrigger="700")
+        rocketmq_stream(spark, addr, topic, startingOffsets="earliest", maxOffsetsPerTrigger="700")
         .writeStream.foreachBatch(record)
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)
@@ -155,7 +150,7 @@ def test_group_offsets_follow_committed_micro_batches(
                         ahead.append(f"batch {batch_id}: {mq} at {committed}")
 
         query = (
-            _stream(
+            rocketmq_stream(
                 spark,
                 addr,
                 topic,
@@ -277,7 +272,7 @@ def test_starting_offsets_by_timestamp(
         seen.extend(r.msg_id for r in df.select("msg_id").collect())
 
     query = (
-        _stream(spark, addr, topic, startingOffsets=str(cut))
+        rocketmq_stream(spark, addr, topic, startingOffsets=str(cut))
         .writeStream.foreachBatch(record)
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)
@@ -304,7 +299,11 @@ def test_options_are_checked(spark: Any, broker_thread: BrokerThread) -> None:
     with pytest.raises(Exception, match="startingOffsets"):
         _batch(spark, addr, "X", startingOffsets="yesterday").count()
     # A stream's options are checked when the query starts running: the query fails.
-    query = _stream(spark, addr, "X", maxOffsetsPerTrigger="0").writeStream.format("noop").start()
+    query = (
+        rocketmq_stream(spark, addr, "X", maxOffsetsPerTrigger="0")
+        .writeStream.format("noop")
+        .start()
+    )
     try:
         with pytest.raises(Exception, match="maxOffsetsPerTrigger"):
             query.awaitTermination(60)

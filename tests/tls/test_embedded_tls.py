@@ -17,11 +17,9 @@ import pytest
 
 from aiorocket import (
     Admin,
-    ConcurrentContext,
     Message,
     Producer,
     PullConsumer,
-    PushConsumer,
     QueueReader,
     ReceivedMessage,
     TransactionProducer,
@@ -31,6 +29,7 @@ from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConfigurationError, ConnectError, ConnectionClosedError, RocketError
 from aiorocket.testing import ChaosProxy
 from aiorocket.tls import client_context
+from tests._harness.consume import consume_until
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import FAST
 from tests.tls.pki import Pki, tls_config
@@ -48,20 +47,8 @@ async def produce(namesrv: str, topic: str, bodies: list[bytes], **client: Any) 
 
 async def consume(namesrv: str, topic: str, group: str, expect: int, **client: Any) -> list[bytes]:
     """Bodies a push consumer gets from ``topic`` until it has ``expect`` of them."""
-    got: list[bytes] = []
-    done = asyncio.Event()
-    consumer = PushConsumer(group=group, namesrv=namesrv, consume_from="first", **FAST, **client)
-    consumer.subscribe(topic)
-
-    @consumer.listener
-    async def on(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
-        got.extend(m.body for m in msgs)
-        if len(got) >= expect:
-            done.set()
-
-    async with consumer:
-        await asyncio.wait_for(done.wait(), 8)
-    return got
+    got = await consume_until(namesrv, topic, group, expect, timeout=8, **FAST, **client)
+    return [m.body for m in got]
 
 
 async def test_enforcing_tls_clients_produce_and_consume(

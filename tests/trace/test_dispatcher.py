@@ -16,10 +16,14 @@ from aiorocket._protocol.headers import SendMessageRequestHeader
 from aiorocket._protocol.properties import decode_properties
 from aiorocket._trace import TraceBean, TraceContext, TraceDispatcher, TraceType, decode_trace
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.errors import ConnectError
 from aiorocket.models import MessageQueue
 from tests._harness.wait import wait_for
+
+# no trace topic and no auto-creation: every trace send fails
+pytestmark = pytest.mark.broker(
+    default_queues=1, trace_topic_enable=False, auto_create_topics=False
+)
 
 
 @dataclass
@@ -185,12 +189,6 @@ async def test_records_without_region_are_skipped() -> None:
 
 
 # -- the producer's hooks --------------------------------------------------------------------
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    # no trace topic and no auto-creation: every trace send fails
-    return BrokerConfig(default_queues=1, trace_topic_enable=False, auto_create_topics=False)
 
 
 class Recorder:

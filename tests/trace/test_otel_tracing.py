@@ -18,7 +18,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from aiorocket.integrations.opentelemetry import instrument_tracing
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
@@ -33,9 +32,9 @@ POP: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05)
+pytestmark = pytest.mark.broker(
+    default_queues=2, delay_levels=FAST_DELAYS, pop_revive_interval=0.05
+)
 
 
 def spans(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

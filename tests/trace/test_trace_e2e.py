@@ -11,15 +11,11 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded.broker import EmbeddedBroker
-from aiorocket.embedded.config import BrokerConfig
 from tests._harness.broker import FAST_DELAYS
 from tests._harness.wait import wait_for
 from tests.consumer.conftest import FAST
 
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(default_queues=2, delay_levels=FAST_DELAYS)
+pytestmark = pytest.mark.broker(default_queues=2, delay_levels=FAST_DELAYS)
 
 
 async def test_pub_and_sub_rows(broker: EmbeddedBroker) -> None:

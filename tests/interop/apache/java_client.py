@@ -68,6 +68,23 @@ class JavaClient:
         )
         return cls(label, proc, log)
 
+    @classmethod
+    async def run(
+        cls, classes: Path, main: str, *args: str, timeout: float, **options: Any
+    ) -> JavaClient:
+        """:meth:`start` the program (``options``: the keywords of :meth:`start`) and wait for
+        it to exit 0 (:meth:`wait_exit` within ``timeout``); stopped whatever happens.
+
+        Raises:
+            InstallError: it timed out or exited with another code than 0.
+        """
+        client = await cls.start(classes, main, *args, **options)
+        try:
+            await client.wait_exit(timeout)
+        finally:
+            await client.stop()
+        return client
+
     async def _read(self) -> None:
         assert self.proc.stdout is not None
         with self.log.open("ab") as out:

@@ -16,7 +16,6 @@ Apache RocketMQ.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,7 +25,7 @@ from aiorocket._protocol.codes import SerializeType
 from aiorocket._protocol.command import RemotingCommand
 from aiorocket._remoting import server as server_module
 from aiorocket._remoting.server import ServerConnection
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests.interop import binary_scenarios as sc
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.install import Install
@@ -43,6 +42,8 @@ from tests.interop.apache.test_java_client_embedded import (
     wait_until,
 )
 from tests.interop.harness import unique_name
+
+pytestmark = pytest.mark.broker(default_queues=QUEUES)
 
 # -- aiorocket's binary clients, Java broker ------------------------------------------------------
 
@@ -106,11 +107,10 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> list[Recording]:
 
 
 @pytest.fixture
-async def broker(tmp_path: Path, recording: list[Recording]) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(
-        data_dir=tmp_path / "broker", config=BrokerConfig(default_queues=QUEUES)
-    ) as b:
-        yield b
+def broker(recording: list[Recording], broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The suite's ``broker`` (``QUEUES`` queues), started once ``recording`` records the
+    connections it accepts."""
+    return broker
 
 
 def split_by_dialect(conns: list[Recording]) -> tuple[list[Recording], list[Recording]]:
@@ -136,7 +136,7 @@ async def test_java_client_binary_produce_and_consume(
     every message aiorocket (JSON) sent; the broker saw the Java client's requests binary only
     and answered them binary, and aiorocket's in JSON."""
     topic = unique_name("j_bin")
-    producer = await JavaClient.start(
+    producer = await JavaClient.run(
         java_classes,
         "JClient",
         "produce",
@@ -147,11 +147,8 @@ async def test_java_client_binary_produce_and_consume(
         name="bin-producer",
         tmp=tmp_path / "producer",
         jvm_options=BINARY_JVM,
+        timeout=BOOT,
     )
-    try:
-        await producer.wait_exit(BOOT)
-    finally:
-        await producer.kill()
     stored = await read_all(broker, topic)
     assert sorted(int(m.properties["idx"]) for m in stored) == list(range(COUNT))
     for m in stored:
@@ -191,7 +188,7 @@ async def test_a_json_java_client_stays_json(
     broker: EmbeddedBroker, recording: list[Recording], java_classes: Path, tmp_path: Path
 ) -> None:
     """The control: without the property the Java client's requests are JSON."""
-    producer = await JavaClient.start(
+    await JavaClient.run(
         java_classes,
         "JClient",
         "produce",
@@ -201,11 +198,8 @@ async def test_a_json_java_client_stays_json(
         "3",
         name="json-producer",
         tmp=tmp_path / "producer",
+        timeout=BOOT,
     )
-    try:
-        await producer.wait_exit(BOOT)
-    finally:
-        await producer.kill()
     binary, json = split_by_dialect(recording)
     assert not binary
     assert json

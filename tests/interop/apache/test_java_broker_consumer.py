@@ -24,15 +24,17 @@ import asyncio
 import signal
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import aiorocket as rmq
-from tests._harness.child import Child
+from tests._harness.child import Child, produce_at_rate, wait_delivered
 from tests._harness.orderly import Records, check_key_order, check_no_overlap, handler_calls
 from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST
 from tests.interop.apache._groups import (
     CONSUMER_PROC,
     ORDERLY_PROC,
@@ -94,31 +96,25 @@ async def wait_one_owner_each(
         raise AssertionError(f"{exc}: {owners(records, names, field)}") from None
 
 
-async def wait_delivered(records: Records, wanted: set[str], key: str, timeout: float) -> None:
-    def done() -> bool:
-        rows = records.refresh()
-        if key == "id":
-            got = {r["id"] for r in rows if r["k"] == "d"}
-        else:
-            got = {i for r in rows if r["k"] == "s" for i in r["ids"]}
-        return wanted <= got
+def delivered_now(records: Records, key: str) -> set[str]:
+    """Every id delivered so far: of ``d`` rows (one a message) for ``key`` ``"id"``, else of
+    ``s`` rows (one a handler call, their ``ids``)."""
+    rows = records.refresh()
+    if key == "id":
+        return {r["id"] for r in rows if r["k"] == "d"}
+    return records.delivered()
 
-    await wait_for(done, timeout=timeout, what=f"{len(wanted)} messages delivered", interval=0.1)
+
+async def leave_when_busy(b: Child, leave: signal.Signals, busy: Callable[[], bool]) -> float:
+    """Stop member ``b`` with ``leave`` once ``busy()``; when it left (was killed or stopped)."""
+    await wait_for(busy, timeout=60, what="b consuming", interval=0.1)
+    await stop(b, leave)
+    left_at = b.killed_at or b.stopped_at
+    assert left_at is not None
+    return left_at
 
 
 # -- concurrent consumption ------------------------------------------------------------------
-
-
-async def produce(namesrv: str, topic: str, ids: list[str], rate: float) -> None:
-    """Send ``ids`` as bodies, 50 to a batch (each batch to the next queue), at ``rate``/s."""
-    batch = 50
-    async with rmq.Producer(namesrv=namesrv, group=unique_name("jprod")) as p:
-        start = time.monotonic()
-        for i in range(0, len(ids), batch):
-            await p.send_batch([rmq.Message(topic, x) for x in ids[i : i + batch]])
-            ahead = start + (i + batch) / rate - time.monotonic()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
 
 
 @pytest.mark.parametrize("leave", LEAVES)
@@ -154,19 +150,20 @@ async def test_two_members_share_the_queues_and_survive_one_leaving(
         assert 0 < len(b_queues) < QUEUES
 
         ids = [f"m{i}" for i in range(4000)]
-        production = asyncio.create_task(produce(ns, topic, ids, rate=1000))
+        production = asyncio.create_task(
+            produce_at_rate(ns, topic, unique_name("jprod"), ids, rate=1000)
+        )
 
         def b_busy() -> bool:
             rows = records.refresh()
             return sum(1 for r in rows if r["k"] == "d" and r["c"] == "b") >= 300
 
-        await wait_for(b_busy, timeout=60, what="b consuming", interval=0.1)
-        await stop(b, leave)
-        left_at = b.killed_at or b.stopped_at
-        assert left_at is not None
+        left_at = await leave_when_busy(b, leave, b_busy)
         await wait_one_owner_each(records, ["a"], "queues")
         await production
-        await wait_delivered(records, set(ids), "id", DRAIN_TIMEOUT)
+        await wait_delivered(
+            lambda: delivered_now(records, "id"), ids, timeout=DRAIN_TIMEOUT, interval=0.1
+        )
     finally:
         if production is not None:
             production.cancel()
@@ -274,13 +271,12 @@ async def test_orderly_members_keep_per_key_order_across_a_hand_over(
             rows = records.refresh()
             return sum(len(r["ids"]) for r in rows if r["k"] == "s" and r["c"] == "b") >= 200
 
-        await wait_for(b_busy, timeout=60, what="b consuming", interval=0.1)
-        await stop(b, leave)
-        left_at = b.killed_at or b.stopped_at
-        assert left_at is not None
+        left_at = await leave_when_busy(b, leave, b_busy)
         await wait_one_owner_each(records, ["a"], "locks", timeout=LEASE + 60)
         await production
-        await wait_delivered(records, wanted, "ids", DRAIN_TIMEOUT)
+        await wait_delivered(
+            lambda: delivered_now(records, "ids"), wanted, timeout=DRAIN_TIMEOUT, interval=0.1
+        )
     finally:
         if production is not None:
             production.cancel()
@@ -346,9 +342,7 @@ async def test_refused_messages_come_back_through_the_retry_topic_then_go_to_the
         namesrv=ns,
         max_reconsume_times=2,
         consume_from="first",
-        rebalance_interval=1.0,
-        offset_persist_interval=0.5,
-        shutdown_grace=5.0,
+        **FAST,
     )
     consumer.subscribe(topic)
 

@@ -446,13 +446,16 @@ async def test_sharding_key_maps_to_the_queue_java_picks(
     # "Aa" and "BB" share a Java hash code (2112), so they must share a queue
     assert queue_of["Aa"] == queue_of["BB"]
 
-    java = await JavaClient.start(
-        probe_classes, "Probe", "select", ns, topic, *map(_hex, keys), tmp=tmp_path
+    java = await JavaClient.run(
+        probe_classes,
+        "Probe",
+        "select",
+        ns,
+        topic,
+        *map(_hex, keys),
+        tmp=tmp_path,
+        timeout=JAVA_TIMEOUT,
     )
-    try:
-        await java.wait_exit(JAVA_TIMEOUT)
-    finally:
-        await java.stop()
     picks = {e["key"]: e["queue"] for e in java.of("select")}
     assert len(picks) == len(keys), java.diagnostics()
     assert all(e["queues"] == 4 for e in java.of("select"))
@@ -600,6 +603,13 @@ async def test_namespace_is_the_wire_prefix_and_shared_by_a_consumer(
         assert_java_saw(by_java[i], m, r)
 
 
+def fancy(topic: str, body: str, i: int) -> Message:
+    """Message ``i`` with the non-ASCII tag, keys and properties (and ``idx``, ``i``)."""
+    return Message(
+        topic, body, tags=FANCY_TAG, keys=FANCY_KEYS, properties={**FANCY_PROPS, "idx": str(i)}
+    )
+
+
 async def test_non_ascii_properties_survive_both_ways(
     java_cluster: JavaCluster, java_classes: Path, probe_classes: Path, tmp_path: Path
 ) -> None:
@@ -608,16 +618,7 @@ async def test_non_ascii_properties_survive_both_ways(
     sends, aiorocket reads back exactly (reader and push consumer)."""
     ns = java_cluster.namesrv
     to_java = unique_name("UnicodeToJava")
-    sent = [
-        Message(
-            to_java,
-            f"py-{i}-{FANCY_PROPS['日本']}",
-            tags=FANCY_TAG,
-            keys=FANCY_KEYS,
-            properties={**FANCY_PROPS, "idx": str(i)},
-        )
-        for i in range(4)
-    ]
+    sent = [fancy(to_java, f"py-{i}-{FANCY_PROPS['日本']}", i) for i in range(4)]
     async with Producer(namesrv=ns, group=unique_name("pg")) as producer:
         results = [await producer.send(m) for m in sent]
         # a batch takes another encoding path (one body of records, properties inside)
@@ -651,26 +652,13 @@ async def test_non_ascii_properties_survive_both_ways(
 
     # Java -> aiorocket
     from_java = unique_name("UnicodeFromJava")
-    producer_java = await JavaClient.start(
-        probe_classes, "Probe", "produce", ns, from_java, "4", tmp=tmp_path
+    producer_java = await JavaClient.run(
+        probe_classes, "Probe", "produce", ns, from_java, "4", tmp=tmp_path, timeout=JAVA_TIMEOUT
     )
-    try:
-        await producer_java.wait_exit(JAVA_TIMEOUT)
-    finally:
-        await producer_java.stop()
     java_sent = producer_java.of("sent")
     assert [e["idx"] for e in java_sent] == [0, 1, 2, 3], producer_java.diagnostics()
     first_name = next(iter(FANCY_PROPS))
-    expected = [
-        Message(
-            from_java,
-            f"java-{i}-{first_name}",
-            tags=FANCY_TAG,
-            keys=FANCY_KEYS,
-            properties={**FANCY_PROPS, "idx": str(i)},
-        )
-        for i in range(4)
-    ]
+    expected = [fancy(from_java, f"java-{i}-{first_name}", i) for i in range(4)]
     async with QueueReader(namesrv=ns) as reader:
         for e, m in zip(java_sent, expected, strict=True):
             mq = MessageQueue(from_java, e["broker"], e["queue"])

@@ -237,6 +237,26 @@ async def test_consume_from_first_reads_what_was_sent_before_the_group(
     assert idx_of(got) == list(range(16))
 
 
+async def both_from_last(
+    classes: Path, ns: str, topic: str, tmp_path: Path, n: int
+) -> tuple[list[int], list[int]]:
+    """A Java consumer and ours, each of a new group consuming from "last", once they hold
+    every queue: messages 8 to 11 sent, what each consumed (``idx``) once both have ``n``."""
+    java = await java_from_where(classes, ns, topic, "last", tmp_path)
+    try:
+        async with consuming(ns, topic, unique_name("cg"), consume_from="last") as (c, got):
+            await wait_for(
+                lambda: held_queues(c, topic) == QUEUES, timeout=WAIT, what="every queue"
+            )
+            await send_all(ns, topic, range(8, 12))
+            await wait_for(lambda: len(got) >= n, timeout=WAIT, what=f"{n} messages")
+            await java.wait_until(lambda j: len(j.of("msg")) >= n, WAIT, f"{n} messages")
+            await asyncio.sleep(0.5)  # a duplicate, or an earlier message, would show up by now
+    finally:
+        await java.kill()
+    return idx_of(got), java_idx(java)
+
+
 async def test_consume_from_last_follows_the_java_broker_rule_for_a_new_group(
     java_cluster: JavaCluster, from_where_classes: Path, tmp_path: Path, rocketmq: Install
 ) -> None:
@@ -276,19 +296,8 @@ async def test_consume_from_last_follows_the_java_broker_rule_for_a_new_group(
         assert len(mqs) == QUEUES
         for mq in mqs:
             assert await reader.committed_offset(unique_name("never"), mq) == 0
-    java = await java_from_where(from_where_classes, ns, topic, "last", tmp_path)
-    try:
-        async with consuming(ns, topic, unique_name("cg"), consume_from="last") as (c, got):
-            await wait_for(
-                lambda: held_queues(c, topic) == QUEUES, timeout=WAIT, what="every queue"
-            )
-            await send_all(ns, topic, range(8, 12))
-            await wait_for(lambda: len(got) >= 12, timeout=WAIT, what="every message")
-            await java.wait_until(lambda j: len(j.of("msg")) >= 12, WAIT, "every message")
-            await asyncio.sleep(0.5)  # a duplicate would show up by now
-    finally:
-        await java.kill()
-    assert idx_of(got) == java_idx(java) == list(range(12))
+    got, java_got = await both_from_last(from_where_classes, ns, topic, tmp_path, 12)
+    assert got == java_got == list(range(12))
 
     # -- the head counts as old: QUERY_NOT_FOUND, so both start at the end of each queue
     # (5.x: the head is in the page cache, so still 0 and both start there)
@@ -300,20 +309,8 @@ async def test_consume_from_last_follows_the_java_broker_rule_for_a_new_group(
             for mq in await reader.queues(topic):
                 stored = await reader.committed_offset(unique_name("never"), mq)
                 assert stored == (0 if rocketmq.v5 else None)
-        java = await java_from_where(from_where_classes, ns, topic, "last", tmp_path)
-        try:
-            async with consuming(ns, topic, unique_name("cg"), consume_from="last") as (c, got):
-                await wait_for(
-                    lambda: held_queues(c, topic) == QUEUES, timeout=WAIT, what="every queue"
-                )
-                await send_all(ns, topic, range(8, 12))
-                n = len(expected)
-                await wait_for(lambda: len(got) >= n, timeout=WAIT, what="the expected messages")
-                await java.wait_until(lambda j: len(j.of("msg")) >= n, WAIT, "the expected ones")
-                await asyncio.sleep(0.5)  # an earlier message would show up by now
-        finally:
-            await java.kill()
-    assert idx_of(got) == java_idx(java) == expected
+        got, java_got = await both_from_last(from_where_classes, ns, topic, tmp_path, len(expected))
+    assert got == java_got == expected
 
 
 async def test_consume_from_timestamp_for_a_new_group(

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+from aiorocket.embedded import EmbeddedBroker, parse_delay_levels
 from tests.interop.apache.install import Install
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
@@ -54,25 +54,23 @@ PY_CONSUMER: dict[str, Any] = {
 BOOT = 60.0
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    """Fast delay levels and a short lock lease.
-
-    The broker's housekeeping (expired channels and locks) runs once a minute only, so whatever
-    a test sees happen to a killed member comes from the closed connection and the lease rules
-    applied on LOCK_BATCH_MQ, as on a Java broker, not from a scan.
-
-    Topics appear with ``QUEUES`` queues at a Java client's first route lookup (the embedded
-    name server's opt-in shortcut): these tests start Java consumers before any producer and
-    compare queue ids with ``QUEUES``, where a Java name server would make them wait for their
-    30 s route poll and the Java producer would create 4 queues."""
-    return BrokerConfig(
-        create_topics_on_lookup=True,
-        default_queues=QUEUES,
-        delay_levels=DELAY_LEVELS,
-        lock_lease=LOCK_LEASE,
-        channel_scan_interval=60.0,
-    )
+# Fast delay levels and a short lock lease.
+#
+# The broker's housekeeping (expired channels and locks) runs once a minute only, so whatever a
+# test sees happen to a killed member comes from the closed connection and the lease rules
+# applied on LOCK_BATCH_MQ, as on a Java broker, not from a scan.
+#
+# Topics appear with ``QUEUES`` queues at a Java client's first route lookup (the embedded name
+# server's opt-in shortcut): these tests start Java consumers before any producer and compare
+# queue ids with ``QUEUES``, where a Java name server would make them wait for their 30 s route
+# poll and the Java producer would create 4 queues.
+pytestmark = pytest.mark.broker(
+    create_topics_on_lookup=True,
+    default_queues=QUEUES,
+    delay_levels=DELAY_LEVELS,
+    lock_lease=LOCK_LEASE,
+    channel_scan_interval=60.0,
+)
 
 
 @contextlib.asynccontextmanager

@@ -11,13 +11,12 @@ before it started by priority, highest first. On a 4.x broker a recall is a clea
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import IllegalOperationError, UnsupportedFeatureError
 from tests._harness.wait import wait_for
 from tests.interop.apache.cluster import JavaCluster
@@ -75,13 +74,19 @@ async def _java_priorities(classes: Path, tmp: Path, namesrv: str, topic: str, n
     group = unique_name("jprio_g")
     async with rmq.Admin(namesrv=namesrv) as admin:
         await admin.set_consume_mode(group, topic, "pop")
-    java = await JavaClient.start(
-        classes, "JPop", namesrv, topic, group, str(n), "180", "1", name="jpop", tmp=tmp / "jp"
+    java = await JavaClient.run(
+        classes,
+        "JPop",
+        namesrv,
+        topic,
+        group,
+        str(n),
+        "180",
+        "1",
+        name="jpop",
+        tmp=tmp / "jp",
+        timeout=BOOT + 180,
     )
-    try:
-        await java.wait_exit(BOOT + 180)
-    finally:
-        await java.stop()
     return [int(e["priority"]) for e in java.of("msg")]
 
 
@@ -140,19 +145,12 @@ async def test_a_4x_broker_cannot_recall(java_cluster: JavaCluster, rocketmq: In
             await producer.recall(sent)
 
 
-@pytest.fixture
-async def five_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    """An embedded broker that allows recalls."""
-    config = BrokerConfig(recall_message_enable=True)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as broker:
-        yield broker
-
-
+@pytest.mark.broker(recall_message_enable=True)  # recalls allowed
 async def test_the_java_client_priorities_and_recall_on_the_embedded_broker(
-    five_broker: EmbeddedBroker, rocketmq: Install, java55_classes: Path, tmp_path: Path
+    broker: EmbeddedBroker, rocketmq: Install, java55_classes: Path, tmp_path: Path
 ) -> None:
     _require_55(rocketmq)
-    ns = five_broker.address
+    ns = broker.address
     topic = await _priority_topic(ns)
     java = await JavaClient.start(
         java55_classes, "JFive", "priority", ns, topic, str(N), "7", name="jprio", tmp=tmp_path
@@ -174,7 +172,7 @@ async def test_the_java_client_priorities_and_recall_on_the_embedded_broker(
     (recalled,) = java.of("recalled")
     (late,) = java.of("late")
     assert "timestamp invalid" in late["error"]
-    await wait_for(lambda: five_broker.timers.cancelled == 1, timeout=30, what="the cancel")
+    await wait_for(lambda: broker.timers.cancelled == 1, timeout=30, what="the cancel")
     stored: list[rmq.ReceivedMessage] = []
     async with rmq.QueueReader(namesrv=ns) as reader:
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
+from tests._harness.consume import collect_bodies
 from tests._harness.wait import wait_for
 from tests.interop.apache.cluster import JavaCluster, dledger_group
 from tests.interop.harness import unique_name
@@ -47,12 +48,11 @@ async def test_leader_killed_while_producing_loses_nothing(java_cluster: JavaClu
     ns = java_cluster.namesrv
     topic, group = unique_name("HaRaft"), unique_name("haraft")
     got: set[str] = set()
-    consumer = rmq.PushConsumer(group=group, namesrv=ns, consume_from="first", **FAST)
-    consumer.subscribe(topic)
-
-    @consumer.listener
-    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        got.update(m.body.decode() for m in msgs)
+    consumer = collect_bodies(
+        rmq.PushConsumer(group=group, namesrv=ns, consume_from="first", **FAST),
+        topic,
+        lambda bodies: got.update(b.decode() for b in bodies),
+    )
 
     acked: list[tuple[str, float]] = []
     failed: list[float] = []

@@ -20,6 +20,7 @@ import pytest
 import aiorocket as rmq
 from aiorocket._protocol.codes import RequestCode, ResponseCode
 from aiorocket._protocol.command import RemotingCommand
+from tests._harness.consume import collect_bodies
 from tests._harness.wait import wait_for
 from tests.interop.apache._groups import create_topic
 from tests.interop.apache.cluster import JavaCluster, master_slave, request
@@ -114,12 +115,11 @@ async def read_all_from_the_slave(ns: str, topic: str, group: str, total: int) -
     """A new group gets every message, and its offsets are committed, with no master."""
 
     got: list[str] = []
-    consumer = rmq.PushConsumer(group=group, namesrv=ns, consume_from="first", **FAST)
-    consumer.subscribe(topic)
-
-    @consumer.listener
-    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        got.extend(m.body.decode() for m in msgs)
+    consumer = collect_bodies(
+        rmq.PushConsumer(group=group, namesrv=ns, consume_from="first", **FAST),
+        topic,
+        lambda bodies: got.extend(b.decode() for b in bodies),
+    )
 
     async with consumer:
         await wait_for(
@@ -153,12 +153,11 @@ async def test_the_master_killed_mid_stream_and_restarted_loses_nothing(
     await create_topic([java_cluster.broker_addr("broker-a")], topic, QUEUES)
     await replicating(ns)
     got: set[str] = set()
-    consumer = rmq.PushConsumer(group=group, namesrv=ns, consume_from="first", **FAST)
-    consumer.subscribe(topic)
-
-    @consumer.listener
-    async def handle(msgs: list[rmq.ReceivedMessage], ctx: rmq.ConcurrentContext) -> None:
-        got.update(m.body.decode() for m in msgs)
+    consumer = collect_bodies(
+        rmq.PushConsumer(group=group, namesrv=ns, consume_from="first", **FAST),
+        topic,
+        lambda bodies: got.update(b.decode() for b in bodies),
+    )
 
     acked: list[str] = []
     failed_at: list[float] = []

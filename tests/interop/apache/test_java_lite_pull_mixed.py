@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests.interop.apache._groups import create_topic, wait_route
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.java_client import JavaClient
@@ -144,17 +144,16 @@ async def test_a_java_lite_pull_consumer_and_a_pull_consumer_share_the_queues_on
 
 
 async def test_a_java_lite_pull_consumer_and_a_pull_consumer_share_the_queues_on_the_embedded_broker(
-    java_classes: Path, tmp_path: Path
+    broker: EmbeddedBroker, java_classes: Path, tmp_path: Path
 ) -> None:
     topic = unique_name("JLiteEmb")
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=BrokerConfig()) as broker:
 
-        async def prepare() -> list[str]:
-            # as on the Java broker: the topic is created with its queues, then written to
-            async with rmq.Admin(namesrv=broker.address) as admin:
-                await admin.create_topic(topic, queues=QUEUES)
-            async with rmq.Producer(namesrv=broker.address, group=unique_name("jlite_p")) as p:
-                await p.send(rmq.Message(topic, b"warm-up"))
-            return ["warm-up"]
+    async def prepare() -> list[str]:
+        # as on the Java broker: the topic is created with its queues, then written to
+        async with rmq.Admin(namesrv=broker.address) as admin:
+            await admin.create_topic(topic, queues=QUEUES)
+        async with rmq.Producer(namesrv=broker.address, group=unique_name("jlite_p")) as p:
+            await p.send(rmq.Message(topic, b"warm-up"))
+        return ["warm-up"]
 
-        await mixed_group(broker.address, java_classes, tmp_path, topic, prepare)
+    await mixed_group(broker.address, java_classes, tmp_path, topic, prepare)

@@ -30,6 +30,7 @@ from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import UnsupportedFeatureError
 from tests._harness.lite import (
     by_lite_topic,
+    check_lite_refused,
     create_lite_parent,
     lite_acceptance,
     lite_consumer,
@@ -176,12 +177,7 @@ async def test_an_older_broker_refuses_lite_topics_clearly(
     if rocketmq.version_tuple >= (5, 5):
         pytest.skip(f"a broker before 5.5 refuses lite topics; this install is {rocketmq.version}")
     topic, group = unique_name("liteold"), unique_name("liteold_g")
-    async with rmq.Admin(namesrv=java_cluster.namesrv) as admin:
-        await admin.create_topic(topic, queues=2)
-    c = lite_consumer(java_cluster.namesrv, group, topic)
-    with pytest.raises(UnsupportedFeatureError, match=r"lite topics need RocketMQ 5\.5\+"):
-        await c.start()
-    await c.close()
+    await check_lite_refused(java_cluster.namesrv, topic, group)
 
 
 @pytest.fixture(scope="module")

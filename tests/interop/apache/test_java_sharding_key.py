@@ -13,29 +13,19 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import aiorocket as rmq
 from aiorocket.embedded import EmbeddedBroker
 from tests.interop.apache.java_client import JavaClient
+from tests.interop.apache.test_java_client_embedded import PY_CONSUMER
 from tests.interop.harness import unique_name
 
 #: how long a JVM may take to start and send on a busy 2-core machine
 BOOT = 90.0
 KEYS = 12
 PER_KEY = 30
-
-CONSUMER: dict[str, Any] = {
-    "consume_from": "first",
-    "rebalance_interval": 1.0,
-    "offset_persist_interval": 0.5,
-    "shutdown_grace": 5.0,
-    "lock_renew_interval": 1.0,
-    "lock_expiry": 3.0,
-    "unlock_delay": 0.2,
-}
 
 
 def key_from_keys(msg: rmq.ReceivedMessage) -> str | None:
@@ -48,7 +38,7 @@ async def test_java_keyed_messages_are_consumed_in_order_per_key(
     broker: EmbeddedBroker, java_classes: Path, tmp_path: Path, mode: str
 ) -> None:
     topic = unique_name(f"jkey_{mode}")
-    java = await JavaClient.start(
+    java = await JavaClient.run(
         java_classes,
         "JKeyProducer",
         broker.address,
@@ -57,11 +47,8 @@ async def test_java_keyed_messages_are_consumed_in_order_per_key(
         str(PER_KEY),
         mode,
         tmp=tmp_path / "java",
+        timeout=BOOT,
     )
-    try:
-        await java.wait_exit(BOOT)
-    finally:
-        await java.stop()
     sent = java.of("sent")
     assert len(sent) == KEYS * PER_KEY, java.diagnostics()
     assert {e["status"] for e in sent} == {"SEND_OK"}
@@ -81,7 +68,7 @@ async def test_java_keyed_messages_are_consumed_in_order_per_key(
         namesrv=broker.address,
         orderly=True,
         order_by="sharding_key" if mode == "property" else key_from_keys,
-        **CONSUMER,
+        **PY_CONSUMER,
     )
     consumer.subscribe(topic)
 

@@ -77,7 +77,4 @@ def test_exactly_once_with_kills_on_apache_rocketmq(
         f"stored at the executor kill {outcome.at_executor_kill}, at the driver kill "
         f"{outcome.at_driver_kill}"
     )
-    for counts in (outcome.received, outcome.stored):
-        assert outcome.missing(counts) == 0
-        assert outcome.duplicates(counts) == 0
-        assert set(counts) == outcome.expected
+    outcome.check_exactly_once()

@@ -16,6 +16,7 @@ from tests.interop.apache._groups import create_topic, wait_route
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
+from tests.spark._support import rocketmq_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -115,12 +116,9 @@ def test_batch_and_streaming_writes_read_by_aiorocket_and_java(
     _check_aiorocket(ns, batch_topic)
 
     query = (
-        spark.readStream.format("rocketmq")
-        .option("namesrv", ns)
-        .option("topic", batch_topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "25000")
-        .load()
+        rocketmq_stream(
+            spark, ns, batch_topic, startingOffsets="earliest", maxOffsetsPerTrigger="25000"
+        )
         .select("body", "keys", "tags", "properties")
         .writeStream.format("rocketmq")
         .option("namesrv", ns)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket._protocol.sql92 import Sql92EvaluationError, compile_sql92
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from aiorocket.errors import InvalidSelectorError
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.install import run_java
@@ -136,13 +135,6 @@ async def consume_all(namesrv: str, topic: str, prefix: str) -> dict[str, list[s
     return got
 
 
-@pytest.fixture
-async def sql_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    config = BrokerConfig(default_queues=4, enable_property_filter=True)
-    async with EmbeddedBroker(data_dir=tmp_path / "broker", config=config) as b:
-        yield b
-
-
 # -- the evaluator against the Java filter module --------------------------------------------
 
 _NAMES = ("a", "b", "c", "TAGS", "m")
@@ -250,16 +242,17 @@ def test_verdicts_equal_the_java_filter_module(java_classes: Path, tmp_path: Pat
 # -- the same messages from both brokers -----------------------------------------------------
 
 
+@pytest.mark.broker(default_queues=4, enable_property_filter=True)
 async def test_consumers_get_the_same_messages_from_the_java_and_the_embedded_broker(
-    java_cluster: JavaCluster, sql_broker: EmbeddedBroker
+    java_cluster: JavaCluster, broker: EmbeddedBroker
 ) -> None:
     java_topic, embedded_topic = unique_name("SqlJ"), unique_name("SqlE")
     await asyncio.gather(
-        produce(java_cluster.namesrv, java_topic), produce(sql_broker.address, embedded_topic)
+        produce(java_cluster.namesrv, java_topic), produce(broker.address, embedded_topic)
     )
     from_java, from_embedded = await asyncio.gather(
         consume_all(java_cluster.namesrv, java_topic, unique_name("sqlj") + "_"),
-        consume_all(sql_broker.address, embedded_topic, unique_name("sqle") + "_"),
+        consume_all(broker.address, embedded_topic, unique_name("sqle") + "_"),
     )
     for e in EXPRESSIONS:
         assert len(from_java[e]) == len(set(from_java[e])), e
@@ -268,15 +261,16 @@ async def test_consumers_get_the_same_messages_from_the_java_and_the_embedded_br
     assert sum(len(expected(e)) > 0 for e in EXPRESSIONS) >= 12  # not a test of empty sets
 
 
+@pytest.mark.broker(default_queues=4, enable_property_filter=True)
 async def test_java_consumers_filter_by_sql_on_the_embedded_broker(
-    java_classes: Path, sql_broker: EmbeddedBroker, tmp_path: Path
+    java_classes: Path, broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     topic = unique_name("SqlJc")
-    await produce(sql_broker.address, topic)
+    await produce(broker.address, topic)
     client = await JavaClient.start(
         java_classes,
         "JSqlConsumer",
-        sql_broker.address,
+        broker.address,
         topic,
         unique_name("sqljc") + "_",
         "60",

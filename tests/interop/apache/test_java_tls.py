@@ -11,7 +11,6 @@ a TLS client (``tls.enable=true``), which, like every Java client without
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,14 +20,13 @@ import pytest
 
 from aiorocket import (
     Admin,
-    ConcurrentContext,
     Message,
     Producer,
-    PushConsumer,
     ReceivedMessage,
 )
 from aiorocket.embedded import BrokerConfig, EmbeddedBroker
 from aiorocket.errors import ConnectionClosedError, RocketError
+from tests._harness.consume import consume_until
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.conftest import DEFAULT_BROKER_CONF
 from tests.interop.apache.install import Install
@@ -82,20 +80,7 @@ async def consume(
     namesrv: str, topic: str, group: str, expect: int, **client: Any
 ) -> list[ReceivedMessage]:
     """What a push consumer gets from ``topic`` until it has ``expect`` messages."""
-    got: list[ReceivedMessage] = []
-    done = asyncio.Event()
-    consumer = PushConsumer(group=group, namesrv=namesrv, consume_from="first", **FAST, **client)
-    consumer.subscribe(topic)
-
-    @consumer.listener
-    async def on(msgs: list[ReceivedMessage], ctx: ConcurrentContext) -> None:
-        got.extend(msgs)
-        if len(got) >= expect:
-            done.set()
-
-    async with consumer:
-        await asyncio.wait_for(done.wait(), 30)
-    return got
+    return await consume_until(namesrv, topic, group, expect, timeout=30, **FAST, **client)
 
 
 async def test_python_clients_with_tls_against_java_broker(
@@ -144,7 +129,7 @@ async def test_java_client_with_tls_against_embedded_broker(
     reads intact, and what we send the Java push consumer receives."""
     tls_jvm = ["-Dtls.enable=true"]
     topic = unique_name("TlsE")
-    producer = await JavaClient.start(
+    producer = await JavaClient.run(
         java_classes,
         "JClient",
         "produce",
@@ -155,11 +140,8 @@ async def test_java_client_with_tls_against_embedded_broker(
         name="jproducer-tls",
         tmp=tmp_path / "jp",
         jvm_options=tls_jvm,
+        timeout=BOOT,
     )
-    try:
-        await producer.wait_exit(BOOT)
-    finally:
-        await producer.stop()
     assert len(producer.of("sent")) == 10
     got = await consume(tls_broker.address, topic, unique_name("g"), 10, tls=True, tls_ca=pki.ca)
     assert sorted(int(m.properties["idx"]) for m in got) == list(range(10))

@@ -25,22 +25,22 @@ import pytest
 
 import aiorocket as rmq
 from aiorocket._trace import TraceType, decode_trace, encode_trace
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker, parse_delay_levels
+from aiorocket.embedded import EmbeddedBroker, parse_delay_levels
 from tests._harness.wait import wait_for
+from tests.consumer.conftest import FAST
 from tests.interop.apache._groups import create_topic, wait_route
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.install import run_admin
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 
+# the embedded broker of the last test: retries after 200 ms
+pytestmark = pytest.mark.broker(delay_levels=parse_delay_levels(" ".join(["200ms"] * 18)))
+
 JAVA_BROKER_CONF = {"traceTopicEnable": "true"}
 
-PY_CONSUMER: dict[str, Any] = {
-    "consume_from": "first",
-    "rebalance_interval": 1.0,
-    "offset_persist_interval": 0.5,
-    "shutdown_grace": 5.0,
-}
+#: the consumer tests' quick settings, from the first offset
+PY_CONSUMER: dict[str, Any] = {"consume_from": "first", **FAST}
 BOOT = 90.0
 
 
@@ -191,12 +191,6 @@ async def test_java_pub_aiorocket_sub(
             assert encode_trace(ctx).data == record + "\x02"
             java_pubs += 1
     assert java_pubs >= 1
-
-
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    # the embedded broker of the last test: retries after 200 ms
-    return BrokerConfig(delay_levels=parse_delay_levels(" ".join(["200ms"] * 18)))
 
 
 async def test_java_sub_on_the_embedded_broker(

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 import aiorocket as rmq
-from aiorocket.embedded import BrokerConfig, EmbeddedBroker
+from aiorocket.embedded import EmbeddedBroker
 from tests.interop.apache.cluster import JavaCluster
 from tests.interop.apache.java_client import JavaClient
 from tests.interop.harness import unique_name
 from tests.producer.tx_proc import crash_in_transaction
+
+pytestmark = pytest.mark.broker(transaction_check_interval=0.5, transaction_timeout=1.0)
 
 #: the Java broker looks for pending halves every second and checks those 2 s old; a checked
 #: half is put back with a new store time, so a second check needs the answer to be 2 s late.
@@ -89,18 +91,26 @@ def by_prefix(msg: rmq.Message, arg: object) -> Any:
     return run()
 
 
+def committing(
+    namesrv: str, group: str, checked: list[str], **settings: Any
+) -> rmq.TransactionProducer:
+    """A transaction producer of ``group`` deciding by :func:`by_prefix`, answering COMMIT to
+    every check-back (whose bodies go to ``checked``); ``settings`` besides."""
+    return rmq.TransactionProducer(
+        namesrv=namesrv,
+        group=group,
+        execute_local=by_prefix,
+        check=answering(S.COMMIT, checked),
+        **settings,
+    )
+
+
 async def test_transaction_producer_against_the_java_broker(java_cluster: JavaCluster) -> None:
     topic = unique_name("tx_java")
     group = unique_name("tx_pg")
     checked: list[str] = []
     reader = Received(java_cluster.namesrv, topic)
-    async with rmq.TransactionProducer(
-        namesrv=java_cluster.namesrv,
-        group=group,
-        execute_local=by_prefix,
-        check=answering(S.COMMIT, checked),
-        send_timeout=10.0,
-    ) as producer:
+    async with committing(java_cluster.namesrv, group, checked, send_timeout=10.0) as producer:
         states = {}
         for body in ("commit-1", "rollback-1", "unknown-1"):
             result = await producer.send_in_transaction(rmq.Message(topic, body))
@@ -127,12 +137,7 @@ async def test_java_broker_checks_another_producer_after_a_crash(
     group = unique_name("tx_crash_pg")
     checked: list[str] = []
     reader = Received(java_cluster.namesrv, topic)
-    async with rmq.TransactionProducer(
-        namesrv=java_cluster.namesrv,
-        group=group,
-        execute_local=by_prefix,
-        check=answering(S.COMMIT, checked),
-    ):
+    async with committing(java_cluster.namesrv, group, checked):
         await crash_in_transaction(java_cluster.namesrv, topic, group, timeout=30)
         async with reader.consumer:
             await reader.wait_for({"crash"})
@@ -142,16 +147,11 @@ async def test_java_broker_checks_another_producer_after_a_crash(
     assert len(reader.bodies) <= len(checked)
 
 
-@pytest.fixture
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(transaction_check_interval=0.5, transaction_timeout=1.0)
-
-
 async def test_java_transaction_producer_against_the_embedded_broker(
     broker: EmbeddedBroker, java_classes: Path, tmp_path: Path
 ) -> None:
     topic = unique_name("jtx")
-    java = await JavaClient.start(
+    java = await JavaClient.run(
         java_classes,
         "JTxProducer",
         broker.address,
@@ -162,11 +162,8 @@ async def test_java_transaction_producer_against_the_embedded_broker(
         "rollback-1",
         "unknown-1",
         tmp=tmp_path / "java",
+        timeout=BOOT,
     )
-    try:
-        await java.wait_exit(BOOT)
-    finally:
-        await java.stop()
     sent = {e["body"]: e for e in java.of("sent")}
     assert {b: e["state"] for b, e in sent.items()} == {
         "commit-1": "COMMIT_MESSAGE",

@@ -25,7 +25,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,12 +197,6 @@ async def start_side(
     await wait_for(settled, timeout=TIMEOUT, what=f"{side.name}: committed offsets", interval=0.2)
 
 
-@pytest.fixture
-async def embedded(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
-    async with EmbeddedBroker(data_dir=tmp_path / "embedded") as broker:
-        yield broker
-
-
 async def both(
     classes: Path, sides: Sequence[Side], commands: Callable[[Side], list[list[str]]]
 ) -> list[list[str]]:
@@ -225,12 +219,12 @@ def progress_rows(output: str) -> dict[tuple[str, int], tuple[int, int, int]]:
 async def test_mqadmin_reads_the_embedded_broker_as_it_reads_the_java_broker(
     java_cluster: JavaCluster,
     java_classes: Path,
-    embedded: EmbeddedBroker,
+    broker: EmbeddedBroker,
     tmp_path: Path,
     rocketmq: Install,
 ) -> None:
     sides = [
-        Side("embedded", embedded.address, embedded.address, tmp_path / "e"),
+        Side("embedded", broker.address, broker.address, tmp_path / "e"),
         Side("java", java_cluster.namesrv, java_cluster.broker_addr("broker-a"), tmp_path / "j"),
     ]
     release = asyncio.Event()
@@ -403,10 +397,10 @@ async def test_mqadmin_reads_the_embedded_broker_as_it_reads_the_java_broker(
     rows_e, rows_j = progress_rows(pa_e), progress_rows(pa_j)
     assert rows_e == rows_j, f"{pa_e}\n{pa_j}"
     for q in range(QUEUES):
-        broker, consumer, diff = rows_e[(TOPIC, q)]
-        assert broker == expected_max[q]
+        broker_offset, consumer_offset, diff = rows_e[(TOPIC, q)]
+        assert broker_offset == expected_max[q]
         assert diff == (1 + AFTER if q == held else 0)
-        assert broker - consumer == diff
+        assert broker_offset - consumer_offset == diff
     # 5.x's tool says "Consume Diff Total"
     diff_total = "Consume Diff Total:" if rocketmq.v5 else "Diff Total:"
     for out in (pa_e, pa_j):
