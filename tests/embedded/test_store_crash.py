@@ -44,6 +44,10 @@ def _run_writer(data_dir: Path, run_id: str, rng: random.Random) -> list[tuple[A
         stderr=subprocess.PIPE,
         cwd=ROOT,
         env=env,
+        # Unbuffered: readline() then takes "ready\n" alone. A buffered reader may take the
+        # first acks with it, which communicate() (reading the pipe itself) never sees: the
+        # first line it returns would start mid-line.
+        bufsize=0,
     )
     try:
         assert proc.stdout is not None
